@@ -1,0 +1,253 @@
+"""The decoding loops: target-only greedy, and greedy speculative decoding with the ordinary or the deferred
+schedule (thesis sections 2.2, 3.3 and 3.6.2).
+
+Every loop returns a :class:`Generation`: the new token ids and a :class:`DecodeStats` record. Printing,
+aggregation and benchmarking live elsewhere (``bench``); tokenisation too (``prompts``).
+
+Greedy speculative decoding is lossless: its output equals target-only greedy output token for token,
+because a draft token is kept only where it equals the target's own argmax at that position, and every
+round ends with a token the target chose. The one caveat is floating point: the target scores a block of
+tokens in one forward, and a K-token forward can round differently from K one-token forwards, so the two
+loops can part ways where the target's top two logits are (almost exactly) tied. The tests check that
+every divergence sits at such a near-tie.
+
+Vocabulary of the stats (one word per concept, as in the thesis):
+
+- a *round* drafts ``k >= 1`` tokens (fewer than K only near ``max_new_tokens``);
+- ``accepted``: draft tokens the target confirmed; ``emitted``: tokens the round added to the output
+  (accepted plus the target's correction or bonus token, cut at EOS);
+- ``acceptance`` = accepted / drafted (the thesis' "acceptance rate"); ``mean_emitted`` = emitted per round
+  (``tau``, which counts the target's token, as vLLM and Spec-Bench do);
+- a *verify* call is one batched target forward over a drafted block; an *append* is a standalone one-token
+  target forward that only writes the final token into the target's cache (the thesis' "finalize");
+- ``skipped``: rounds whose first proposal already disagreed with the target's known next token, so the
+  ordinary schedule did not run the verify forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import torch
+
+from .drafters import Drafter
+from .errors import ConfigError
+from .profiling import PhaseClock
+from .state import ModelState
+
+#: Phase names (the thesis' Table 4.5 columns); all in seconds.
+PREFILL, PROPOSE, VERIFY, FINALIZE = "prefill", "draft_propose", "target_verify", "finalize_align"
+
+
+@dataclass
+class DecodeStats:
+    """What one generation did and how long each phase took."""
+
+    mode: str
+    k: int = 0
+    new_tokens: int = 0
+    drafted: list[int] = field(default_factory=list)  # per round
+    accepted: list[int] = field(default_factory=list)  # per round
+    emitted: list[int] = field(default_factory=list)  # per round
+    verify_calls: int = 0
+    append_calls: int = 0
+    skipped: int = 0
+    tail_tokens: int = 0  # tokens emitted outside any round (the target's known last token)
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)
+    stopped_by: str = "max_new_tokens"  # or "eos"
+
+    @property
+    def rounds(self) -> int:
+        return len(self.drafted)
+
+    @property
+    def zero_accept_rounds(self) -> int:
+        return sum(1 for a in self.accepted if a == 0)
+
+    @property
+    def full_accept_rounds(self) -> int:
+        return sum(1 for a, d in zip(self.accepted, self.drafted) if a == d)
+
+    @property
+    def acceptance(self) -> float | None:
+        """accepted / drafted over all rounds (None without rounds)."""
+        d = sum(self.drafted)
+        return sum(self.accepted) / d if d else None
+
+    @property
+    def mean_emitted(self) -> float | None:
+        """tokens emitted per round, the target's token included (tau)."""
+        return sum(self.emitted) / len(self.emitted) if self.emitted else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first, over the decode phase (TTFT excluded)."""
+        return (self.new_tokens - 1) / self.decode_s if self.new_tokens > 1 and self.decode_s > 0 else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        return self.decode_s / (self.new_tokens - 1) if self.new_tokens > 1 else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for name in ("rounds", "zero_accept_rounds", "full_accept_rounds", "acceptance", "mean_emitted",
+                     "decode_tokens_per_s", "tpot_s"):
+            d[name] = getattr(self, name)
+        return d
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    stats: DecodeStats
+
+
+def _check(max_new_tokens: int, prompt_ids: Sequence[int], k: int | None = None) -> None:
+    if k is not None and (not isinstance(k, int) or k < 1):
+        raise ConfigError(f"K (the block length) must be an integer >= 1, got {k!r}.")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
+    if len(prompt_ids) == 0:
+        raise ConfigError("The prompt is empty: at least one token is needed.")
+
+
+def _cut_at_eos(tokens: list[int], eos: frozenset[int]) -> tuple[list[int], bool]:
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1], True
+    return tokens, False
+
+
+@torch.inference_mode()
+def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_tokens: int,
+                    eos_ids: Sequence[int] = (), clock: PhaseClock | None = None) -> Generation:
+    """Target-only greedy decoding with a KV cache; prefill and first token are timed apart (TTFT)."""
+    _check(max_new_tokens, prompt_ids)
+    clock = clock or PhaseClock([target.device])
+    eos = frozenset(eos_ids)
+    stats = DecodeStats(mode="baseline")
+    target.reset()
+    t0 = clock.now()
+    # 1. prefill the prompt; the first token is the argmax at its last position
+    with clock.phase(PREFILL):
+        tok = target.greedy(prompt_ids, last_only=True)
+        out = [int(tok)]
+    t1 = clock.now()
+    # 2. decode one token per target forward
+    while len(out) < max_new_tokens and out[-1] not in eos:
+        tok = target.greedy(tok, last_only=True)
+        out.append(int(tok))  # host sync: the loop needs the token to test for EOS
+    t2 = clock.now()
+    stats.new_tokens = len(out)
+    stats.stopped_by = "eos" if out[-1] in eos else "max_new_tokens"
+    stats.ttft_s, stats.decode_s = t1 - t0, t2 - t1
+    stats.phase_s = clock.as_dict()
+    return Generation(out, stats)
+
+
+def _accepted_prefix(proposals: Sequence[int], target_tokens: Sequence[int]) -> int:
+    """Length of the longest prefix on which the proposals equal the target's argmax tokens."""
+    n = 0
+    for y, t in zip(proposals, target_tokens):
+        if y != t:
+            break
+        n += 1
+    return n
+
+
+@torch.inference_mode()
+def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
+                         max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
+                         clock: PhaseClock | None = None) -> Generation:
+    """Greedy speculative decoding (thesis section 3.3), ordinary or deferred schedule (section 3.6.2).
+
+    Invariant at the start of a round:
+    - ordinary: the target's cache holds every emitted token and ``next_token`` is its argmax after them;
+    - deferred: the target's cache holds all but the last emitted token, ``final``, which rides along at
+      the front of the next verify batch.
+    """
+    _check(max_new_tokens, prompt_ids, k)
+    clock = clock or PhaseClock([target.device, getattr(getattr(drafter, "state", None), "device", "cpu")])
+    eos = frozenset(eos_ids)
+    stats = DecodeStats(mode=f"{drafter.name}_{'deferred' if deferred else 'ordinary'}", k=k)
+    target.reset()
+    t0 = clock.now()
+    # 0. initial step: target prefill and first token
+    with clock.phase(PREFILL):
+        final = int(target.greedy(prompt_ids, last_only=True))
+    t1 = clock.now()
+    out = [final]
+    done = final in eos or max_new_tokens == 1
+    drafter.begin(list(prompt_ids) + [final])
+    next_token = None
+    if not done and not deferred:
+        # The ordinary schedule writes the first token into the target's cache before the first round.
+        with clock.phase(FINALIZE):
+            next_token = int(target.greedy([final], last_only=True))
+        stats.append_calls += 1
+
+    while not done:
+        remaining = max_new_tokens - len(out)
+        kk = min(k, remaining - 1)  # a round emits at most kk + 1 tokens
+        if kk == 0:
+            # Tail: one token left. Ordinary: the target already knows it. Deferred: one standalone append.
+            if deferred:
+                with clock.phase(FINALIZE):
+                    next_token = int(target.greedy([final], last_only=True))
+                stats.append_calls += 1
+            out.append(next_token)
+            stats.tail_tokens += 1
+            break
+        # 1. draft proposal: y_1..y_kk
+        with clock.phase(PROPOSE):
+            y = drafter.propose(kk)
+        # 2. target verification
+        with clock.phase(VERIFY):
+            if deferred:
+                # one forward over [final, y_1..y_kk]: t[i] is the target's token after position i
+                t = target.greedy([final] + y).tolist()
+                n = _accepted_prefix(y, t)
+                correction = t[n]
+                stats.verify_calls += 1
+                cached_extra = kk - n  # cache grew by kk + 1; keep final and the n accepted
+            elif y[0] != next_token:
+                # skip: the first proposal already disagrees with the target's known next token
+                n, correction, cached_extra = 0, next_token, 0
+                stats.skipped += 1
+            else:
+                # one forward over y_1..y_kk: t[i] is the target's token after y_{i+1}
+                t = target.greedy(y).tolist()
+                n = 1 + _accepted_prefix(y[1:], t[:-1])
+                correction = t[n - 1]
+                stats.verify_calls += 1
+                cached_extra = kk - n
+        # 3. emission: accepted proposals, then the target's correction or bonus token
+        emitted, hit_eos = _cut_at_eos(y[:n] + [correction], eos)
+        out.extend(emitted)
+        stats.drafted.append(kk)
+        stats.accepted.append(min(n, len(emitted)))
+        stats.emitted.append(len(emitted))
+        done = hit_eos or len(out) >= max_new_tokens
+        # 4. alignment: discard cache entries of rejected proposals, on both sides
+        with clock.phase(FINALIZE):
+            target.crop(cached_extra)
+            if done:
+                break
+            drafter.observe(n, correction)
+            # 5. finalize. This is the step deferred verification changes:
+            #    ordinary -- a standalone one-token target forward writes the final token into the cache now;
+            #    deferred -- the final token waits and is verified at the front of the next round's batch.
+            if deferred:
+                final = correction
+            else:
+                next_token = int(target.greedy([correction], last_only=True))
+                stats.append_calls += 1
+    t2 = clock.now()
+    stats.new_tokens = len(out)
+    stats.stopped_by = "eos" if out[-1] in eos else "max_new_tokens"
+    stats.ttft_s, stats.decode_s = t1 - t0, t2 - t1
+    stats.phase_s = clock.as_dict()
+    return Generation(out, stats)

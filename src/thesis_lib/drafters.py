@@ -1,0 +1,81 @@
+"""Drafters: what proposes the K candidate tokens of a speculative round (thesis sections 3.3 and 3.4).
+
+The verify loop in ``decoding`` only sees this protocol:
+
+- ``begin(context)``: a new sequence; ``context`` is the prompt plus the first emitted token;
+- ``propose(k) -> list[int]``: up to ``k`` greedy proposals continuing everything emitted so far;
+- ``observe(accepted, final_token)``: the target accepted the first ``accepted`` proposals and emitted
+  ``final_token`` after them (its correction, or the bonus token after a fully accepted block).
+
+:class:`ModelDrafter` is a draft *model*: a transformer body with a KV cache and a greedy head. With the
+default :class:`~thesis_lib.heads.DenseGreedyHead` it is the thesis' dense draft; passing a FlashHead head
+gives the FlashHead draft with the same body (and, with a FlashHead checkpoint's body and the dense head,
+the thesis' "dense shared" control).
+
+Tokens the draft has not yet run through its body wait in ``pending`` and are fed at the start of the next
+proposal: the prompt on the first round, then the target's final token (plus the draft's own last proposal
+after a fully accepted block, whose cache entry was never written). This is the draft side of the
+"append the final token" step; it costs the same in the ordinary and the deferred schedule.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+
+from .state import ModelState
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, context: Sequence[int]) -> None: ...
+
+    def propose(self, k: int) -> list[int]: ...
+
+    def observe(self, accepted: int, final_token: int) -> None: ...
+
+
+class ModelDrafter:
+    """A draft model proposing greedily with its body, KV cache and a (dense or FlashHead) head."""
+
+    def __init__(self, model, head: torch.nn.Module | None = None, vocab_limit: int | None = None, name: str = "dense"):
+        self.state = ModelState(model, head=head, vocab_limit=vocab_limit)
+        self.name = name
+        self.pending: list[int] = []
+        self._proposed: list[int] = []
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.state.reset()
+        self.pending = list(context)
+        self._proposed = []
+
+    @torch.inference_mode()
+    def propose(self, k: int) -> list[int]:
+        if k <= 0:
+            self._proposed = []
+            return []
+        # 1. feed what the draft has not seen (prompt, or the last final token), then draft greedily.
+        #    Proposals stay tensors until the block is done: one host sync per round, not per token.
+        feed: Sequence[int] | torch.Tensor = self.pending
+        self.pending = []
+        drafted = []
+        for _ in range(k):
+            tok = self.state.greedy(feed, last_only=True)  # [1]
+            drafted.append(tok)
+            feed = tok
+        # The k-th proposal was never fed, so the cache holds the first k-1 proposals.
+        self._proposed = torch.cat(drafted).tolist()
+        return self._proposed
+
+    def observe(self, accepted: int, final_token: int) -> None:
+        k = len(self._proposed)
+        if not 0 <= accepted <= k:
+            raise ValueError(f"accepted={accepted} outside 0..{k}")
+        # 4. discard the cache entries of rejected proposals (only the first k-1 were ever cached).
+        self.state.crop(max(k - 1 - accepted, 0))
+        if accepted == k and k > 0:
+            self.pending.append(self._proposed[-1])  # accepted but never fed
+        self.pending.append(int(final_token))
+        self._proposed = []

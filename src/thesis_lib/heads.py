@@ -1,0 +1,41 @@
+"""Greedy token selection from final hidden states: the dense LM head (thesis section 2.3).
+
+A *head* maps final hidden states ``h: [S, D]`` to greedy token ids ``[S]`` (a tensor, no host sync).
+The dense head projects onto every row of the output embedding matrix (``V x D`` multiply-adds per
+position) and takes the argmax over the first ``vocab_limit`` rows only: rows past the tokenizer's size are
+padding and must never win. ``torch.argmax`` returns the first maximum, so ties go to the lowest token id,
+the convention FlashHead's greedy head follows too.
+
+The FlashHead head (``thesis_lib.flashhead``) has the same call signature, so a drafter can swap one head
+for the other without touching the transformer body.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class DenseGreedyHead(nn.Module):
+    """``argmax(h @ W[:vocab_limit].T)`` for each position; W is the model's own output embedding."""
+
+    def __init__(self, weight: torch.Tensor, vocab_limit: int | None = None, bias: torch.Tensor | None = None):
+        super().__init__()
+        limit = weight.shape[0] if vocab_limit is None else min(int(vocab_limit), weight.shape[0])
+        # A view of the first `limit` rows: no copy, and padding rows are out of reach.
+        self.weight = weight[:limit]
+        self.bias = None if bias is None else bias[:limit]
+        self.vocab_limit = limit
+
+    @classmethod
+    def from_model(cls, model, vocab_limit: int | None = None) -> "DenseGreedyHead":
+        out = model.get_output_embeddings()
+        return cls(out.weight.detach(), vocab_limit, getattr(out, "bias", None))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden: [S, D] -> [S, vocab_limit]``"""
+        return nn.functional.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden: [S, D] -> token ids [S]``"""
+        return self.logits(hidden).argmax(dim=-1)

@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny in-process Qwen models (fast) and the embedded real pair (marked ``real``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thesis_lib import tiny
+
+TINY_VOCAB = 259  # the tiny tokenizer's size; the models have 272 embedding rows (padding)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return tiny.tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """Targets and drafts in float32 and float64. Drafts: identical, close (noisy copy), loose, independent."""
+    out = {}
+    for dtype, tag in ((torch.float32, "f32"), (torch.float64, "f64")):
+        for arch in ("qwen2", "qwen3"):
+            target = tiny.tiny_model(arch, seed=0, dtype=dtype)
+            out[(tag, arch, "target")] = target
+            out[(tag, arch, "same")] = target
+            out[(tag, arch, "close")] = tiny.noisy_copy(target, 0.02, seed=3)
+            out[(tag, arch, "loose")] = tiny.noisy_copy(target, 0.1, seed=4)
+            out[(tag, arch, "independent")] = tiny.tiny_model(arch, hidden=32, layers=1, seed=7, dtype=dtype)
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_pair():
+    """The embedded Qwen2.5-Coder 1.5B target and 0.5B draft (converted once into the model cache)."""
+    from thesis_lib import models
+
+    return models.load_pair(progress=False)

@@ -1,0 +1,176 @@
+"""The decoding loops on tiny models: losslessness, stats invariants, EOS and length limits, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from thesis_lib.decoding import greedy_generate, speculative_generate
+from thesis_lib.drafters import ModelDrafter
+from thesis_lib.errors import ConfigError
+from thesis_lib.state import ModelState
+
+from conftest import TINY_VOCAB
+
+#: fp32: a K-token forward may round differently from K one-token forwards. Any divergence from the
+#: target-only output must sit where the target's top-two logits differ by less than this.
+NEAR_TIE = 1e-4
+DRAFTS = ("same", "close", "loose", "independent")
+HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _run_both(models, tag, arch, draft, prompt, k, max_new, eos, deferred, buckets=None):
+    target = ModelState(models[(tag, arch, "target")], vocab_limit=TINY_VOCAB, buckets=buckets)
+    drafter = ModelDrafter(models[(tag, arch, draft)], vocab_limit=TINY_VOCAB)
+    ref = greedy_generate(target, prompt, max_new_tokens=max_new, eos_ids=eos)
+    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=eos, deferred=deferred)
+    return ref, spec
+
+
+def _top2_gap(model, ids) -> float:
+    """Gap between the target's two largest logits (within the tokenizer) after ``ids``, in float64."""
+    with torch.inference_mode():
+        logits = _f64(model)(torch.tensor([ids])).logits[0, -1, :TINY_VOCAB]
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+_F64 = {}
+
+
+def _f64(model):
+    import copy
+
+    if id(model) not in _F64:
+        _F64[id(model)] = copy.deepcopy(model).double()
+    return _F64[id(model)]
+
+
+def check_stats(gen, k, max_new):
+    s = gen.stats
+    assert s.new_tokens == len(gen.tokens) <= max_new
+    assert 1 + sum(s.emitted) + s.tail_tokens == len(gen.tokens)  # the first token comes from the prefill
+    assert all(0 <= a <= d <= k for a, d in zip(s.accepted, s.drafted))
+    assert all(1 <= e <= d + 1 for e, d in zip(s.emitted, s.drafted))
+    assert s.tail_tokens <= 1
+    assert s.zero_accept_rounds + s.full_accept_rounds <= s.rounds
+    assert s.ttft_s > 0 and s.decode_s >= 0
+
+
+prompts = st.lists(st.integers(0, TINY_VOCAB - 1), min_size=1, max_size=24)
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), draft=st.sampled_from(DRAFTS),
+       arch=st.sampled_from(("qwen2", "qwen3")), deferred=st.booleans(), eos_at=st.none() | st.integers(0, 39))
+def test_speculative_equals_greedy_exactly_in_float64(tiny_models, prompt, k, max_new, draft, arch, deferred, eos_at):
+    eos = ()
+    if eos_at is not None:  # make the token at position eos_at of the plain output an EOS token
+        plain = greedy_generate(ModelState(tiny_models[("f64", arch, "target")], vocab_limit=TINY_VOCAB), prompt,
+                                max_new_tokens=max_new).tokens
+        eos = (plain[min(eos_at, len(plain) - 1)],)
+    ref, spec = _run_both(tiny_models, "f64", arch, draft, prompt, k, max_new, eos, deferred)
+    assert spec.tokens == ref.tokens
+    check_stats(spec, k, max_new)
+    if eos:
+        assert ref.tokens[-1] in eos or len(ref.tokens) == max_new
+        assert sum(t in eos for t in spec.tokens) <= 1 and (spec.tokens[-1] in eos) == (ref.stats.stopped_by == "eos")
+    s = spec.stats
+    if deferred:
+        assert s.skipped == 0 and s.verify_calls == s.rounds and s.append_calls <= 1
+    else:
+        assert s.verify_calls + s.skipped == s.rounds
+        # an append after the first token, then after every round except one that ended the output
+        expected = 0 if len(spec.tokens) == 1 else s.rounds + (1 if s.tail_tokens else 0)
+        assert s.append_calls == expected
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), draft=st.sampled_from(DRAFTS),
+       arch=st.sampled_from(("qwen2", "qwen3")), deferred=st.booleans(), bucketed=st.booleans())
+def test_float32_divergence_only_at_near_ties(tiny_models, prompt, k, max_new, draft, arch, deferred, bucketed):
+    ref, spec = _run_both(tiny_models, "f32", arch, draft, prompt, k, max_new, (), deferred,
+                          buckets=None if bucketed else {})
+    check_stats(spec, k, max_new)
+    if spec.tokens != ref.tokens:
+        j = next(i for i, (a, b) in enumerate(zip(spec.tokens, ref.tokens)) if a != b)
+        gap = _top2_gap(tiny_models[("f32", arch, "target")], list(prompt) + ref.tokens[:j])
+        assert gap < NEAR_TIE, f"divergence at {j} where the target's top-2 logit gap is {gap:.2e}"
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("deferred", [False, True])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_identical_draft_accepts_everything(tiny_models, arch, deferred, k):
+    ref, spec = _run_both(tiny_models, "f32", arch, "same", [5, 6, 7, 8], k, 40, (), deferred)
+    s = spec.stats
+    assert spec.tokens == ref.tokens
+    assert s.acceptance == 1.0
+    assert s.skipped == 0 and s.zero_accept_rounds == 0
+    # every full-length round emits K + 1 tokens; only the last may be shorter (max_new_tokens)
+    assert all(e == k + 1 for e, d in zip(s.emitted, s.drafted) if d == k)
+    assert all(d == k for d in s.drafted[:-1])
+    if deferred:
+        assert s.append_calls == 0 or (s.append_calls == 1 and s.tail_tokens == 1)
+
+
+def test_independent_draft_is_still_lossless_and_skips(tiny_models):
+    ref, spec = _run_both(tiny_models, "f32", "qwen2", "independent", [1, 2, 3], 4, 30, (), False)
+    assert spec.tokens == ref.tokens
+    assert spec.stats.skipped > 0 and spec.stats.acceptance < 0.5
+
+
+def test_deferred_saves_appends(tiny_models):
+    _, ordinary = _run_both(tiny_models, "f32", "qwen2", "close", [9, 8, 7], 4, 40, (), False)
+    _, deferred = _run_both(tiny_models, "f32", "qwen2", "close", [9, 8, 7], 4, 40, (), True)
+    assert ordinary.tokens == deferred.tokens
+    assert ordinary.stats.append_calls >= ordinary.stats.rounds  # one per round, plus the first token's
+    assert deferred.stats.append_calls <= 1
+
+
+def test_padding_rows_never_win(tiny_models):
+    """Rows of the embedding matrix past the tokenizer's size must never be chosen, by target or draft."""
+    import copy
+
+    target = copy.deepcopy(tiny_models[("f32", "qwen2", "target")])
+    draft = copy.deepcopy(tiny_models[("f32", "qwen2", "close")])
+    for m in (target, draft):
+        with torch.no_grad():
+            m.lm_head.weight[TINY_VOCAB:] = 50.0  # padding rows would win every argmax if reachable
+    t = ModelState(target, vocab_limit=TINY_VOCAB)
+    ref = greedy_generate(t, [3, 4, 5], max_new_tokens=20)
+    spec = speculative_generate(t, ModelDrafter(draft, vocab_limit=TINY_VOCAB), [3, 4, 5], k=4, max_new_tokens=20)
+    assert max(ref.tokens) < TINY_VOCAB and max(spec.tokens) < TINY_VOCAB
+    assert spec.tokens == ref.tokens
+    unlimited = greedy_generate(ModelState(target), [3, 4, 5], max_new_tokens=5)
+    assert max(unlimited.tokens) >= TINY_VOCAB  # the check above can fail: without the limit they do win
+
+
+def test_bucketed_forward_matches_plain(tiny_models):
+    """Padding a 3-token block to 4 (CPU shape bucket) leaves the real positions' outputs and cache as before."""
+    model = tiny_models[("f64", "qwen2", "target")]
+    plain, padded = ModelState(model, buckets={}), ModelState(model, buckets={3: 4})
+    for s in (plain, padded):
+        s.greedy([1, 2, 3, 4, 5])
+    a, b = plain.hidden([6, 7, 8]), padded.hidden([6, 7, 8])
+    assert padded.length == plain.length == 8 and padded.cache.get_seq_length() == 8
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(plain.hidden([9]), padded.hidden([9]))
+
+
+@pytest.mark.parametrize("bad_k", [0, -1, 2.5])
+def test_bad_k_is_rejected(tiny_models, bad_k):
+    t = ModelState(tiny_models[("f32", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    d = ModelDrafter(tiny_models[("f32", "qwen2", "close")], vocab_limit=TINY_VOCAB)
+    with pytest.raises(ConfigError, match="K"):
+        speculative_generate(t, d, [1, 2], k=bad_k, max_new_tokens=8)
+
+
+def test_bad_lengths_are_rejected(tiny_models):
+    t = ModelState(tiny_models[("f32", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        greedy_generate(t, [1, 2], max_new_tokens=0)
+    with pytest.raises(ConfigError, match="empty"):
+        greedy_generate(t, [], max_new_tokens=4)
