@@ -189,8 +189,10 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
 
 
 def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dict[str, float]:
-    """Median seconds of the loop's building blocks at the prompt's context length (thesis eq. 2.x):
-    one draft step, one target step, and a target verify forward over K and K + 1 tokens."""
+    """Median seconds of the loop's building blocks at the prompt's context length (the terms of the
+    thesis' TPOT_spec model, section 2.2): one draft step, one target step, a target verify forward over
+    K and K + 1 tokens, and the draft's prefill of the prompt (which the loops do inside the first proposal,
+    so it falls in the decode phase)."""
     def timed(state: ModelState, feed: list[int]) -> float:
         t0 = time.perf_counter()
         state.greedy(feed).tolist()
@@ -205,6 +207,13 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
             state.reset()
             state.greedy(ids, last_only=True)
             out[f"{name}_step_s"] = statistics.median(timed(state, [ids[-1]]) for _ in range(reps))
+        prefills = []
+        for _ in range(3):
+            d_state.reset()
+            t0 = time.perf_counter()
+            d_state.greedy(ids, last_only=True).tolist()
+            prefills.append(time.perf_counter() - t0)
+        out["draft_prefill_s"] = statistics.median(prefills)
         for n in (runner.k, runner.k + 1):
             out[f"target_verify_{n}_s"] = statistics.median(timed(runner.t_state, list(ids[-n:])) for _ in range(reps))
     return out
@@ -212,11 +221,13 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
 
 def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     """Decode tok/s that the component costs predict for one speculative sample, given what it did:
-    each drafted token costs a draft step, each verify call a K-token (deferred: K+1) target forward, each
-    standalone append a target step. Python, cache cropping and the draft's extra fed tokens are left out."""
+    the draft's prompt prefill once, each drafted token a draft step, each verify call a K-token (deferred:
+    K+1) target forward, each standalone append a target step. Python, cache cropping and the second token
+    the draft feeds after a fully accepted block are left out."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
     k = rec["k"]
     verify = costs[f"target_verify_{k + 1}_s"] if rec["mode"].endswith("deferred") else costs[f"target_verify_{k}_s"]
-    t = rec["drafted"] * costs["draft_step_s"] + rec["verify_calls"] * verify + rec["append_calls"] * costs["target_step_s"]
+    t = (costs["draft_prefill_s"] + rec["drafted"] * costs["draft_step_s"] + rec["verify_calls"] * verify
+         + rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - 1) / t
