@@ -14,6 +14,8 @@ from thesis_lib.state import ModelState
 
 from conftest import TINY_VOCAB
 
+#: Exact-equality tests use the float64 models: in float32, MKL can even round differently from one run
+#: to the next (alignment-dependent kernels), so only the near-tie test below runs in float32.
 #: fp32: a K-token forward may round differently from K one-token forwards. Any divergence from the
 #: target-only output must sit where the target's top-two logits differ by less than this.
 NEAR_TIE = 1e-4
@@ -104,7 +106,7 @@ def test_float32_divergence_only_at_near_ties(tiny_models, prompt, k, max_new, d
 @pytest.mark.parametrize("deferred", [False, True])
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_identical_draft_accepts_everything(tiny_models, arch, deferred, k):
-    ref, spec = _run_both(tiny_models, "f32", arch, "same", [5, 6, 7, 8], k, 40, (), deferred)
+    ref, spec = _run_both(tiny_models, "f64", arch, "same", [5, 6, 7, 8], k, 40, (), deferred)
     s = spec.stats
     assert spec.tokens == ref.tokens
     assert s.acceptance == 1.0
@@ -117,14 +119,14 @@ def test_identical_draft_accepts_everything(tiny_models, arch, deferred, k):
 
 
 def test_independent_draft_is_still_lossless_and_skips(tiny_models):
-    ref, spec = _run_both(tiny_models, "f32", "qwen2", "independent", [1, 2, 3], 4, 30, (), False)
+    ref, spec = _run_both(tiny_models, "f64", "qwen2", "independent", [1, 2, 3], 4, 30, (), False)
     assert spec.tokens == ref.tokens
     assert spec.stats.skipped > 0 and spec.stats.acceptance < 0.5
 
 
 def test_deferred_saves_appends(tiny_models):
-    _, ordinary = _run_both(tiny_models, "f32", "qwen2", "close", [9, 8, 7], 4, 40, (), False)
-    _, deferred = _run_both(tiny_models, "f32", "qwen2", "close", [9, 8, 7], 4, 40, (), True)
+    _, ordinary = _run_both(tiny_models, "f64", "qwen2", "close", [9, 8, 7], 4, 40, (), False)
+    _, deferred = _run_both(tiny_models, "f64", "qwen2", "close", [9, 8, 7], 4, 40, (), True)
     assert ordinary.tokens == deferred.tokens
     assert ordinary.stats.append_calls >= ordinary.stats.rounds  # one per round, plus the first token's
     assert deferred.stats.append_calls <= 1
@@ -134,8 +136,8 @@ def test_padding_rows_never_win(tiny_models):
     """Rows of the embedding matrix past the tokenizer's size must never be chosen, by target or draft."""
     import copy
 
-    target = copy.deepcopy(tiny_models[("f32", "qwen2", "target")])
-    draft = copy.deepcopy(tiny_models[("f32", "qwen2", "close")])
+    target = copy.deepcopy(tiny_models[("f64", "qwen2", "target")])
+    draft = copy.deepcopy(tiny_models[("f64", "qwen2", "close")])
     for m in (target, draft):
         with torch.no_grad():
             m.lm_head.weight[TINY_VOCAB:] = 50.0  # padding rows would win every argmax if reachable

@@ -54,6 +54,7 @@ class DecodeStats:
     append_calls: int = 0
     skipped: int = 0
     tail_tokens: int = 0  # tokens emitted outside any round (the target's known last token)
+    first_emit: int = 1  # tokens known at TTFT (1 here; transformers' assisted loop can deliver several)
     ttft_s: float = 0.0
     decode_s: float = 0.0
     phase_s: dict[str, float] = field(default_factory=dict)
@@ -84,17 +85,25 @@ class DecodeStats:
 
     @property
     def decode_tokens_per_s(self) -> float | None:
-        """Tokens after the first, over the decode phase (TTFT excluded)."""
-        return (self.new_tokens - 1) / self.decode_s if self.new_tokens > 1 and self.decode_s > 0 else None
+        """Tokens produced after TTFT, over the decode phase (TTFT excluded)."""
+        n = self.new_tokens - self.first_emit
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else None
 
     @property
     def tpot_s(self) -> float | None:
-        return self.decode_s / (self.new_tokens - 1) if self.new_tokens > 1 else None
+        n = self.new_tokens - self.first_emit
+        return self.decode_s / n if n > 0 else None
+
+    @property
+    def e2e_tokens_per_s(self) -> float | None:
+        """All new tokens over TTFT plus decode time: comparable across loops however they split the two."""
+        t = self.ttft_s + self.decode_s
+        return self.new_tokens / t if t > 0 else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         for name in ("rounds", "zero_accept_rounds", "full_accept_rounds", "acceptance", "mean_emitted",
-                     "decode_tokens_per_s", "tpot_s"):
+                     "decode_tokens_per_s", "tpot_s", "e2e_tokens_per_s"):
             d[name] = getattr(self, name)
         return d
 
@@ -140,6 +149,12 @@ def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
     while len(out) < max_new_tokens and out[-1] not in eos:
         tok = target.greedy(tok, last_only=True)
         out.append(int(tok))  # host sync: the loop needs the token to test for EOS
+    return _finish(stats, out, eos, clock, t0, t1)
+
+
+def _finish(stats: DecodeStats, out: list[int], eos: frozenset[int], clock: PhaseClock, t0: float,
+            t1: float) -> Generation:
+    """Close the record: t0 = start, t1 = first token known, now = last token known."""
     t2 = clock.now()
     stats.new_tokens = len(out)
     stats.stopped_by = "eos" if out[-1] in eos else "max_new_tokens"
@@ -245,9 +260,4 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
             else:
                 next_token = int(target.greedy([correction], last_only=True))
                 stats.append_calls += 1
-    t2 = clock.now()
-    stats.new_tokens = len(out)
-    stats.stopped_by = "eos" if out[-1] in eos else "max_new_tokens"
-    stats.ttft_s, stats.decode_s = t1 - t0, t2 - t1
-    stats.phase_s = clock.as_dict()
-    return Generation(out, stats)
+    return _finish(stats, out, eos, clock, t0, t1)
