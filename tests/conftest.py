@@ -17,7 +17,12 @@ def tok():
 
 @pytest.fixture(scope="session")
 def tiny_models():
-    """Targets and drafts in float32 and float64. Drafts: identical, close (noisy copy), loose, independent."""
+    """Targets and drafts in float32, float64 and packed float32. Drafts: identical, close (noisy copy),
+    loose, independent."""
+    import copy
+
+    from thesis_lib.cpu_packing import pack_linears
+
     out = {}
     for dtype, tag in ((torch.float32, "f32"), (torch.float64, "f64")):
         for arch in ("qwen2", "qwen3"):
@@ -27,6 +32,14 @@ def tiny_models():
             out[(tag, arch, "close")] = tiny.noisy_copy(target, 0.02, seed=3)
             out[(tag, arch, "loose")] = tiny.noisy_copy(target, 0.1, seed=4)
             out[(tag, arch, "independent")] = tiny.tiny_model(arch, hidden=32, layers=1, seed=7, dtype=dtype)
+    # "f32p": the float32 models with oneDNN-packed linear layers (the default on CPU for real models)
+    for (tag, arch, role), m in list(out.items()):
+        if tag == "f32":
+            packed = copy.deepcopy(m)
+            pack_linears(packed)
+            out[("f32p", arch, role)] = packed
+    for arch in ("qwen2", "qwen3"):
+        out[("f32p", arch, "same")] = out[("f32p", arch, "target")]
     return out
 
 

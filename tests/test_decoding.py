@@ -91,9 +91,10 @@ def test_speculative_equals_greedy_exactly_in_float64(tiny_models, prompt, k, ma
 
 @HYP
 @given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), draft=st.sampled_from(DRAFTS),
-       arch=st.sampled_from(("qwen2", "qwen3")), deferred=st.booleans(), bucketed=st.booleans())
-def test_float32_divergence_only_at_near_ties(tiny_models, prompt, k, max_new, draft, arch, deferred, bucketed):
-    ref, spec = _run_both(tiny_models, "f32", arch, draft, prompt, k, max_new, (), deferred,
+       arch=st.sampled_from(("qwen2", "qwen3")), deferred=st.booleans(), bucketed=st.booleans(),
+       tag=st.sampled_from(("f32", "f32p")))
+def test_float32_divergence_only_at_near_ties(tiny_models, prompt, k, max_new, draft, arch, deferred, bucketed, tag):
+    ref, spec = _run_both(tiny_models, tag, arch, draft, prompt, k, max_new, (), deferred,
                           buckets=None if bucketed else {})
     check_stats(spec, k, max_new)
     if spec.tokens != ref.tokens:

@@ -13,6 +13,20 @@ from thesis_lib.state import ModelState
 
 pytestmark = pytest.mark.real
 
+#: The models run in float32, where a K-token verify forward can round differently from one-token steps
+#: (and MKL can differ from run to run). A divergence is allowed only where the target's top-two logits
+#: (magnitude ~10 to 30 here) are this close; none has been seen so far.
+REAL_NEAR_TIE = 2e-3
+
+
+def _top2_gap(lm, ids):
+    import torch
+
+    with torch.inference_mode():
+        logits = lm.model(torch.tensor([ids])).logits[0, -1, : lm.vocab_limit]
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
 
 def test_embedded_models_are_the_pinned_files(real_pair):
     for lm, spec in zip(real_pair, (models.DEFAULT_TARGET, models.DEFAULT_DRAFT)):
@@ -34,5 +48,9 @@ def test_every_mode_equals_target_only_greedy(real_pair, qid):
     assert len(ref.tokens) == 32 or ref.tokens[-1] in target.eos_ids
     for deferred in (False, True):
         spec = speculative_generate(t, d, ids, k=4, max_new_tokens=32, eos_ids=target.eos_ids, deferred=deferred)
-        assert spec.tokens == ref.tokens, (qid, deferred, target.tokenizer.decode(spec.tokens))
+        if spec.tokens != ref.tokens:
+            j = next((i for i, (a, b) in enumerate(zip(spec.tokens, ref.tokens)) if a != b), None)
+            assert j is not None, f"{qid}: one output is a strict prefix of the other"
+            gap = _top2_gap(target, ids + ref.tokens[:j])
+            assert gap < REAL_NEAR_TIE, (qid, deferred, j, gap, target.tokenizer.decode(spec.tokens))
         assert spec.stats.acceptance > 0.2  # a real same-family draft agrees often (a broken loop would not)

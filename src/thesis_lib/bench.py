@@ -29,7 +29,7 @@ import torch
 from .decoding import DecodeStats, Generation, greedy_generate, speculative_generate
 from .drafters import ModelDrafter
 from .errors import ConfigError
-from .models import LoadedModel
+from .models import LoadedModel, output_rows
 from .prompts import Prompt, encode
 from .state import ModelState
 
@@ -90,7 +90,7 @@ class Runner:
         kwargs = dict(max_new_tokens=self.max_new_tokens, do_sample=False, eos_token_id=self.eos,
                       pad_token_id=self.target.tokenizer.pad_token_id, attention_mask=torch.ones_like(inp),
                       temperature=None, top_p=None, top_k=None)
-        rows = model.get_output_embeddings().weight.shape[0]
+        rows = output_rows(model)
         if self.target.vocab_limit < rows:  # padding rows past the tokenizer: never chosen, as in our loops
             kwargs["suppress_tokens"] = list(range(self.target.vocab_limit, rows))
         if mode == "hf_assisted":
@@ -129,8 +129,13 @@ def sample_record(prompt: Prompt, mode: str, gen: Generation, reference: list[in
 
 
 def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = ALL_MODES, *, chat: bool = True,
-            warmup: int = 1, progress: bool = True, on_record: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every mode on every prompt (order alternated per prompt) after ``warmup`` untimed rounds."""
+            warmup: int = 1, progress: bool = True, costs: bool = True,
+            on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run every mode on every prompt (order alternated per prompt) after ``warmup`` untimed rounds.
+
+    With ``costs``, the component costs are measured right after each prompt's modes, on that prompt, and
+    each speculative record gets the decode tok/s they predict: prediction and measurement then share the
+    machine's state (this shared machine drifts by tens of percent over a long run)."""
     from tqdm.auto import tqdm
 
     unknown = [m for m in modes if m not in ALL_MODES]
@@ -157,8 +162,12 @@ def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = AL
                 gens[mode] = runner.run(mode, ids)
                 bar.update()
             ref = gens["baseline"].tokens
+            prompt_costs = component_costs(runner, ids, reps=3) if costs else None
             for mode in modes:
                 rec = sample_record(prompt, mode, gens[mode], ref)
+                if prompt_costs:
+                    rec["component_costs_s"] = prompt_costs
+                    rec["predicted_tokens_per_s"] = predicted_tokens_per_s(rec, prompt_costs)
                 records.append(rec)
                 if on_record:
                     on_record(rec)
@@ -193,6 +202,8 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
             "acceptance": (sum(r.get("accepted", 0) for r in rs) / drafted) if drafted else None,
             "mean_emitted": (sum(r["emitted"] for r in rs) / sum(r["rounds"] for r in rs)) if drafted else None,
             "matches_baseline": sum(bool(r["matches_baseline"]) for r in rs),
+            "predicted_over_measured": _median(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] for r in rs
+                                               if r.get("predicted_tokens_per_s") and r["decode_tokens_per_s"]),
         }
     return out
 

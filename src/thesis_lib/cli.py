@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", "--k", type=int, default=4, help="block length K: draft tokens per round (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default: %(default)s)")
     p.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
+    p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
 
 def _check_common(args) -> None:
@@ -53,7 +55,7 @@ def cmd_generate(args) -> int:
     if args.mode not in ("baseline", "dense_ordinary", "dense_deferred", "hf_greedy", "hf_assisted"):
         raise ConfigError(f"Unknown mode {args.mode!r}.")
     target, draft = models.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
-                                     dtype=args.dtype)
+                                     dtype=args.dtype, pack=False if args.no_pack else None)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens)
     gen = runner.run(args.mode, encode(target.tokenizer, args.prompt, chat=not args.no_chat))
     print(target.tokenizer.decode(gen.tokens))
@@ -62,8 +64,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .bench import ALL_MODES, Runner, compare, component_costs, predicted_tokens_per_s, summarize
-    from .prompts import demo_prompts, encode, load_jsonl
+    from .bench import ALL_MODES, Runner, compare, summarize
+    from .prompts import demo_prompts, load_jsonl
 
     _check_common(args)
     modes = tuple(args.modes.split(",")) if args.modes else ALL_MODES
@@ -86,7 +88,7 @@ def cmd_compare(args) -> int:
         raise ConfigError(f"{out_path} exists; choose another --out (results are never overwritten).")
 
     target, draft = models.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
-                                     dtype=args.dtype)
+                                     dtype=args.dtype, pack=False if args.no_pack else None)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens)
     sink = None
     if out_path:
@@ -98,19 +100,14 @@ def cmd_compare(args) -> int:
     finally:
         if sink:
             sink.close()
-    costs = component_costs(runner, encode(target.tokenizer, prompts[0].text, chat=not args.no_chat))
-    for r in records:
-        r["predicted_tokens_per_s"] = predicted_tokens_per_s(r, costs)
     summary = summarize(records)
-    for mode, s in summary.items():
-        preds = [r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] for r in records
-                 if r["mode"] == mode and r.get("predicted_tokens_per_s") and r["decode_tokens_per_s"]]
-        s["predicted_over_measured"] = sorted(preds)[len(preds) // 2] if preds else None
+    costs = {k: statistics.median(r["component_costs_s"][k] for r in records if r["mode"] == "baseline")
+             for k in records[0]["component_costs_s"]}
     _print_table(summary, costs, args)
     doc = {"target": args.target, "draft": args.draft, "k": args.k, "max_new_tokens": args.max_new_tokens,
            "prompts": [p.question_id for p in prompts], "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "threads": _threads(),
-           "component_costs_s": costs, "summary": summary}
+           "cpu_kernels": target.info.get("cpu_kernels"), "component_costs_s": costs, "summary": summary}
     print(json.dumps(doc))
     return 0
 
@@ -127,7 +124,7 @@ def _fmt(x, spec=".2f"):
 
 def _print_table(summary: dict, costs: dict, args) -> None:
     print(f"\nK = {args.k}, {args.max_new_tokens} new tokens, medians over prompts")
-    print("component costs (median): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in costs.items()))
+    print("component costs (median over prompts): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in costs.items()))
     head = f"{'mode':<16}{'decode tok/s':>13}{'x baseline':>11}{'e2e x base':>11}{'TTFT s':>8}{'accepted/drafted':>18}{'emitted/round':>15}{'pred/meas':>10}{'= baseline':>11}"
     print(head)
     print("-" * len(head))

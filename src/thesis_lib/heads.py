@@ -19,21 +19,30 @@ from torch import nn
 class DenseGreedyHead(nn.Module):
     """``argmax(h @ W[:vocab_limit].T)`` for each position; W is the model's own output embedding."""
 
-    def __init__(self, weight: torch.Tensor, vocab_limit: int | None = None, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor | None, vocab_limit: int | None = None, bias: torch.Tensor | None = None,
+                 packed: nn.Module | None = None):
         super().__init__()
-        limit = weight.shape[0] if vocab_limit is None else min(int(vocab_limit), weight.shape[0])
+        rows = packed.out_features if packed is not None else weight.shape[0]
+        limit = rows if vocab_limit is None else min(int(vocab_limit), rows)
         # A view of the first `limit` rows: no copy, and padding rows are out of reach.
-        self.weight = weight[:limit]
+        self.weight = None if weight is None else weight[:limit]
         self.bias = None if bias is None else bias[:limit]
+        self.packed = packed  # a oneDNN-packed output layer (cpu_packing); its logits are cut to `limit`
         self.vocab_limit = limit
 
     @classmethod
     def from_model(cls, model, vocab_limit: int | None = None) -> "DenseGreedyHead":
+        from .cpu_packing import PackedLinear
+
         out = model.get_output_embeddings()
+        if isinstance(out, PackedLinear):
+            return cls(None, vocab_limit, packed=out)
         return cls(out.weight.detach(), vocab_limit, getattr(out, "bias", None))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden: [S, D] -> [S, vocab_limit]``"""
+        if self.packed is not None:
+            return self.packed(hidden)[..., : self.vocab_limit]
         return nn.functional.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:

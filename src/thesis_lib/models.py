@@ -369,11 +369,17 @@ class LoadedModel:
 
     @property
     def vocab_limit(self) -> int:
-        return min(len(self.tokenizer), self.model.get_output_embeddings().weight.shape[0])
+        return min(len(self.tokenizer), output_rows(self.model))
 
     @property
     def eos_ids(self) -> list[int]:
         return eos_token_ids(self.model, self.tokenizer)
+
+
+def output_rows(model: Any) -> int:
+    """Rows of the model's output layer (the embedding matrix's, padding included)."""
+    out = model.get_output_embeddings()
+    return int(getattr(out, "out_features", 0) or out.weight.shape[0])
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -410,8 +416,11 @@ def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True):
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
-               progress: bool = True) -> LoadedModel:
-    """Load one model (eval mode, no grad) and its tokenizer on ``device``."""
+               progress: bool = True, pack: bool | None = None) -> LoadedModel:
+    """Load one model (eval mode, no grad) and its tokenizer on ``device``.
+
+    ``pack`` (default: on for float32 models on CPU) swaps the linear layers for oneDNN-packed ones
+    (``cpu_packing``): the same model with faster kernels, used by every mode alike."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -421,7 +430,13 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=device if device != "cpu" else None)
     model.eval()
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
-    info = {"load_seconds": round(time.perf_counter() - t0, 2)}
+    from .cpu_packing import pack_linears, packing_available
+
+    if pack is None:
+        pack = device == "cpu" and torch_dtype == torch.float32 and packing_available()
+    packed = pack_linears(model) if pack else 0
+    info = {"load_seconds": round(time.perf_counter() - t0, 2),
+            "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock"}
     marker = path / "thesis_lib.json"
     if marker.is_file():
         info.update(json.loads(marker.read_text()))
@@ -457,13 +472,14 @@ def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "ta
 
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
-              draft_device: str | None = None, dtype: str = "auto", progress: bool = True) -> tuple[LoadedModel, LoadedModel]:
+              draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
+              pack: bool | None = None) -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
     check_available(target)
     check_available(draft)
     t_tok = load_tokenizer(target, progress=progress)
     d_tok = load_tokenizer(draft, progress=progress)
     check_same_tokenizer(t_tok, d_tok, target, draft)
-    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress)
-    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress)
+    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
+    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack)
     return tgt, drf

@@ -12,7 +12,8 @@ single-row products (measured on this project's 2-core AVX-512 machine, target f
 padded to 4, and one over 7 to 8, by repeating the last token (padding 2 to 4 measured no gain, so it is
 not done); the padded positions come after the real ones, so causal attention
 keeps the real positions' outputs unchanged (up to float rounding), and their cache entries are dropped
-at once. ``buckets={}`` turns this off.
+at once. ``buckets={}`` turns this off. Models whose linear layers are oneDNN-packed (``cpu_packing``, the
+default on CPU) cost about the same for any block of 1 to 8 tokens, so they get no buckets.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
+from .cpu_packing import is_packed
 from .heads import DenseGreedyHead
 
 #: Block sizes padded up on CPU (see the module docstring); measured, not guessed.
@@ -37,7 +39,9 @@ class ModelState:
         self.body = model.get_decoder()
         self.head = head if head is not None else DenseGreedyHead.from_model(model, vocab_limit)
         self.device = next(model.parameters()).device
-        self.buckets = dict(CPU_BUCKETS if self.device.type == "cpu" else {}) if buckets is None else dict(buckets)
+        if buckets is None:
+            buckets = CPU_BUCKETS if self.device.type == "cpu" and not is_packed(model) else {}
+        self.buckets = dict(buckets)
         self.reset()
 
     def reset(self) -> None:
