@@ -59,3 +59,61 @@ def test_compare_end_to_end_on_tiny_local_models(tmp_path, tok, capsys):
     base = {r["question_id"]: r["decode_tokens_per_s"] for r in records if r["mode"] == "baseline"}
     ratios = sorted(r["decode_tokens_per_s"] / base[r["question_id"]] for r in records if r["mode"] == "dense_ordinary")
     assert summary["dense_ordinary"]["speedup_vs_baseline"] == pytest.approx(sum(ratios) / 2)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["model-bench", "--probes", "0"], "--probes must be >= 1"),
+    (["model-bench", "--probes", "9497"], "out of range"),
+    (["model-bench", "--clusters", "151937"], "does not fit"),
+    (["model-bench", "--parts", "head,speed"], "Unknown part"),
+    (["model-bench", "--assets", "no/such/folder"], "is not a folder"),
+    (["compare", "--modes", "baseline,flash_deferred", "--probes", "100000"], "out of range"),
+    (["cluster", "--clusters", "0"], "does not fit"),
+])
+def test_bad_flashhead_parameters_fail_fast(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_flash_modes_end_to_end_on_tiny_local_models(tmp_path, tok, capsys, monkeypatch):
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    target = tiny.save_tiny(tiny.tiny_model(seed=0), tok, tmp_path / "t")
+    draft = tiny.save_tiny(tiny.noisy_copy(tiny.tiny_model(seed=0), 0.02), tok, tmp_path / "d")
+    rc = cli.main(["compare", "--target", str(target), "--draft", str(draft), "--prompts", "2", "--max-new-tokens",
+                   "12", "--k", "3", "--modes", "baseline,dense_deferred,flash_ordinary,flash_deferred",
+                   "--clusters", "17", "--probes", "3", "--iterations", "4", "--flash-path", "eager"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["flashhead"] == {"n_clusters": 17, "n_probes": 3, "path": "eager", "centroid_dtype": doc["flashhead"]["centroid_dtype"]}
+    for mode in ("flash_ordinary", "flash_deferred"):
+        assert doc["summary"][mode]["matches_baseline"] == 2  # lossless with the FlashHead draft too
+    # the clustering is cached and can be exported in Embedl's format; an existing folder is refused
+    export = tmp_path / "assets"
+    assert cli.main(["cluster", "--model", str(draft), "--clusters", "17", "--iterations", "4", "--export", str(export)]) == 0
+    info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert info["n_clusters"] == 17 and info["cluster_size"] == 16
+    assert (export / "clustering_cache.safetensors").is_file() and (export / "clustering_config.json").is_file()
+    assert cli.main(["cluster", "--model", str(draft), "--export", str(export)]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_model_bench_end_to_end_on_a_tiny_model(tmp_path, tok, capsys, monkeypatch):
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    draft = tiny.save_tiny(tiny.tiny_model(seed=0), tok, tmp_path / "d")
+    out = tmp_path / "mb.json"
+    rc = cli.main(["model-bench", "--draft", str(draft), "--clusters", "17", "--iterations", "4", "--prompts", "2",
+                   "--state-tokens", "10", "--probe-list", "1,4,17", "--head-reps", "1", "--step-reps", "1",
+                   "--flash-path", "eager", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert [r["n_probes"] for r in doc["quality"]] == [1, 4, 17]
+    assert doc["quality"][-1]["agreement"] == 1.0  # all clusters probed: the dense argmax
+    for part in ("head", "step"):
+        stats = doc[part]["stats"]
+        base = stats["dense"]["mean_ms"]
+        assert doc[part]["speedups"]["flashhead"]["speedup_mean"] == pytest.approx(base / stats["flashhead"]["mean_ms"])
+        for s in stats.values():
+            assert s["p50_ms"] <= s["p95_ms"] and s["tokens_per_s"] == pytest.approx(1e3 / s["mean_ms"])
+    assert set(doc["step"]["stats"]) == {"dense", "dense_shared", "flashhead", "body_only"}
+    assert cli.main(["model-bench", "--draft", str(draft), "--out", str(out)]) == 2  # never overwritten

@@ -54,3 +54,38 @@ def test_every_mode_equals_target_only_greedy(real_pair, qid):
             gap = _top2_gap(target, ids + ref.tokens[:j])
             assert gap < REAL_NEAR_TIE, (qid, deferred, j, gap, target.tokenizer.decode(spec.tokens))
         assert spec.stats.acceptance > 0.2  # a real same-family draft agrees often (a broken loop would not)
+
+
+def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair):
+    """The FlashHead draft (our cached clustering of the real draft head, C = 9496, default 593 probes)."""
+    import torch
+
+    from thesis_lib.flashhead import flashhead_for
+    from thesis_lib.heads import DenseGreedyHead
+
+    target, draft = real_pair
+    head = flashhead_for(draft, progress=False)
+    assert (head.n_clusters, head.cluster_size, head.n_probes) == (9496, 16, 593)
+    prompt = next(p for p in prompts.demo_prompts() if p.question_id == "demo-code-1")
+    ids = prompts.encode(target.tokenizer, prompt.text)
+    t = ModelState(target.model, vocab_limit=target.vocab_limit)
+    d = ModelDrafter(draft.model, head=head, vocab_limit=draft.vocab_limit, name="flashhead")
+    ref = greedy_generate(t, ids, max_new_tokens=24, eos_ids=target.eos_ids)
+    for deferred in (False, True):
+        spec = speculative_generate(t, d, ids, k=4, max_new_tokens=24, eos_ids=target.eos_ids, deferred=deferred)
+        assert spec.tokens == ref.tokens
+        assert spec.stats.acceptance > 0.2
+    # on the draft's real hidden states: all probes = the dense argmax; default probes agree on nearly all
+    state = ModelState(draft.model, vocab_limit=draft.vocab_limit)
+    with torch.inference_mode():
+        h = state.hidden(ids + ref.tokens)
+        dense = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)(h)
+        assert (torch.cat([head(h[i : i + 1]) for i in range(h.shape[0])]) == dense).float().mean() > 0.9
+        head.with_probes(head.n_clusters)
+        full = torch.cat([head(h[i : i + 1]) for i in range(h.shape[0])])
+        head.with_probes(593)
+    if not torch.equal(full, dense):  # only a float near-tie may differ (fused vs oneDNN summation order)
+        w = draft.model.get_output_embeddings().weight.detach()[: draft.vocab_limit]
+        for i in torch.nonzero(full != dense).flatten().tolist():
+            top = torch.topk(w @ h[i], 2).values
+            assert float(top[0] - top[1]) < REAL_NEAR_TIE

@@ -6,6 +6,8 @@ Modes:
 - ``baseline``: this library's target-only greedy loop;
 - ``dense_ordinary`` / ``dense_deferred``: greedy speculative decoding with the dense draft, ordinary and
   deferred schedule (thesis sections 3.3 and 3.6.2);
+- ``flash_ordinary`` / ``flash_deferred``: the same with the FlashHead draft (the draft's body with a
+  FlashHead head, ``flashhead``), given to the runner as ``flash_head``;
 - ``hf_greedy``: transformers' ``generate()``, greedy, as the peer of ``baseline``;
 - ``hf_assisted``: transformers' ``generate(assistant_model=...)`` with the same draft and a constant K (its
   adaptive schedule and confidence threshold switched off), the peer of ``dense_ordinary``.
@@ -34,8 +36,10 @@ from .prompts import Prompt, encode
 from .state import ModelState
 
 OUR_MODES = ("baseline", "dense_ordinary", "dense_deferred")
+FLASH_MODES = ("flash_ordinary", "flash_deferred")
 PEER_MODES = ("hf_greedy", "hf_assisted")
-ALL_MODES = OUR_MODES + PEER_MODES
+ALL_MODES = OUR_MODES + FLASH_MODES + PEER_MODES
+DEFAULT_MODES = OUR_MODES + PEER_MODES
 
 
 class _Stamps:
@@ -66,11 +70,14 @@ class Runner:
     draft: LoadedModel
     k: int
     max_new_tokens: int
+    flash_head: torch.nn.Module | None = None
 
     def __post_init__(self):
         self.eos = self.target.eos_ids
         self.t_state = ModelState(self.target.model, vocab_limit=self.target.vocab_limit)
         self.drafter = ModelDrafter(self.draft.model, vocab_limit=self.draft.vocab_limit, name="dense")
+        self.flash_drafter = None if self.flash_head is None else ModelDrafter(
+            self.draft.model, head=self.flash_head, vocab_limit=self.draft.vocab_limit, name="flashhead")
 
     def run(self, mode: str, ids: Sequence[int]) -> Generation:
         common = dict(max_new_tokens=self.max_new_tokens, eos_ids=self.eos)
@@ -79,6 +86,13 @@ class Runner:
         if mode in ("dense_ordinary", "dense_deferred"):
             return speculative_generate(self.t_state, self.drafter, ids, k=self.k,
                                         deferred=mode.endswith("deferred"), **common)
+        if mode in FLASH_MODES:
+            if self.flash_drafter is None:
+                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+            gen = speculative_generate(self.t_state, self.flash_drafter, ids, k=self.k,
+                                       deferred=mode.endswith("deferred"), **common)
+            gen.stats.mode = mode
+            return gen
         if mode in PEER_MODES:
             return self._hf(mode, ids)
         raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
@@ -128,7 +142,7 @@ def sample_record(prompt: Prompt, mode: str, gen: Generation, reference: list[in
     return rec
 
 
-def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = ALL_MODES, *, chat: bool = True,
+def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DEFAULT_MODES, *, chat: bool = True,
             warmup: int = 1, progress: bool = True, costs: bool = True,
             on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """Run every mode on every prompt (order alternated per prompt) after ``warmup`` untimed rounds.
@@ -212,7 +226,7 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
     """Median seconds of the loop's building blocks at the prompt's context length (the terms of the
     thesis' TPOT_spec model, section 2.2): one draft step, one target step, a target verify forward over
     K and K + 1 tokens, and the draft's prefill of the prompt (which the loops do inside the first proposal,
-    so it falls in the decode phase)."""
+    so it falls in the decode phase); with a FlashHead draft also its step (``flash_draft_step_s``)."""
     def timed(state: ModelState, feed: list[int]) -> float:
         t0 = time.perf_counter()
         state.greedy(feed).tolist()
@@ -223,7 +237,10 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
     out = {}
     with torch.inference_mode():
         d_state = runner.drafter.state
-        for name, state in (("target", runner.t_state), ("draft", d_state)):
+        steps = [("target", runner.t_state), ("draft", d_state)]
+        if runner.flash_drafter is not None:
+            steps.append(("flash_draft", runner.flash_drafter.state))
+        for name, state in steps:
             state.reset()
             state.greedy(ids, last_only=True)
             out[f"{name}_step_s"] = statistics.median(timed(state, [ids[-1]]) for _ in range(reps))
@@ -248,6 +265,7 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
         return None
     k = rec["k"]
     verify = costs[f"target_verify_{k + 1}_s"] if rec["mode"].endswith("deferred") else costs[f"target_verify_{k}_s"]
-    t = (costs["draft_prefill_s"] + rec["drafted"] * costs["draft_step_s"] + rec["verify_calls"] * verify
+    step = costs["flash_draft_step_s"] if rec["mode"].startswith("flash") else costs["draft_step_s"]
+    t = (costs["draft_prefill_s"] + rec["drafted"] * step + rec["verify_calls"] * verify
          + rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - rec["first_emit"]) / t

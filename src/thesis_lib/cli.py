@@ -4,6 +4,9 @@
 - ``thesis-lib generate``: one prompt, one mode; prints the text and the stats.
 - ``thesis-lib compare``: the first benchmark (``bench``): every mode on the demo prompts, interleaved,
   a table of medians and ratios against target-only decoding; the last line of output is one JSON document.
+- ``thesis-lib cluster``: build (or find in the cache) a FlashHead clustering of a model's head.
+- ``thesis-lib model-bench``: the model-only measurements of the draft (``modelbench``): FlashHead quality
+  over probe counts, head latency (Tables 4.1/4.2) and decode-step latency (Tables 4.3/4.4).
 
 Errors the user can fix print as one message and exit with status 2, before any heavy work.
 """
@@ -33,6 +36,44 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
 
+def _add_flash_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("FlashHead (flash_* modes)")
+    g.add_argument("--probes", type=int, default=None, help="clusters probed per step (default: C/16, Embedl's)")
+    g.add_argument("--clusters", type=int, default=None, help="clusters C of our clustering (default: V/16)")
+    g.add_argument("--assets", default=None, help="a flash_head_assets folder (Embedl's format) instead of our clustering")
+    g.add_argument("--flash-path", default="auto", choices=["auto", "compiled", "eager", "reference"],
+                   help="FlashHead implementation (default: auto = compiled, eager if compilation fails)")
+    g.add_argument("--centroid-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="precision of the centroid ranking (default: bf16 where the CPU has fast bf16)")
+    g.add_argument("--seed", type=int, default=0, help="clustering seed (default: 0)")
+    g.add_argument("--iterations", type=int, default=20, help="k-means iterations (default: 20)")
+
+
+def _check_flash_args(args, spec: str) -> None:
+    """Probe/cluster counts checked against the model's config before any weights load."""
+    from .clustering import check_cluster_count
+    from .flashhead import check_probes, default_probes
+
+    if args.probes is not None and args.probes < 1:
+        raise ConfigError(f"--probes must be >= 1 (got {args.probes}).")
+    if args.assets:
+        if not Path(args.assets).is_dir():
+            raise ConfigError(f"--assets {args.assets!r} is not a folder.")
+        return
+    vocab = json.loads((models.local_dir(spec) / "config.json").read_text()).get("vocab_size")
+    if vocab:
+        c = args.clusters if args.clusters is not None else vocab // 16
+        check_cluster_count(vocab, c)
+        check_probes(args.probes if args.probes is not None else default_probes(c), c)
+
+
+def _flash_head(args, draft):
+    from .flashhead import flashhead_for
+
+    return flashhead_for(draft, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes, seed=args.seed,
+                         iterations=args.iterations, path=args.flash_path, centroid_dtype=args.centroid_dtype)
+
+
 def _check_common(args) -> None:
     if args.k < 1:
         raise ConfigError(f"--k must be >= 1 (got {args.k}).")
@@ -51,29 +92,30 @@ def cmd_generate(args) -> int:
     from .bench import Runner
     from .prompts import encode
 
+    from .bench import ALL_MODES, FLASH_MODES
+
     _check_common(args)
-    if args.mode not in ("baseline", "dense_ordinary", "dense_deferred", "hf_greedy", "hf_assisted"):
-        raise ConfigError(f"Unknown mode {args.mode!r}.")
+    if args.mode not in ALL_MODES:
+        raise ConfigError(f"Unknown mode {args.mode!r}; known: {', '.join(ALL_MODES)}.")
+    flash = args.mode in FLASH_MODES
+    if flash:
+        _check_flash_args(args, args.draft)
     target, draft = models.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
                                      dtype=args.dtype, pack=False if args.no_pack else None)
-    runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens)
+    runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
+                    flash_head=_flash_head(args, draft) if flash else None)
     gen = runner.run(args.mode, encode(target.tokenizer, args.prompt, chat=not args.no_chat))
     print(target.tokenizer.decode(gen.tokens))
     print(json.dumps({k: v for k, v in gen.stats.to_dict().items()}, default=str))
     return 0
 
 
-def cmd_compare(args) -> int:
-    from .bench import ALL_MODES, Runner, compare, summarize
+def _select_prompts(args) -> list:
+    """The prompt file (or the demo set), filtered by ``--categories`` and cut to ``--prompts``."""
     from .prompts import demo_prompts, load_jsonl
 
-    _check_common(args)
-    modes = tuple(args.modes.split(",")) if args.modes else ALL_MODES
-    unknown = [m for m in modes if m not in ALL_MODES]
-    if unknown:
-        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
     prompts = load_jsonl(args.prompt_file) if args.prompt_file else demo_prompts()
-    if args.categories:
+    if getattr(args, "categories", None):
         wanted = set(args.categories.split(","))
         missing = wanted - {p.category for p in prompts}
         if missing:
@@ -83,13 +125,34 @@ def cmd_compare(args) -> int:
     prompts = prompts[: args.prompts] if args.prompts else prompts
     if not prompts:
         raise ConfigError("No prompts selected.")
+    return prompts
+
+
+def _new_out_path(args) -> Path | None:
     out_path = Path(args.out) if args.out else None
     if out_path and out_path.exists():
         raise ConfigError(f"{out_path} exists; choose another --out (results are never overwritten).")
+    return out_path
+
+
+def cmd_compare(args) -> int:
+    from .bench import ALL_MODES, DEFAULT_MODES, FLASH_MODES, Runner, compare, summarize
+
+    _check_common(args)
+    modes = tuple(args.modes.split(",")) if args.modes else DEFAULT_MODES
+    unknown = [m for m in modes if m not in ALL_MODES]
+    if unknown:
+        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
+    prompts = _select_prompts(args)
+    out_path = _new_out_path(args)
+    flash = any(m in FLASH_MODES for m in modes)
+    if flash:
+        _check_flash_args(args, args.draft)
 
     target, draft = models.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
                                      dtype=args.dtype, pack=False if args.no_pack else None)
-    runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens)
+    runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
+                    flash_head=_flash_head(args, draft) if flash else None)
     sink = None
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,8 +171,114 @@ def cmd_compare(args) -> int:
            "prompts": [p.question_id for p in prompts], "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "threads": _threads(),
            "cpu_kernels": target.info.get("cpu_kernels"), "component_costs_s": costs, "summary": summary}
+    if runner.flash_head is not None:
+        fh = runner.flash_head
+        doc["flashhead"] = {"n_clusters": fh.n_clusters, "n_probes": fh.n_probes, "path": fh.active_path,
+                            "centroid_dtype": str(fh.centroid_dtype).replace("torch.", "")}
     print(json.dumps(doc))
     return 0
+
+
+def cmd_cluster(args) -> int:
+    import time
+
+    from .clustering import save_assets
+    from .flashhead import flashhead_for
+
+    _check_flash_args(args, args.model)
+    export = Path(args.export) if args.export else None
+    if export and export.exists():
+        raise ConfigError(f"{export} exists; choose another --export folder (nothing is overwritten).")
+    loaded = models.load_model(args.model, pack=False)
+    t0 = time.perf_counter()
+    head = flashhead_for(loaded, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes, seed=args.seed,
+                         iterations=args.iterations, path="reference")
+    info = {k: v for k, v in head.clustering_info.items() if k != "history"}
+    info.update(n_clusters=head.n_clusters, cluster_size=head.cluster_size, seconds_total=round(time.perf_counter() - t0, 1))
+    if export:
+        from .clustering import Clustering
+
+        c = Clustering(head.centroids.cpu(), _assignments(head), head.clustering_info)
+        save_assets(c, export)
+        info["exported_to"] = str(export)
+    print(json.dumps(info))
+    return 0
+
+
+def _assignments(head):
+    import torch
+
+    a = torch.empty(head.vocab_size, dtype=torch.long)
+    tokens = head.tokens.cpu()
+    a[tokens.reshape(-1)] = torch.arange(head.n_clusters).repeat_interleave(head.cluster_size)
+    return a
+
+
+def cmd_model_bench(args) -> int:
+    from . import modelbench
+
+    parts = tuple(args.parts.split(","))
+    bad = [p for p in parts if p not in modelbench.PARTS]
+    if bad:
+        raise ConfigError(f"Unknown part(s) {', '.join(bad)}; use some of {', '.join(modelbench.PARTS)}.")
+    _check_flash_args(args, args.draft)
+    probes = [int(x) for x in args.probe_list.split(",")] if args.probe_list else None
+    if probes and min(probes) < 1:
+        raise ConfigError("--probe-list values must be >= 1.")
+    if args.state_tokens < 1:
+        raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
+    prompts = _select_prompts(args)
+    out_path = _new_out_path(args)
+    loaded = models.load_model(args.draft, device=args.device, dtype=args.dtype, pack=False if args.no_pack else None)
+    head = _flash_head(args, loaded)
+    doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
+                         head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat)
+    doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
+               machine=platform.machine(), processor=_cpu_name(), threads=_threads(),
+               prompts_used=[p.question_id for p in prompts])
+    _print_model_tables(doc)
+    if out_path:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(out_path, "x", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc))
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _print_model_tables(doc: dict) -> None:
+    fh = doc["flashhead"]
+    print(f"\nFlashHead: C = {fh['n_clusters']}, b = {fh['cluster_size']}, n_probes = {fh['n_probes']}, "
+          f"{fh['candidates']} candidates per step; {doc['hidden_states']['n']} real hidden states")
+    for part, title in (("head", "Tables 4.1/4.2: single-step head latency"),
+                        ("step", "Tables 4.3/4.4: complete single-step decode latency")):
+        if part not in doc:
+            continue
+        print(f"\n{title}")
+        print(f"{'mode':<14}{'mean ms':>9}{'P50 ms':>9}{'P95 ms':>9}{'tok/s':>9}{'speedup':>9}")
+        for name, s in doc[part]["stats"].items():
+            sp = doc[part]["speedups"].get(name, {}).get("speedup_mean")
+            print(f"{name:<14}{s['mean_ms']:>9.3f}{s['p50_ms']:>9.3f}{s['p95_ms']:>9.3f}{s['tokens_per_s']:>9.1f}"
+                  f"{_fmt(sp, '.3f') if name != doc[part]['base'] else '1.000':>9}")
+    if "quality" in doc:
+        print("\nquality over n_probes (agreement: the fast head's top-1 vs the dense head's)")
+        curve = {r["n_probes"]: r for r in doc.get("head_curve", [])}
+        print(f"{'n_probes':>9}{'cands':>8}{'agree %':>9}{'rec@1 %':>9}{'rec@5 %':>9}{'head ms':>9}{'x dense':>9}")
+        for r in doc["quality"]:
+            c = curve.get(r["n_probes"])
+            print(f"{r['n_probes']:>9}{r['candidates']:>8}{100 * r['agreement']:>9.2f}{100 * r['recall_top1_fast']:>9.2f}"
+                  f"{100 * r['recall_top5_fast']:>9.2f}{_fmt(c and c['flashhead']['p50_ms'], '.3f'):>9}"
+                  f"{_fmt(c and c['speedup_p50'], '.2f'):>9}")
+    print()
 
 
 def _threads() -> int:
@@ -149,19 +318,47 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="generate for one prompt with one mode")
     _add_pair_args(p)
     p.add_argument("prompt", help="the prompt text")
-    p.add_argument("--mode", default="dense_deferred", help="baseline, dense_ordinary, dense_deferred, hf_greedy, hf_assisted")
+    p.add_argument("--mode", default="dense_deferred", help="baseline, dense_ordinary, dense_deferred, flash_ordinary, "
+                   "flash_deferred, hf_greedy, hf_assisted (default: %(default)s)")
+    _add_flash_args(p)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("compare", help="benchmark every mode on the demo prompts, interleaved")
     _add_pair_args(p)
     p.add_argument("--modes", default=None, help="comma-separated subset of: baseline, dense_ordinary, "
-                   "dense_deferred, hf_greedy, hf_assisted (default: all)")
+                   "dense_deferred, flash_ordinary, flash_deferred, hf_greedy, hf_assisted "
+                   "(default: all but the flash_* modes)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all 8)")
     p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per mode (default: 1)")
     p.add_argument("--out", default=None, help="write one JSON line per sample here (must not exist)")
+    _add_flash_args(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("cluster", help="build (or find in the cache) a FlashHead clustering of a model's head")
+    p.add_argument("--model", default=models.DEFAULT_DRAFT, help="model spec (default: %(default)s)")
+    p.add_argument("--export", default=None, help="also write the assets (Embedl's format) into this new folder")
+    _add_flash_args(p)
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("model-bench", help="FlashHead quality, head latency and draft step latency (Tables 4.1-4.4)")
+    p.add_argument("--draft", default=models.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="device (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
+    p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
+    p.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
+    p.add_argument("--parts", default="quality,head,step", help="comma-separated: quality, head, step (default: all)")
+    p.add_argument("--probe-list", default=None, help="probe counts for the curves (default: powers of 2, C/16 and C)")
+    p.add_argument("--state-tokens", type=int, default=128, help="decode steps per prompt for the hidden states (default: 128)")
+    p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")
+    p.add_argument("--step-reps", type=int, default=5, help="passes over all prompts for Table 4.3 (default: 5)")
+    p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all)")
+    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--out", default=None, help="write the result document here (JSON; must not exist)")
+    _add_flash_args(p)
+    p.set_defaults(func=cmd_model_bench)
     return parser
 
 

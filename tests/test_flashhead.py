@@ -1,0 +1,341 @@
+"""FlashHead on tiny models: the clustering, the asset format and cache, the greedy and sampling heads, and
+the FlashHead draft in the speculative loops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from thesis_lib import clustering as cl
+from thesis_lib.decoding import greedy_generate, speculative_generate
+from thesis_lib.drafters import ModelDrafter
+from thesis_lib.errors import ConfigError
+from thesis_lib.flashhead import FlashHead, check_probes, special_token_ids
+from thesis_lib.heads import DenseGreedyHead
+from thesis_lib.state import ModelState
+
+from conftest import TINY_VOCAB
+
+HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SPECIALS = [256, 257, 258]  # the tiny tokenizer's <|endoftext|>, <|im_start|>, <|im_end|>
+
+
+def head_weight(model) -> torch.Tensor:
+    return model.get_output_embeddings().weight.detach()
+
+
+@pytest.fixture(scope="module")
+def tiny_clusterings(tiny_models):
+    """Clusterings of the float64 qwen2 target's head (272 x 64): C = 17 (b = 16) and C = 20 (272 = 20 x 13.6)."""
+    w = head_weight(tiny_models[("f64", "qwen2", "target")])
+    return {c: cl.spherical_kmeans(w, c, iterations=10, seed=0, progress=False) for c in (17, 20)}
+
+
+# ----------------------------------------------------------------------------------------------- clustering
+
+
+@pytest.mark.parametrize("v,c", [(272, 17), (272, 20), (1000, 7), (5, 5), (9, 1)])
+def test_capacities_are_equal_sizes_up_to_one(v, c):
+    cap = cl.capacities(v, c)
+    assert int(cap.sum()) == v and cap.numel() == c
+    assert int(cap.max()) - int(cap.min()) <= (0 if v % c == 0 else 1)
+
+
+@pytest.mark.parametrize("c", [0, -3, 273])
+def test_cluster_count_out_of_range(c):
+    with pytest.raises(ConfigError, match="does not fit"):
+        cl.capacities(272, c)
+
+
+def test_kmeans_gives_exact_sizes_and_a_sorted_table(tiny_clusterings):
+    for c, clus in tiny_clusterings.items():
+        assert torch.equal(clus.sizes(), cl.capacities(272, c))
+        tokens, real = clus.cluster_table()
+        assert tokens.shape == (c, -(-272 // c))
+        for j in range(c):
+            members = tokens[j][real[j]]
+            assert torch.equal(members, torch.nonzero(clus.assignments == j).flatten())  # ascending ids
+            assert torch.all(tokens[j][~real[j]] == members[0])  # padding repeats the lowest id
+        assert sorted(tokens[real].tolist()) == list(range(272))
+
+
+def test_kmeans_is_deterministic_and_beats_a_random_partition(tiny_models):
+    w = head_weight(tiny_models[("f32", "qwen2", "target")])
+    a = cl.spherical_kmeans(w, 17, iterations=8, seed=5, progress=False)
+    b = cl.spherical_kmeans(w, 17, iterations=8, seed=5, progress=False)
+    assert torch.equal(a.assignments, b.assignments) and torch.equal(a.centroids, b.centroids)
+    xn = w / w.norm(dim=1, keepdim=True)
+
+    def cohesion(assign):
+        cen = torch.zeros(17, w.shape[1]).index_add_(0, assign, xn)
+        cen = cen / cen.norm(dim=1, keepdim=True)
+        return float((xn * cen[assign]).sum(1).mean())
+
+    random_assign = torch.randperm(272, generator=torch.Generator().manual_seed(0)) % 17
+    assert cohesion(a.assignments) > cohesion(random_assign) + 0.05
+    assert a.info["history"][-1]["mean_cosine"] >= a.info["history"][0]["mean_cosine"]
+
+
+def test_stored_centroids_are_plain_member_means(tiny_clusterings, tiny_models):
+    w = head_weight(tiny_models[("f64", "qwen2", "target")]).float()
+    clus = tiny_clusterings[17]
+    for j in (0, 5, 16):
+        assert torch.allclose(clus.centroids[j], w[clus.assignments == j].mean(0), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------- assets
+
+
+def test_assets_round_trip_in_embedls_format(tiny_clusterings, tmp_path):
+    from safetensors.torch import load_file
+
+    clus = tiny_clusterings[20]
+    cl.save_assets(clus, tmp_path / "flash_head_assets")
+    tensors = load_file(str(tmp_path / "flash_head_assets" / cl.CACHE_FILE))
+    assert set(tensors) == {"centroids", "cluster_assignments"}
+    assert tensors["centroids"].shape == (64, 20)  # [hidden, C]: one column per centroid
+    assert tensors["cluster_assignments"].shape == (272,)
+    config = json.loads((tmp_path / "flash_head_assets" / cl.CONFIG_FILE).read_text())
+    assert config == {"format": "safetensors", "vocab_size": 272, "hidden_size": 64}
+    back = cl.load_assets(tmp_path, vocab_size=272, hidden_size=64)  # the parent folder works too
+    assert torch.equal(back.assignments, clus.assignments) and torch.equal(back.centroids, clus.centroids)
+
+
+def test_official_style_assets_load(tmp_path):
+    """Assets as an official checkpoint ships them: centroids [1, 1, hidden, C], no sidecar of ours."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "flash_head_assets"
+    folder.mkdir()
+    save_file({"centroids": torch.randn(1, 1, 64, 17), "cluster_assignments": torch.arange(272) % 17},
+              str(folder / cl.CACHE_FILE))
+    (folder / cl.CONFIG_FILE).write_text(json.dumps({"format": "safetensors", "vocab_size": 272, "hidden_size": 64}))
+    c = cl.load_assets(folder, vocab_size=272, hidden_size=64)
+    assert c.n_clusters == 17 and c.hidden_size == 64 and c.vocab_size == 272
+
+
+def test_assets_that_do_not_fit_are_refused(tiny_clusterings, tmp_path, tiny_models):
+    cl.save_assets(tiny_clusterings[17], tmp_path)
+    with pytest.raises(cl.ClusteringAssetError, match="vocab_size=272"):
+        cl.load_assets(tmp_path, vocab_size=300, hidden_size=64)
+    with pytest.raises(cl.ClusteringAssetError, match="hidden_size=64"):
+        cl.load_assets(tmp_path, vocab_size=272, hidden_size=32)
+    other = tiny_models[("f32", "qwen2", "independent")]  # hidden 32
+    with pytest.raises(cl.ClusteringAssetError, match="272 x 64"):
+        FlashHead(head_weight(other), tiny_clusterings[17])
+
+
+def test_corrupt_assets_are_detected(tiny_clusterings, tmp_path):
+    cl.save_assets(tiny_clusterings[17], tmp_path)
+    f = tmp_path / cl.CACHE_FILE
+    data = bytearray(f.read_bytes())
+    data[-5] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(cl.ClusteringAssetError, match="corrupt"):
+        cl.load_assets(tmp_path, vocab_size=272, hidden_size=64)
+    # without our sidecar the bytes still have to parse
+    (tmp_path / cl.SIDECAR_FILE).unlink()
+    f.write_bytes(b"not a safetensors file")
+    with pytest.raises(cl.ClusteringAssetError, match="cannot read"):
+        cl.load_assets(tmp_path, vocab_size=272, hidden_size=64)
+
+
+def test_cache_reuses_and_rebuilds_a_corrupt_entry(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path))
+    w = head_weight(tiny_models[("f32", "qwen2", "target")])
+    logs = []
+    first = cl.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
+    folder = cl.cache_folder(cl.head_sha256(w), 17, 0, 4, first.info["similarity_dtype"] == "bfloat16")
+    assert (folder / cl.CACHE_FILE).is_file()
+    again = cl.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
+    assert torch.equal(again.assignments, first.assignments) and not logs  # read back, not rebuilt
+    (folder / cl.CACHE_FILE).write_bytes(b"truncated")
+    rebuilt = cl.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
+    assert logs and "rebuilding" in logs[0]
+    assert torch.equal(rebuilt.assignments, first.assignments)
+    assert cl.load_assets(folder, vocab_size=272, hidden_size=64).n_clusters == 17  # sound again
+    # another head (other bytes) gets another entry
+    assert cl.head_sha256(w) != cl.head_sha256(w + 1e-3)
+
+
+# ----------------------------------------------------------------------------------------------- greedy head
+
+
+def _head(model, clus, **kw):
+    return FlashHead(head_weight(model), clus, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, **kw)
+
+
+@HYP
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 6), c=st.sampled_from([17, 20]))
+def test_all_probes_reproduce_the_dense_argmax_exactly(tiny_models, tiny_clusterings, seed, rows, c):
+    model = tiny_models[("f64", "qwen2", "target")]
+    dense = DenseGreedyHead.from_model(model, TINY_VOCAB)
+    h = torch.randn(rows, 64, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+    for path in ("reference", "eager"):
+        head = _head(model, tiny_clusterings[c], n_probes=c, path=path, centroid_dtype="float64")
+        assert torch.equal(head(h), dense(h)), path
+
+
+@pytest.mark.parametrize("n_probes", [1, 2, 4, 17])
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes, path):
+    model = tiny_models[("f32", "qwen2", "target")]
+    fast = _head(model, tiny_clusterings[17], n_probes=n_probes, path=path, centroid_dtype="float32")
+    ref = _head(model, tiny_clusterings[17], n_probes=n_probes, path="reference")
+    h = torch.randn(64, 64, generator=torch.Generator().manual_seed(n_probes)) * 3
+    got = torch.cat([fast(h[i : i + 1]) for i in range(64)])
+    assert fast.active_path == path
+    assert torch.equal(got, ref(h))
+    assert torch.equal(fast(h), got)  # a batch of positions gives the same as one at a time
+
+
+def test_ties_go_to_the_lowest_token_id(tiny_clusterings):
+    w = torch.randn(272, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    w[200] = w[37]  # two identical rows: always tied
+    h = w[37].clone() * 10  # makes row 37 (and 200) the best by far
+    for p in (17,):  # all clusters probed, so both rows are candidates whatever the clustering
+        for path in ("reference", "eager", "compiled"):
+            head = FlashHead(w, tiny_clusterings[17], n_probes=p, vocab_limit=TINY_VOCAB, path=path,
+                             centroid_dtype="float64")
+            if int(head(h[None])[0]) != 37:
+                pytest.fail(f"path {path}, p={p}: tie not broken towards the lowest id")
+
+
+def test_special_tokens_are_always_candidates_and_padding_never_wins(tiny_models, tiny_clusterings):
+    model = tiny_models[("f64", "qwen2", "target")]
+    clus = tiny_clusterings[17]
+    probe = _head(model, clus, n_probes=1, path="reference")
+    # a hidden state whose single probed cluster is not <|im_end|>'s own
+    g = torch.Generator().manual_seed(0)
+    while True:
+        h = torch.randn(64, generator=g, dtype=torch.float64)
+        if int(probe.top_clusters(h[None])[0, 0]) != int(clus.assignments[258]):
+            break
+    w = head_weight(model).clone()
+    w[258] = h * 10  # <|im_end|> now wins by far; the clustering (built before) is unchanged
+    for path in ("reference", "eager", "compiled"):
+        head = FlashHead(w, clus, n_probes=1, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path=path,
+                         centroid_dtype="float64")
+        assert 258 not in head.candidate_ids(h[None], reference=True)[0].tolist()
+        assert int(head(h[None])[0]) == 258, path
+        no_special = FlashHead(w, clus, n_probes=1, vocab_limit=TINY_VOCAB, path=path, centroid_dtype="float64")
+        assert int(no_special(h[None])[0]) != 258  # without the special list it would be missed
+    # a padding row (id >= vocab_limit) with a huge logit is never chosen, even when its cluster is probed
+    w[265] = h * 100
+    full = FlashHead(w, clus, n_probes=17, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path="eager",
+                     centroid_dtype="float64")
+    assert int(full(h[None])[0]) == int(DenseGreedyHead(w, TINY_VOCAB)(h[None])[0]) == 258
+
+
+@pytest.mark.parametrize("p", [0, -1, 18])
+def test_probes_out_of_range(tiny_models, tiny_clusterings, p):
+    with pytest.raises(ConfigError, match="out of range"):
+        _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=p)
+    with pytest.raises(ConfigError, match="out of range"):
+        check_probes(p, 17)
+
+
+def test_special_token_ids_from_the_tokenizer(tok):
+    assert special_token_ids(tok, limit=TINY_VOCAB) == SPECIALS
+
+
+# ----------------------------------------------------------------------------------------------- sampling
+
+
+def test_sampling_returns_the_exact_candidate_distribution(tiny_models, tiny_clusterings):
+    model = tiny_models[("f64", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], n_probes=4, path="reference")
+    h = torch.randn(64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    g = torch.Generator().manual_seed(7)
+    s = head.sample(h, temperature=0.8, generator=g)
+    assert abs(float(s.probs.sum()) - 1) < 1e-6
+    assert float(s.probs[s.candidates == s.token].sum()) > 0
+    # tokens outside the drawn clusters (and not special) have probability zero
+    q = s.dense(272)
+    inside = torch.zeros(272, dtype=torch.bool)
+    inside[head.tokens[s.clusters].reshape(-1)] = True
+    inside[SPECIALS] = True
+    assert float(q[~inside].sum()) == 0.0 and float(q[TINY_VOCAB:].sum()) == 0.0
+    # within the candidates it is the softmax of the exact logits at temperature T
+    logits = (head_weight(model).float() @ h.float()) / 0.8
+    cand = torch.nonzero(q > 0).flatten()
+    assert torch.allclose(q[cand], torch.softmax(logits[cand], 0), atol=1e-5)
+    # seeded: reproducible
+    again = head.sample(h, temperature=0.8, generator=torch.Generator().manual_seed(7))
+    assert int(again.token) == int(s.token) and torch.equal(again.clusters, s.clusters)
+
+
+def test_sampling_with_all_clusters_is_the_full_softmax(tiny_models, tiny_clusterings):
+    model = tiny_models[("f64", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[20], n_probes=20, path="reference")
+    h = torch.randn(64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    q = head.sample(h, generator=torch.Generator().manual_seed(0)).dense(272)
+    p = torch.softmax(head_weight(model).float()[:TINY_VOCAB] @ h.float(), 0)
+    assert torch.allclose(q[:TINY_VOCAB], p, atol=1e-5)
+    # and the draws follow it: 3000 draws, the most likely token's frequency within 4 standard errors
+    g = torch.Generator().manual_seed(3)
+    draws = torch.tensor([int(head.sample(h, generator=g).token) for _ in range(3000)])
+    top = int(p.argmax())
+    freq = float((draws == top).float().mean())
+    se = (float(p[top]) * (1 - float(p[top])) / 3000) ** 0.5
+    assert abs(freq - float(p[top])) < 4 * se + 1e-9
+
+
+def test_sampling_rejects_zero_temperature(tiny_models, tiny_clusterings):
+    head = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17])
+    with pytest.raises(ConfigError, match="temperature"):
+        head.sample(torch.randn(64), temperature=0)
+
+
+# ----------------------------------------------------------------------------------------------- the FlashHead draft
+
+
+@HYP
+@given(k=st.integers(1, 6), p=st.sampled_from([1, 3, 17]), prompt_len=st.integers(1, 12),
+       max_new=st.integers(1, 30), deferred=st.booleans(), draft=st.sampled_from(["same", "close", "loose"]),
+       seed=st.integers(0, 999))
+def test_flashhead_draft_is_lossless(tiny_models, tiny_clusterings, k, p, prompt_len, max_new, deferred, draft, seed):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    dmodel = tiny_models[("f64", "qwen2", draft)]
+    head = _head(dmodel, tiny_clusterings[17], n_probes=p, path="eager", centroid_dtype="float64")
+    drafter = ModelDrafter(dmodel, head=head, vocab_limit=TINY_VOCAB, name="flashhead")
+    prompt = torch.randint(0, 256, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
+    ref = greedy_generate(target, prompt, max_new_tokens=max_new, eos_ids=[258])
+    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=[258], deferred=deferred)
+    assert spec.tokens == ref.tokens
+    assert spec.stats.mode.startswith("flashhead_")
+
+
+def test_flashhead_draft_with_all_probes_accepts_like_the_dense_draft(tiny_models, tiny_clusterings):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    dmodel = tiny_models[("f64", "qwen2", "close")]
+    head = _head(dmodel, tiny_clusterings[17], n_probes=17, path="eager", centroid_dtype="float64")
+    dense = ModelDrafter(dmodel, vocab_limit=TINY_VOCAB)
+    flash = ModelDrafter(dmodel, head=head, vocab_limit=TINY_VOCAB, name="flashhead")
+    prompt = list(b"speculative")
+    a = speculative_generate(target, dense, prompt, k=4, max_new_tokens=40, eos_ids=[258])
+    b = speculative_generate(target, flash, prompt, k=4, max_new_tokens=40, eos_ids=[258])
+    assert a.tokens == b.tokens and a.stats.accepted == b.stats.accepted
+
+
+# ----------------------------------------------------------------------------------------------- quality
+
+
+def test_quality_curve_agreement_equals_recall(tiny_models, tiny_clusterings):
+    from thesis_lib.modelbench import quality_curve
+
+    model = tiny_models[("f64", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], path="eager", centroid_dtype="float64")
+    h = torch.randn(200, 64, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 3
+    rows = quality_curve(head, head_weight(model), h, [1, 2, 4, 8, 17], progress=False)
+    assert [r["n_probes"] for r in rows] == [1, 2, 4, 8, 17]
+    for r in rows:
+        assert r["agreement"] == r["recall_top1_reference"] == r["recall_top1_fast"]
+        assert r["recall_top5_fast"] <= 1
+    recalls = [r["recall_top1_reference"] for r in rows]
+    assert recalls == sorted(recalls) and recalls[-1] == 1.0 and recalls[0] < 1.0
+    assert rows[-1]["recall_top5_fast"] == 1.0
