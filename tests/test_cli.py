@@ -116,4 +116,7 @@ def test_model_bench_end_to_end_on_a_tiny_model(tmp_path, tok, capsys, monkeypat
         for s in stats.values():
             assert s["p50_ms"] <= s["p95_ms"] and s["tokens_per_s"] == pytest.approx(1e3 / s["mean_ms"])
     assert set(doc["step"]["stats"]) == {"dense", "dense_shared", "flashhead", "body_only"}
+    st = doc["step"]["stats"]
+    assert doc["step"]["head_only_ceiling_mean"] == pytest.approx(st["dense"]["mean_ms"] / st["body_only"]["mean_ms"])
+    assert doc["step"]["head_share_mean"] == pytest.approx(1 - 1 / doc["step"]["head_only_ceiling_mean"])
     assert cli.main(["model-bench", "--draft", str(draft), "--out", str(out)]) == 2  # never overwritten

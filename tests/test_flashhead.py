@@ -339,3 +339,49 @@ def test_quality_curve_agreement_equals_recall(tiny_models, tiny_clusterings):
     recalls = [r["recall_top1_reference"] for r in rows]
     assert recalls == sorted(recalls) and recalls[-1] == 1.0 and recalls[0] < 1.0
     assert rows[-1]["recall_top5_fast"] == 1.0
+
+
+def test_outlier_tokens_are_the_worst_fitting_and_always_scored(tiny_models, tiny_clusterings):
+    from thesis_lib.flashhead import outlier_tokens
+
+    model = tiny_models[("f64", "qwen2", "target")]
+    w, clus = head_weight(model), tiny_clusterings[17]
+    assert outlier_tokens(w, clus, 0.0) == []
+    with pytest.raises(ConfigError, match="outlier fraction"):
+        outlier_tokens(w, clus, 1.5)
+    ids = outlier_tokens(w, clus, 0.05, limit=TINY_VOCAB)
+    assert len(ids) == round(0.05 * 272) and max(ids) < TINY_VOCAB
+    cen = clus.centroids / clus.centroids.norm(dim=1, keepdim=True)
+    cos = ((w.float() / w.float().norm(dim=1, keepdim=True)) * cen[clus.assignments]).sum(1)[:TINY_VOCAB]
+    assert float(cos[ids].max()) <= float(cos[[i for i in range(TINY_VOCAB) if i not in ids]].min())
+    # scored always: a state pointing at an outlier finds it with a single probe
+    target = ids[0]
+    w2 = w.clone()
+    w2[target] *= 5  # same direction (still an outlier), now the dense winner for h below
+    h = w2[target].clone()
+    assert int(DenseGreedyHead(w2, TINY_VOCAB)(h[None])[0]) == target
+    for path in ("reference", "eager"):
+        head = FlashHead(w2, clus, n_probes=1, special_ids=SPECIALS + ids, vocab_limit=TINY_VOCAB, path=path,
+                         centroid_dtype="float64")
+        assert int(head(h[None])[0]) == target
+
+
+def test_hidden_states_file_is_reused_only_for_the_same_inputs(tmp_path, tok):
+    from types import SimpleNamespace
+
+    from thesis_lib import tiny
+    from thesis_lib.modelbench import cached_hidden_states
+    from thesis_lib.prompts import Prompt
+
+    lm = SimpleNamespace(model=tiny.tiny_model(seed=0), tokenizer=tok, vocab_limit=TINY_VOCAB, eos_ids=[258],
+                         info={}, spec="tiny")
+    prompts = [Prompt("a", "x", "hello"), Prompt("b", "y", "world")]
+    path = tmp_path / "states.pt"
+    first, reused = cached_hidden_states(lm, prompts, str(path), max_new_tokens=5, progress=False)
+    assert not reused and path.is_file()
+    assert first.states.shape[1] == 64 and 2 <= first.states.shape[0] <= 10
+    assert first.question_ids[0] == "a" and first.question_ids[-1] == "b"
+    again, reused = cached_hidden_states(lm, prompts, str(path), max_new_tokens=5, progress=False)
+    assert reused and torch.equal(again.states, first.states) and again.categories == first.categories
+    with pytest.raises(ConfigError, match="another model, prompt set or length"):
+        cached_hidden_states(lm, prompts[:1], str(path), max_new_tokens=5, progress=False)

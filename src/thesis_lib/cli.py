@@ -45,6 +45,8 @@ def _add_flash_args(p: argparse.ArgumentParser) -> None:
                    help="FlashHead implementation (default: auto = compiled, eager if compilation fails)")
     g.add_argument("--centroid-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="precision of the centroid ranking (default: bf16 where the CPU has fast bf16)")
+    g.add_argument("--outliers", type=float, default=0.0, help="fraction of tokens furthest from their centroid "
+                   "to score always, like special tokens (this library's option, not Embedl's; default: 0)")
     g.add_argument("--seed", type=int, default=0, help="clustering seed (default: 0)")
     g.add_argument("--iterations", type=int, default=20, help="k-means iterations (default: 20)")
 
@@ -54,6 +56,8 @@ def _check_flash_args(args, spec: str) -> None:
     from .clustering import check_cluster_count
     from .flashhead import check_probes, default_probes
 
+    if not 0 <= args.outliers < 1:
+        raise ConfigError(f"--outliers must lie in [0, 1) (got {args.outliers}).")
     if args.probes is not None and args.probes < 1:
         raise ConfigError(f"--probes must be >= 1 (got {args.probes}).")
     if args.assets:
@@ -71,7 +75,8 @@ def _flash_head(args, draft):
     from .flashhead import flashhead_for
 
     return flashhead_for(draft, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes, seed=args.seed,
-                         iterations=args.iterations, path=args.flash_path, centroid_dtype=args.centroid_dtype)
+                         iterations=args.iterations, path=args.flash_path, centroid_dtype=args.centroid_dtype,
+                         outliers=args.outliers)
 
 
 def _check_common(args) -> None:
@@ -112,9 +117,9 @@ def cmd_generate(args) -> int:
 
 def _select_prompts(args) -> list:
     """The prompt file (or the demo set), filtered by ``--categories`` and cut to ``--prompts``."""
-    from .prompts import demo_prompts, load_jsonl
+    from .prompts import demo_prompts, load_prompts
 
-    prompts = load_jsonl(args.prompt_file) if args.prompt_file else demo_prompts()
+    prompts = load_prompts(args.prompt_file) if args.prompt_file else demo_prompts()
     if getattr(args, "categories", None):
         wanted = set(args.categories.split(","))
         missing = wanted - {p.category for p in prompts}
@@ -232,7 +237,8 @@ def cmd_model_bench(args) -> int:
     loaded = models.load_model(args.draft, device=args.device, dtype=args.dtype, pack=False if args.no_pack else None)
     head = _flash_head(args, loaded)
     doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
-                         head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat)
+                         head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
+                         states_file=args.states)
     doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=_cpu_name(), threads=_threads(),
                prompts_used=[p.question_id for p in prompts])
@@ -269,6 +275,10 @@ def _print_model_tables(doc: dict) -> None:
             sp = doc[part]["speedups"].get(name, {}).get("speedup_mean")
             print(f"{name:<14}{s['mean_ms']:>9.3f}{s['p50_ms']:>9.3f}{s['p95_ms']:>9.3f}{s['tokens_per_s']:>9.1f}"
                   f"{_fmt(sp, '.3f') if name != doc[part]['base'] else '1.000':>9}")
+        if part == "step":
+            st = doc["step"]
+            print(f"the dense head's share of the step: {100 * st['head_share_mean']:.1f} % (mean); a free head would "
+                  f"give at most {st['head_only_ceiling_mean']:.3f}x (mean), {st['head_only_ceiling_p50']:.3f}x (P50)")
     if "quality" in doc:
         print("\nquality over n_probes (agreement: the fast head's top-1 vs the dense head's)")
         curve = {r["n_probes"]: r for r in doc.get("head_curve", [])}
@@ -329,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "dense_deferred, flash_ordinary, flash_deferred, hf_greedy, hf_assisted "
                    "(default: all but the flash_* modes)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all 8)")
-    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file")
+    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file, or a shipped set: demo (default), project")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per mode (default: 1)")
     p.add_argument("--out", default=None, help="write one JSON line per sample here (must not exist)")
@@ -354,8 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")
     p.add_argument("--step-reps", type=int, default=5, help="passes over all prompts for Table 4.3 (default: 5)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all)")
-    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file")
+    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file, or a shipped set: demo (default), project")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--states", default=None, help="hidden-state file: read if it exists (same model and prompts), "
+                   "else collect and write it")
     p.add_argument("--out", default=None, help="write the result document here (JSON; must not exist)")
     _add_flash_args(p)
     p.set_defaults(func=cmd_model_bench)

@@ -153,6 +153,7 @@ class FlashHead(nn.Module):
         self.register_buffer("special_weight", w[special_t].contiguous(), persistent=False)
         self.register_buffer("special_bias", bias_v[special_t].contiguous(), persistent=False)
         self.path = path
+        self.always_scored_outliers = 0  # set by flashhead_for when outlier tokens join the special list
         self._compiled = None
         self._active_path = None
 
@@ -266,15 +267,37 @@ def _raise_recompile_limit(n: int = 64) -> None:
 _raise_recompile_limit()
 
 
+def outlier_tokens(weight: torch.Tensor, clustering: Clustering, fraction: float, limit: int | None = None) -> list[int]:
+    """The ``fraction`` of tokens whose rows point furthest from their own cluster's centroid (lowest cosine).
+
+    Equal-size clusters force some tokens into clusters they barely resemble; a hidden state that points at
+    such a token rarely ranks its cluster among the probed ones. Scoring these few tokens always (like the
+    special tokens) is a data-free option of this library, not part of Embedl's FlashHead (default off).
+    """
+    if not 0 <= fraction < 1:
+        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {fraction}).")
+    k = int(round(fraction * weight.shape[0]))
+    if k == 0:
+        return []
+    w = weight.detach().float()
+    cen = clustering.centroids.to(w.device)
+    cen = cen / cen.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    cos = (w / w.norm(dim=1, keepdim=True).clamp_min(1e-12) * cen[clustering.assignments.to(w.device)]).sum(1)
+    if limit is not None:
+        cos[limit:] = float("inf")  # padding rows are never candidates anyway
+    return sorted(torch.topk(cos, k, largest=False).indices.tolist())
+
+
 def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
                   seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
-                  progress: bool = True, log=print) -> FlashHead:
+                  outliers: float = 0.0, progress: bool = True, log=print) -> FlashHead:
     """A FlashHead for a loaded model (:class:`~thesis_lib.models.LoadedModel`).
 
     Assets come from, in order: ``assets`` (a folder in Embedl's format, ours or an official checkpoint's);
     the model folder's own ``flash_head_assets`` (an official FlashHead checkpoint); else this library's
     clustering of the model's head, built once and cached (:func:`~thesis_lib.clustering.cached_clustering`).
-    Bad parameters (``n_probes``, ``n_clusters``) fail before any clustering work.
+    Bad parameters (``n_probes``, ``n_clusters``) fail before any clustering work. ``outliers`` > 0 adds
+    that fraction of the vocabulary (:func:`outlier_tokens`) to the always-scored special tokens.
     """
     from pathlib import Path
 
@@ -297,6 +320,9 @@ def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None =
         if n_probes is not None:
             check_probes(n_probes, c)
         clustering = cached_clustering(out.weight.detach(), c, seed=seed, iterations=iterations, progress=progress, log=log)
-    return FlashHead.from_model(loaded.model, clustering, tokenizer=loaded.tokenizer, eos_ids=loaded.eos_ids,
-                                vocab_limit=loaded.vocab_limit, n_probes=n_probes, path=path,
-                                centroid_dtype=centroid_dtype)
+    extra = outlier_tokens(out.weight.detach(), clustering, outliers, loaded.vocab_limit) if outliers else []
+    head = FlashHead.from_model(loaded.model, clustering, tokenizer=loaded.tokenizer,
+                                eos_ids=list(loaded.eos_ids) + extra, vocab_limit=loaded.vocab_limit,
+                                n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
+    head.always_scored_outliers = len(extra)
+    return head

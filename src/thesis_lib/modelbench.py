@@ -23,6 +23,7 @@ means (the thesis' definition) and of medians.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,27 @@ def collect_hidden_states(loaded, prompts: Sequence[Prompt], *, max_new_tokens: 
     return HiddenStates(torch.cat(rows), qids, cats, toks)
 
 
+def cached_hidden_states(loaded, prompts: Sequence[Prompt], path: str | None, *, max_new_tokens: int, chat: bool = True,
+                         progress: bool = True) -> tuple[HiddenStates, bool]:
+    """:func:`collect_hidden_states`, read from ``path`` if it holds states of the same model, prompts and
+    length (else collected and written there). Returns the states and whether they were read."""
+    from pathlib import Path
+
+    key = {"model": str(loaded.info.get("gguf_sha256") or loaded.spec), "prompts": [p.question_id for p in prompts],
+           "texts": [p.text for p in prompts], "max_new_tokens": max_new_tokens, "chat": chat}
+    if path and Path(path).is_file():
+        saved = torch.load(path, weights_only=True)
+        if saved.get("key") == json.dumps(key, sort_keys=True):
+            return HiddenStates(saved["states"], saved["question_ids"], saved["categories"], saved["dense_tokens"]), True
+        raise ConfigError(f"{path} holds hidden states of another model, prompt set or length; choose another --states file.")
+    hs = collect_hidden_states(loaded, prompts, max_new_tokens=max_new_tokens, chat=chat, progress=progress)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"key": json.dumps(key, sort_keys=True), "states": hs.states, "question_ids": hs.question_ids,
+                    "categories": hs.categories, "dense_tokens": hs.dense_tokens}, path)
+    return hs, False
+
+
 def _dense_topk(weight: torch.Tensor, limit: int, states: torch.Tensor, k: int = 5, chunk: int = 256) -> torch.Tensor:
     w = weight[:limit].to(states.dtype)
     out = []
@@ -90,7 +112,7 @@ def _dense_topk(weight: torch.Tensor, limit: int, states: torch.Tensor, k: int =
 
 @torch.inference_mode()
 def quality_curve(head, weight: torch.Tensor, states: torch.Tensor, probes: Sequence[int], *,
-                  progress: bool = True) -> list[dict]:
+                  categories: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
     """Top-1 agreement and top-1/top-5 recall of FlashHead against the dense head, per probe count."""
     from tqdm.auto import tqdm
 
@@ -115,6 +137,11 @@ def quality_curve(head, weight: torch.Tensor, states: torch.Tensor, probes: Sequ
             chosen = torch.cat([head(states[i : i + 1]) for i in range(states.shape[0])])
             r = {"n_probes": int(p), "candidates": head.candidates_per_step(),
                  "agreement": float((chosen == dense1).float().mean()), "states": int(states.shape[0])}
+            if categories is not None:
+                same = (chosen == dense1).tolist()
+                r["agreement_by_category"] = {
+                    c: sum(x for x, k in zip(same, categories) if k == c) / sum(1 for k in categories if k == c)
+                    for c in dict.fromkeys(categories)}
             for name, rank in ranks.items():
                 inside = (rank < p) | special[top5]
                 r[f"recall_top1_{name}"] = float(inside[:, 0].float().mean())
@@ -217,7 +244,7 @@ def default_probe_list(n_clusters: int) -> list[int]:
 
 def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] = PARTS,
         probes: Sequence[int] | None = None, state_tokens: int = 128, head_reps: int = 3, step_reps: int = 5,
-        curve_reps: int = 1, chat: bool = True, progress: bool = True) -> dict:
+        curve_reps: int = 1, chat: bool = True, progress: bool = True, states_file: str | None = None) -> dict:
     """All model-only measurements on one draft: returns one JSON-able document (the data of Tables 4.1-4.4).
 
     ``parts``: any of "quality" (agreement/recall curves), "head" (Tables 4.1/4.2, plus the latency curve
@@ -237,13 +264,16 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
                                "clustering": {k: v for k, v in flash_head.clustering_info.items() if k != "history"}},
                  "probes": list(probes), "parts": list(parts)}
     t0 = time.perf_counter()
-    hs = collect_hidden_states(loaded, prompts, max_new_tokens=state_tokens, chat=chat, progress=progress)
+    hs, reused = cached_hidden_states(loaded, prompts, states_file, max_new_tokens=state_tokens, chat=chat,
+                                      progress=progress)
     doc["hidden_states"] = {"n": int(hs.states.shape[0]), "prompts": len(prompts), "max_new_tokens": state_tokens,
-                            "seconds": round(time.perf_counter() - t0, 1)}
+                            "seconds": round(time.perf_counter() - t0, 1), "reused_from_file": reused}
+    doc["flashhead"]["always_scored_outliers"] = getattr(flash_head, "always_scored_outliers", 0)
     dense = DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit)
     if "quality" in parts:
         weight = loaded.model.get_output_embeddings().weight.detach()  # a dense copy if the layer is packed
-        doc["quality"] = quality_curve(flash_head, weight, hs.states, probes, progress=progress)
+        doc["quality"] = quality_curve(flash_head, weight, hs.states, probes, categories=hs.categories,
+                                       progress=progress)
         del weight
     if "head" in parts:
         flash_head(hs.states[:1])  # compile before timing
@@ -267,6 +297,12 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
         contexts = [encode(loaded.tokenizer, p.text, chat=chat) for p in prompts]
         heads = {"dense": dense, "dense_shared": DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit),
                  "flashhead": flash_head, "body_only": None}
-        doc["step"] = step_latency(loaded.model, heads, contexts, vocab_limit=loaded.vocab_limit, reps=step_reps,
-                                   progress=progress)
+        doc["step"] = step = step_latency(loaded.model, heads, contexts, vocab_limit=loaded.vocab_limit,
+                                          reps=step_reps, progress=progress)
+        st = step["stats"]
+        # what the head costs inside a step, and the best step speedup any head could give (a free head)
+        for key in ("mean_ms", "p50_ms"):
+            dense_ms, body_ms = st["dense"][key], st["body_only"][key]
+            step[f"head_share_{key[:-3]}"] = (dense_ms - body_ms) / dense_ms
+            step[f"head_only_ceiling_{key[:-3]}"] = dense_ms / body_ms
     return doc

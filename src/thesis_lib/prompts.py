@@ -3,7 +3,10 @@
 A prompt goes through the tokenizer's chat template (one user turn, generation prompt added) when the
 tokenizer has one, unless ``chat=False``. The demo set (``data/prompts/demo.jsonl``) is this project's own
 small set in the Spec-Bench question format (``question_id``, ``category``, ``turns``); it is not
-Spec-Bench. The fuller loader and prompt sets come with the benchmark protocol.
+Spec-Bench. The *project* set (``data/project_prompts.jsonl``) is larger and also this project's own:
+8 prompts in each of conversation (two turns), German-to-English translation, summarisation, question
+answering, mathematical reasoning, retrieval-augmented QA (context + question) and coding. Only the first
+turn is used for now; multi-turn runs come with the benchmark protocol.
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ def load_jsonl(path: str | Path) -> list[Prompt]:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ConfigError(f"{path.name}, line {line_no}: not a question record ({exc}).") from None
     return prompts
+
+
+NAMED_SETS = {"demo": "demo_prompts.jsonl", "project": "project_prompts.jsonl"}
+
+
+def load_prompts(name_or_path: str | Path) -> list[Prompt]:
+    """A named set shipped with the package (``demo``, ``project``) or a question file's path."""
+    if str(name_or_path) in NAMED_SETS:
+        return load_jsonl(DATA_DIR / NAMED_SETS[str(name_or_path)])
+    return load_jsonl(name_or_path)
 
 
 def demo_prompts(n: int | None = None) -> list[Prompt]:
