@@ -116,21 +116,11 @@ def cmd_generate(args) -> int:
 
 
 def _select_prompts(args) -> list:
-    """The prompt file (or the demo set), filtered by ``--categories`` and cut to ``--prompts``."""
-    from .prompts import demo_prompts, load_prompts
+    """The prompt source (default: the demo set), filtered by ``--categories`` and cut to ``--prompts``."""
+    from .prompts import demo_prompts, load_prompts, select
 
     prompts = load_prompts(args.prompt_file) if args.prompt_file else demo_prompts()
-    if getattr(args, "categories", None):
-        wanted = set(args.categories.split(","))
-        missing = wanted - {p.category for p in prompts}
-        if missing:
-            raise ConfigError(f"Unknown categor{'y' if len(missing) == 1 else 'ies'} {sorted(missing)}; "
-                              f"available: {sorted({p.category for p in prompts})}.")
-        prompts = [p for p in prompts if p.category in wanted]
-    prompts = prompts[: args.prompts] if args.prompts else prompts
-    if not prompts:
-        raise ConfigError("No prompts selected.")
-    return prompts
+    return select(prompts, getattr(args, "categories", None), args.prompts)
 
 
 def _new_out_path(args) -> Path | None:
@@ -339,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "dense_deferred, flash_ordinary, flash_deferred, hf_greedy, hf_assisted "
                    "(default: all but the flash_* modes)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all 8)")
-    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file, or a shipped set: demo (default), project")
+    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format question file (path or http(s) URL, cached), or a shipped set: demo (default), project")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per mode (default: 1)")
     p.add_argument("--out", default=None, help="write one JSON line per sample here (must not exist)")
@@ -364,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")
     p.add_argument("--step-reps", type=int, default=5, help="passes over all prompts for Table 4.3 (default: 5)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all)")
-    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format JSON-lines question file, or a shipped set: demo (default), project")
+    p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format question file (path or http(s) URL, cached), or a shipped set: demo (default), project")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--states", default=None, help="hidden-state file: read if it exists (same model and prompts), "
                    "else collect and write it")

@@ -1,7 +1,13 @@
-"""Prompts: the demo prompt set and turning a prompt into token ids.
+"""Prompts: question files in the Spec-Bench format, the shipped sets, selection, and turning a prompt into ids.
+
+Sources (:func:`load_prompts`): a shipped set by name (``demo``, ``project``), a local JSON-lines file, or
+an ``http(s)`` URL (for example Spec-Bench's own ``question.jsonl``), downloaded once into
+``$THESIS_LIB_CACHE/prompts/`` and read from there afterwards; without a network and without a cached copy
+it fails with a message that says to pass a local copy. :func:`select` keeps some categories and a count,
+with clear errors for unknown categories or an empty selection. Each record keeps all its ``turns``.
 
 A prompt goes through the tokenizer's chat template (one user turn, generation prompt added) when the
-tokenizer has one, unless ``chat=False``. The demo set (``data/prompts/demo.jsonl``) is this project's own
+tokenizer has one, unless ``chat=False``. The demo set (``data/demo_prompts.jsonl``) is this project's own
 small set in the Spec-Bench question format (``question_id``, ``category``, ``turns``); it is not
 Spec-Bench. The *project* set (``data/project_prompts.jsonl``) is larger and also this project's own:
 8 prompts in each of conversation (two turns), German-to-English translation, summarisation, question
@@ -25,7 +31,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 class Prompt:
     question_id: str
     category: str
-    text: str
+    text: str  # the first turn
+    turns: tuple[str, ...] = ()
 
 
 def load_jsonl(path: str | Path) -> list[Prompt]:
@@ -39,7 +46,8 @@ def load_jsonl(path: str | Path) -> list[Prompt]:
             continue
         try:
             rec = json.loads(line)
-            prompts.append(Prompt(str(rec["question_id"]), str(rec.get("category", "")), str(rec["turns"][0])))
+            turns = tuple(str(t) for t in rec["turns"])
+            prompts.append(Prompt(str(rec["question_id"]), str(rec.get("category", "")), turns[0], turns))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ConfigError(f"{path.name}, line {line_no}: not a question record ({exc}).") from None
     return prompts
@@ -48,11 +56,62 @@ def load_jsonl(path: str | Path) -> list[Prompt]:
 NAMED_SETS = {"demo": "demo_prompts.jsonl", "project": "project_prompts.jsonl"}
 
 
-def load_prompts(name_or_path: str | Path) -> list[Prompt]:
-    """A named set shipped with the package (``demo``, ``project``) or a question file's path."""
-    if str(name_or_path) in NAMED_SETS:
-        return load_jsonl(DATA_DIR / NAMED_SETS[str(name_or_path)])
-    return load_jsonl(name_or_path)
+def load_prompts(source: str | Path, *, timeout: float = 20.0) -> list[Prompt]:
+    """A shipped set by name (``demo``, ``project``), a question file's path, or an http(s) URL (cached)."""
+    source = str(source)
+    if source in NAMED_SETS:
+        return load_jsonl(DATA_DIR / NAMED_SETS[source])
+    if source.startswith(("http://", "https://")):
+        return load_jsonl(fetch_prompt_file(source, timeout=timeout))
+    return load_jsonl(source)
+
+
+def prompt_cache_dir() -> Path:
+    from .models import cache_dir
+
+    return cache_dir() / "prompts"
+
+
+def fetch_prompt_file(url: str, *, timeout: float = 20.0, refresh: bool = False) -> Path:
+    """Download a question file once into the prompt cache; later calls read the cached copy."""
+    import hashlib
+    import os
+    import urllib.error
+    import urllib.request
+
+    name = url.rstrip("/").rsplit("/", 1)[-1] or "questions.jsonl"
+    path = prompt_cache_dir() / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name}"
+    if path.is_file() and not refresh:
+        return path
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data = resp.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ConfigError(f"Cannot download the prompt file {url} ({exc}) and no copy is cached. "
+                          "Download it elsewhere and pass its local path instead.") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def select(prompts: list[Prompt], categories: str | list[str] | None = None, count: int | None = None) -> list[Prompt]:
+    """Keep the given categories (comma-separated or a list), then the first ``count`` prompts."""
+    if categories:
+        wanted = set(categories.split(",") if isinstance(categories, str) else categories)
+        available = {p.category for p in prompts}
+        missing = wanted - available
+        if missing:
+            raise ConfigError(f"Unknown categor{'y' if len(missing) == 1 else 'ies'} {sorted(missing)}; "
+                              f"available: {sorted(available)}.")
+        prompts = [p for p in prompts if p.category in wanted]
+    if count is not None and count < 1:
+        raise ConfigError(f"The prompt count must be >= 1 (got {count}).")
+    prompts = prompts[:count] if count else prompts
+    if not prompts:
+        raise ConfigError("No prompts selected.")
+    return prompts
 
 
 def demo_prompts(n: int | None = None) -> list[Prompt]:
