@@ -178,7 +178,7 @@ def cmd_cluster(args) -> int:
     import time
 
     from .clustering import save_assets
-    from .flashhead import flashhead_for
+    from .flashhead import clustering_for
 
     _check_flash_args(args, args.model)
     export = Path(args.export) if args.export else None
@@ -186,27 +186,16 @@ def cmd_cluster(args) -> int:
         raise ConfigError(f"{export} exists; choose another --export folder (nothing is overwritten).")
     loaded = models.load_model(args.model, pack=False)
     t0 = time.perf_counter()
-    head = flashhead_for(loaded, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes, seed=args.seed,
-                         iterations=args.iterations, path="reference")
-    info = {k: v for k, v in head.clustering_info.items() if k != "history"}
-    info.update(n_clusters=head.n_clusters, cluster_size=head.cluster_size, seconds_total=round(time.perf_counter() - t0, 1))
+    clustering = clustering_for(loaded, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes,
+                                seed=args.seed, iterations=args.iterations)
+    info = {k: v for k, v in clustering.info.items() if k != "history"}
+    info.update(n_clusters=clustering.n_clusters, cluster_size=int(clustering.sizes().max()),
+                seconds_total=round(time.perf_counter() - t0, 1))
     if export:
-        from .clustering import Clustering
-
-        c = Clustering(head.centroids.cpu(), _assignments(head), head.clustering_info)
-        save_assets(c, export)
+        save_assets(clustering, export)
         info["exported_to"] = str(export)
     print(json.dumps(info))
     return 0
-
-
-def _assignments(head):
-    import torch
-
-    a = torch.empty(head.vocab_size, dtype=torch.long)
-    tokens = head.tokens.cpu()
-    a[tokens.reshape(-1)] = torch.arange(head.n_clusters).repeat_interleave(head.cluster_size)
-    return a
 
 
 def cmd_model_bench(args) -> int:

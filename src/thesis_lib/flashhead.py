@@ -147,6 +147,7 @@ class FlashHead(nn.Module):
         self.register_buffer("unit_centroids", unit, persistent=False)  # float32, normalised (reference)
         self.register_buffer("fast_centroids", unit.to(centroid_dtype).contiguous(), persistent=False)
         self.register_buffer("tokens", tokens.contiguous(), persistent=False)
+        self.register_buffer("assignments", clustering.assignments.to(device), persistent=False)  # [V]
         self.register_buffer("slot_bias", slot_bias.contiguous(), persistent=False)
         self.register_buffer("weight_perm", w[tokens].contiguous(), persistent=False)  # [C, b, D]
         self.register_buffer("special_ids", special_t, persistent=False)
@@ -156,17 +157,6 @@ class FlashHead(nn.Module):
         self.always_scored_outliers = 0  # set by flashhead_for when outlier tokens join the special list
         self._compiled = None
         self._active_path = None
-
-    # ---------------------------------------------------------------- construction helpers
-    @classmethod
-    def from_model(cls, model, clustering: Clustering, *, tokenizer=None, eos_ids: Sequence[int] = (),
-                   vocab_limit: int | None = None, **kw) -> "FlashHead":
-        """Build the head from a causal LM's own output embedding (packed or not) and a clustering."""
-        out = model.get_output_embeddings()
-        weight = out.weight.detach()  # PackedLinear builds a dense copy here; the permuted copy below replaces it
-        bias = getattr(out, "bias", None)
-        specials = special_token_ids(tokenizer, eos_ids, vocab_limit) if tokenizer is not None else list(eos_ids)
-        return cls(weight, clustering, special_ids=specials, vocab_limit=vocab_limit, bias=bias, **kw)
 
     def extra_repr(self) -> str:
         return (f"V={self.vocab_size}, C={self.n_clusters}, b={self.cluster_size}, n_probes={self.n_probes}, "
@@ -217,20 +207,22 @@ class FlashHead(nn.Module):
         cen = self.unit_centroids if reference else self.fast_centroids
         return torch.topk(hidden.to(cen.dtype) @ cen.T, p, dim=-1).indices
 
+    def _candidate_scores(self, h: torch.Tensor, clusters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Plain float32 logits and ids of one position's candidates: the clusters' slots, then the specials."""
+        b = self.cluster_size
+        slots = (clusters[:, None] * b + torch.arange(b, device=clusters.device)).reshape(-1)
+        flat_w = self.weight_perm.reshape(-1, self.weight_perm.shape[-1])
+        logits = flat_w.index_select(0, slots).float() @ h + self.slot_bias.reshape(-1)[slots]
+        sp = self.special_weight.float() @ h + self.special_bias
+        return torch.cat([logits, sp]), torch.cat([self.tokens.reshape(-1)[slots], self.special_ids])
+
     def reference(self, hidden: torch.Tensor) -> torch.Tensor:
         """The plain computation, one position at a time, in float32: what the fast paths must reproduce."""
         self._active_path = "reference"
         out = []
-        flat_w = self.weight_perm.reshape(-1, self.weight_perm.shape[-1])
-        b = self.cluster_size
         for h in hidden.float():
-            top = self.top_clusters(h[None])[0]
-            slots = (top[:, None] * b + torch.arange(b, device=top.device)).reshape(-1)
-            logits = flat_w.index_select(0, slots).float() @ h + self.slot_bias.reshape(-1)[slots]
-            sp = self.special_weight.float() @ h + self.special_bias
-            scores = torch.cat([logits, sp])[None]
-            ids = torch.cat([self.tokens.reshape(-1)[slots], self.special_ids])[None]
-            out.append(_select(scores, ids, self.vocab_size))
+            scores, ids = self._candidate_scores(h, self.top_clusters(h[None])[0])
+            out.append(_select(scores[None], ids[None], self.vocab_size))
         return torch.cat(out)
 
     def candidate_ids(self, hidden: torch.Tensor, n_probes: int | None = None, *, reference: bool = False) -> torch.Tensor:
@@ -245,13 +237,8 @@ class FlashHead(nn.Module):
         h = hidden.reshape(-1).float()
         cluster_p = torch.softmax((self.centroids @ h) / temperature, dim=-1)
         clusters = torch.multinomial(cluster_p, self.n_probes, replacement=False, generator=generator)
-        b = self.cluster_size
-        slots = (clusters[:, None] * b + torch.arange(b, device=h.device)).reshape(-1)
-        flat_w = self.weight_perm.reshape(-1, self.weight_perm.shape[-1])
-        logits = flat_w.index_select(0, slots).float() @ h + self.slot_bias.reshape(-1)[slots]
-        sp = self.special_weight.float() @ h + self.special_bias
-        cand = torch.cat([self.tokens.reshape(-1)[slots], self.special_ids])
-        probs = torch.softmax(torch.cat([logits, sp]) / temperature, dim=-1)
+        scores, cand = self._candidate_scores(h, clusters)
+        probs = torch.softmax(scores / temperature, dim=-1)
         pick = torch.multinomial(probs, 1, generator=generator)[0]
         return FlashHeadSample(token=cand[pick], candidates=cand, probs=probs, clusters=clusters)
 
@@ -288,6 +275,39 @@ def outlier_tokens(weight: torch.Tensor, clustering: Clustering, fraction: float
     return sorted(torch.topk(cos, k, largest=False).indices.tolist())
 
 
+def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | None = None,
+                   n_clusters: int | None = None, n_probes: int | None = None, seed: int = 0, iterations: int = 20,
+                   progress: bool = True, log=print) -> Clustering:
+    """The clustering a FlashHead for ``loaded`` uses (see :func:`flashhead_for` for where it comes from).
+
+    ``weight`` is the model's output embedding if the caller already holds it (a packed layer makes a
+    dense copy on every ``.weight`` read). Bad parameters fail before any clustering work.
+    """
+    from pathlib import Path
+
+    from .clustering import ASSET_DIR, cached_clustering, check_cluster_count, load_assets
+    from .models import output_rows
+
+    out = loaded.model.get_output_embeddings()
+    rows = output_rows(loaded.model)
+    hidden = int(loaded.model.config.hidden_size)
+    official = Path(loaded.path) / ASSET_DIR if getattr(loaded, "path", None) else None
+    source = Path(assets) if assets else (official if official is not None and official.is_dir() else None)
+    if source is not None:
+        clustering = load_assets(source, vocab_size=rows, hidden_size=hidden)
+        if n_clusters is not None and clustering.n_clusters != n_clusters:
+            raise ConfigError(f"the assets in {source} hold {clustering.n_clusters} clusters, not {n_clusters}.")
+        if n_probes is not None:
+            check_probes(n_probes, clustering.n_clusters)
+        return clustering
+    c = rows // 16 if n_clusters is None else int(n_clusters)
+    check_cluster_count(rows, c)
+    if n_probes is not None:
+        check_probes(n_probes, c)
+    weight = out.weight.detach() if weight is None else weight
+    return cached_clustering(weight, c, seed=seed, iterations=iterations, progress=progress, log=log)
+
+
 def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
                   seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
                   outliers: float = 0.0, progress: bool = True, log=print) -> FlashHead:
@@ -299,30 +319,15 @@ def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None =
     Bad parameters (``n_probes``, ``n_clusters``) fail before any clustering work. ``outliers`` > 0 adds
     that fraction of the vocabulary (:func:`outlier_tokens`) to the always-scored special tokens.
     """
-    from pathlib import Path
-
-    from .clustering import ASSET_DIR, cached_clustering, check_cluster_count, load_assets
-
+    if not 0 <= outliers < 1:
+        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {outliers}).")
     out = loaded.model.get_output_embeddings()
-    rows = int(getattr(out, "out_features", 0) or out.weight.shape[0])
-    hidden = int(getattr(out, "in_features", 0) or out.weight.shape[1])
-    official = Path(loaded.path) / ASSET_DIR if getattr(loaded, "path", None) else None
-    source = Path(assets) if assets else (official if official is not None and official.is_dir() else None)
-    if source is not None:
-        clustering = load_assets(source, vocab_size=rows, hidden_size=hidden)
-        if n_clusters is not None and clustering.n_clusters != n_clusters:
-            raise ConfigError(f"the assets in {source} hold {clustering.n_clusters} clusters, not {n_clusters}.")
-        if n_probes is not None:
-            check_probes(n_probes, clustering.n_clusters)
-    else:
-        c = rows // 16 if n_clusters is None else int(n_clusters)
-        check_cluster_count(rows, c)
-        if n_probes is not None:
-            check_probes(n_probes, c)
-        clustering = cached_clustering(out.weight.detach(), c, seed=seed, iterations=iterations, progress=progress, log=log)
-    extra = outlier_tokens(out.weight.detach(), clustering, outliers, loaded.vocab_limit) if outliers else []
-    head = FlashHead.from_model(loaded.model, clustering, tokenizer=loaded.tokenizer,
-                                eos_ids=list(loaded.eos_ids) + extra, vocab_limit=loaded.vocab_limit,
-                                n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
+    weight = out.weight.detach()  # read once: a packed layer builds a dense copy on each read
+    clustering = clustering_for(loaded, weight, assets=assets, n_clusters=n_clusters, n_probes=n_probes, seed=seed,
+                                iterations=iterations, progress=progress, log=log)
+    extra = outlier_tokens(weight, clustering, outliers, loaded.vocab_limit) if outliers else []
+    specials = special_token_ids(loaded.tokenizer, list(loaded.eos_ids) + extra, loaded.vocab_limit)
+    head = FlashHead(weight, clustering, special_ids=specials, vocab_limit=loaded.vocab_limit,
+                     bias=getattr(out, "bias", None), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
     head.always_scored_outliers = len(extra)
     return head

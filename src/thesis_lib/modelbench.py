@@ -118,8 +118,7 @@ def quality_curve(head, weight: torch.Tensor, states: torch.Tensor, probes: Sequ
 
     top5 = _dense_topk(weight, head.vocab_limit, states)
     dense1 = top5[:, 0]
-    cluster_of = torch.empty(head.vocab_size, dtype=torch.long)
-    cluster_of[head.tokens.reshape(-1).cpu()] = torch.arange(head.n_clusters).repeat_interleave(head.cluster_size)
+    cluster_of = head.assignments.cpu()
     special = torch.zeros(head.vocab_size, dtype=torch.bool)
     special[head.special_ids.cpu()] = True
     ranks = {}
