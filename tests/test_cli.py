@@ -62,7 +62,7 @@ def test_compare_end_to_end_on_tiny_local_models(tmp_path, tok, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["model-bench", "--probes", "0"], "--probes must be >= 1"),
+    (["model-bench", "--probes", "0"], "probes must be >= 1"),
     (["model-bench", "--probes", "9497"], "out of range"),
     (["model-bench", "--clusters", "151937"], "does not fit"),
     (["model-bench", "--parts", "head,speed"], "Unknown part"),
@@ -82,7 +82,7 @@ def test_flash_modes_end_to_end_on_tiny_local_models(tmp_path, tok, capsys, monk
     draft = tiny.save_tiny(tiny.noisy_copy(tiny.tiny_model(seed=0), 0.02), tok, tmp_path / "d")
     rc = cli.main(["compare", "--target", str(target), "--draft", str(draft), "--prompts", "2", "--max-new-tokens",
                    "12", "--k", "3", "--modes", "baseline,dense_deferred,flash_ordinary,flash_deferred",
-                   "--clusters", "17", "--probes", "3", "--iterations", "4", "--flash-path", "eager"])
+                   "--clusters", "17", "--probes", "3", "--kmeans-iterations", "4", "--flash-path", "eager"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["flashhead"] == {"n_clusters": 17, "n_probes": 3, "path": "eager", "centroid_dtype": doc["flashhead"]["centroid_dtype"]}
@@ -90,7 +90,7 @@ def test_flash_modes_end_to_end_on_tiny_local_models(tmp_path, tok, capsys, monk
         assert doc["summary"][mode]["matches_baseline"] == 2  # lossless with the FlashHead draft too
     # the clustering is cached and can be exported in Embedl's format; an existing folder is refused
     export = tmp_path / "assets"
-    assert cli.main(["cluster", "--model", str(draft), "--clusters", "17", "--iterations", "4", "--export", str(export)]) == 0
+    assert cli.main(["cluster", "--model", str(draft), "--clusters", "17", "--kmeans-iterations", "4", "--export", str(export)]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["n_clusters"] == 17 and info["cluster_size"] == 16
     assert (export / "clustering_cache.safetensors").is_file() and (export / "clustering_config.json").is_file()
@@ -102,7 +102,7 @@ def test_model_bench_end_to_end_on_a_tiny_model(tmp_path, tok, capsys, monkeypat
     monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
     draft = tiny.save_tiny(tiny.tiny_model(seed=0), tok, tmp_path / "d")
     out = tmp_path / "mb.json"
-    rc = cli.main(["model-bench", "--draft", str(draft), "--clusters", "17", "--iterations", "4", "--prompts", "2",
+    rc = cli.main(["model-bench", "--draft", str(draft), "--clusters", "17", "--kmeans-iterations", "4", "--prompts", "2",
                    "--state-tokens", "10", "--probe-list", "1,4,17", "--head-reps", "1", "--step-reps", "1",
                    "--flash-path", "eager", "--out", str(out)])
     assert rc == 0

@@ -1,45 +1,80 @@
-"""The first benchmark: every decoding mode on the same prompts, interleaved, after a warm-up
-(``thesis-lib compare``).
+"""The benchmark loop: every decoding mode on the same prompts, interleaved (thesis section 3.7).
 
-Modes:
+Modes are ``baseline`` (this library's target-only greedy loop), ``<draft>_<schedule>`` for greedy
+speculative decoding, and two peers from transformers:
 
-- ``baseline``: this library's target-only greedy loop;
-- ``dense_ordinary`` / ``dense_deferred``: greedy speculative decoding with the dense draft, ordinary and
-  deferred schedule (thesis sections 3.3 and 3.6.2);
-- ``flash_ordinary`` / ``flash_deferred``: the same with the FlashHead draft (the draft's body with a
-  FlashHead head, ``flashhead``), given to the runner as ``flash_head``;
-- ``hf_greedy``: transformers' ``generate()``, greedy, as the peer of ``baseline``;
-- ``hf_assisted``: transformers' ``generate(assistant_model=...)`` with the same draft and a constant K (its
-  adaptive schedule and confidence threshold switched off), the peer of ``dense_ordinary``.
+- drafts: ``dense`` (the draft model with its dense head), ``flash`` (the same body with a FlashHead head,
+  given to the runner as ``flash_head``), ``shared`` (the thesis' "dense shared" control: the FlashHead
+  draft's body with the dense head, run through its own drafter; for the embedded pair the FlashHead draft
+  reuses the dense draft's body, so this control isolates code-path effects only);
+- schedules: ``ordinary`` (section 3.3), ``deferred`` (deferred final-token verification, section 3.6.2),
+  ``pipelined`` (the target's append overlapping the draft's next proposal, section 3.6.1);
+- ``hf_greedy``: transformers' ``generate()``, greedy, the peer of ``baseline``; ``hf_assisted``:
+  ``generate(assistant_model=...)`` with the same draft and a constant K (its adaptive schedule and
+  confidence threshold off), the peer of ``dense_ordinary``.
 
-Each prompt is one *sample* per mode; the modes run back to back on a prompt and their order alternates
-from prompt to prompt, so drift of this shared machine does not favour one mode. One untimed warm-up
-generation per mode comes first. Summaries are medians over prompts; ratios are taken per prompt against
-``baseline`` and then their median is reported. The fuller protocol (iterations, run folders, resuming)
-comes with the benchmark chapter; this module already keeps the record format (one dict per sample).
+:func:`execute` runs the measured set, prompts x iterations, after untimed warm-up rounds; on each prompt the
+modes run back to back and their order alternates from sample to sample, so drift of this shared machine
+does not favour one mode. It can skip samples already done (resuming a run) and hands every finished
+sample to a callback at once (the run folder writes it to disk). Summaries are medians over samples, ratios
+are taken per sample against ``baseline`` (same prompt, same iteration) and then their median is reported.
+With ``Runner(profile=True)`` the drafters are :class:`~thesis_lib.profiling.ProfiledDrafter` and the
+target's forwards are timed on their own: a diagnostic run (Tables 4.7/4.8), not a headline one.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .decoding import DecodeStats, Generation, greedy_generate, speculative_generate
+from .decoding import SCHEDULES, DecodeStats, Generation, greedy_generate, speculative_generate
 from .drafters import ModelDrafter
 from .errors import ConfigError
+from .heads import DenseGreedyHead
 from .models import LoadedModel, output_rows
-from .prompts import Prompt, encode
+from .profiling import ForwardTimer, PhaseClock, ProfiledDrafter
+from .prompts import Prompt, encode, prompt_text
 from .state import ModelState
 
-OUR_MODES = ("baseline", "dense_ordinary", "dense_deferred")
-FLASH_MODES = ("flash_ordinary", "flash_deferred")
+DRAFTS = ("dense", "flash", "shared")
 PEER_MODES = ("hf_greedy", "hf_assisted")
-ALL_MODES = OUR_MODES + FLASH_MODES + PEER_MODES
-DEFAULT_MODES = OUR_MODES + PEER_MODES
+SPEC_MODES = tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
+ALL_MODES = ("baseline",) + SPEC_MODES + PEER_MODES
+FLASH_MODES = tuple(m for m in SPEC_MODES if m.startswith("flash_"))
+#: ``thesis-lib compare``'s default: no FlashHead (needs a clustering) and no pipelining.
+DEFAULT_MODES = ("baseline", "dense_ordinary", "dense_deferred") + PEER_MODES
+#: Every mode of the thesis' chapter 4 plus the peers: the benchmark protocol's default.
+THESIS_MODES = ("baseline", "dense_ordinary", "flash_ordinary", "dense_deferred", "flash_deferred",
+                "dense_pipelined", "flash_pipelined") + PEER_MODES
+#: The profiled run's modes (Table 4.7): dense draft, dense-shared control, FlashHead draft.
+PROFILE_DRAFTS = ("dense", "shared", "flash")
+
+
+def split_mode(mode: str) -> tuple[str, str]:
+    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")`` and ``("hf", ...)`` for the rest."""
+    if mode not in ALL_MODES:
+        raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
+    if mode in SPEC_MODES:
+        d, s = mode.split("_", 1)
+        return d, s
+    return ("baseline", "") if mode == "baseline" else ("hf", mode[3:])
+
+
+def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
+    modes = tuple(modes)
+    unknown = [m for m in modes if m not in ALL_MODES]
+    if unknown:
+        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
+    if not modes:
+        raise ConfigError("No modes selected.")
+    if len(set(modes)) != len(modes):
+        raise ConfigError(f"A mode is listed twice: {', '.join(modes)}.")
+    return modes
 
 
 class _Stamps:
@@ -71,31 +106,53 @@ class Runner:
     k: int
     max_new_tokens: int
     flash_head: torch.nn.Module | None = None
+    profile: bool = False
 
     def __post_init__(self):
         self.eos = self.target.eos_ids
         self.t_state = ModelState(self.target.model, vocab_limit=self.target.vocab_limit)
-        self.drafter = ModelDrafter(self.draft.model, vocab_limit=self.draft.vocab_limit, name="dense")
-        self.flash_drafter = None if self.flash_head is None else ModelDrafter(
-            self.draft.model, head=self.flash_head, vocab_limit=self.draft.vocab_limit, name="flashhead")
+        self.target_forward = None
+        if self.profile:
+            self.target_forward = ForwardTimer(self.t_state.hidden, self.t_state.device)
+            self.t_state.hidden = self.target_forward
+        cls = ProfiledDrafter if self.profile else ModelDrafter
+        limit = self.draft.vocab_limit
+        self.drafters = {"dense": cls(self.draft.model, vocab_limit=limit, name="dense")}
+        if self.flash_head is not None:
+            self.drafters["flash"] = cls(self.draft.model, head=self.flash_head, vocab_limit=limit, name="flash")
+        # the control: the FlashHead draft's body (here the same model) with the dense head, its own drafter
+        self.drafters["shared"] = cls(self.draft.model, head=DenseGreedyHead.from_model(self.draft.model, limit),
+                                      vocab_limit=limit, name="shared")
+
+    @property
+    def drafter(self) -> ModelDrafter:
+        return self.drafters["dense"]
+
+    @property
+    def flash_drafter(self) -> ModelDrafter | None:
+        return self.drafters.get("flash")
 
     def run(self, mode: str, ids: Sequence[int]) -> Generation:
+        draft, schedule = split_mode(mode)
         common = dict(max_new_tokens=self.max_new_tokens, eos_ids=self.eos)
-        if mode == "baseline":
-            return greedy_generate(self.t_state, ids, **common)
-        if mode in ("dense_ordinary", "dense_deferred"):
-            return speculative_generate(self.t_state, self.drafter, ids, k=self.k,
-                                        deferred=mode.endswith("deferred"), **common)
-        if mode in FLASH_MODES:
-            if self.flash_drafter is None:
-                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
-            gen = speculative_generate(self.t_state, self.flash_drafter, ids, k=self.k,
-                                       deferred=mode.endswith("deferred"), **common)
-            gen.stats.mode = mode
-            return gen
-        if mode in PEER_MODES:
+        if draft == "hf":
             return self._hf(mode, ids)
-        raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
+        if self.profile:
+            self.target_forward.reset()
+        if draft == "baseline":
+            gen = greedy_generate(self.t_state, ids, **common)
+        else:
+            drafter = self.drafters.get(draft)
+            if drafter is None:
+                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+            clock = PhaseClock([self.t_state.device, drafter.state.device])
+            if self.profile:
+                drafter.clock = clock
+            gen = speculative_generate(self.t_state, drafter, ids, k=self.k, schedule=schedule, clock=clock,
+                                       **common)
+        if self.profile:
+            gen.stats.phase_s["target_forward"] = self.target_forward.seconds()
+        return gen
 
     @torch.inference_mode()
     def _hf(self, mode: str, ids: Sequence[int]) -> Generation:
@@ -125,60 +182,88 @@ class Runner:
         return Generation(tokens, st)
 
 
-def sample_record(prompt: Prompt, mode: str, gen: Generation, reference: list[int] | None) -> dict:
-    """One JSON-able record per prompt x mode (the results format of the benchmark chapter)."""
+def sample_record(prompt: Prompt, mode: str, gen: Generation, reference: list[int] | None, *,
+                  iteration: int = 0) -> dict:
+    """One JSON-able record per prompt x iteration x mode: every metric of the protocol and the tokens."""
     st = gen.stats
-    rec = {"question_id": prompt.question_id, "category": prompt.category, "mode": mode, "k": st.k,
-           "new_tokens": st.new_tokens, "ttft_s": st.ttft_s, "decode_s": st.decode_s,
-           "decode_tokens_per_s": st.decode_tokens_per_s, "tpot_s": st.tpot_s,
-           "e2e_tokens_per_s": st.e2e_tokens_per_s, "first_emit": st.first_emit, "stopped_by": st.stopped_by,
+    rec = {"iteration": iteration, "question_id": prompt.question_id, "category": prompt.category, "mode": mode,
+           "k": st.k, "new_tokens": st.new_tokens, "decode_tokens": max(st.new_tokens - st.first_emit, 0),
+           "ttft_s": st.ttft_s, "decode_s": st.decode_s, "decode_tokens_per_s": st.decode_tokens_per_s,
+           "tpot_s": st.tpot_s, "e2e_tokens_per_s": st.e2e_tokens_per_s, "first_emit": st.first_emit,
+           "stopped_by": st.stopped_by, "verify_calls": st.verify_calls, "append_calls": st.append_calls,
+           "phase_s": st.phase_s,
            "matches_baseline": None if reference is None else gen.tokens == reference, "tokens": gen.tokens}
     if st.drafted:
         rec.update(acceptance=st.acceptance, mean_emitted=st.mean_emitted, rounds=st.rounds,
                    drafted=sum(st.drafted), accepted=sum(st.accepted), emitted=sum(st.emitted),
-                   verify_calls=st.verify_calls,
-                   append_calls=st.append_calls, skipped=st.skipped, zero_accept_rounds=st.zero_accept_rounds,
-                   full_accept_rounds=st.full_accept_rounds, phase_s=st.phase_s)
+                   skipped=st.skipped, zero_accept_rounds=st.zero_accept_rounds,
+                   full_accept_rounds=st.full_accept_rounds, tail_tokens=st.tail_tokens,
+                   accepted_per_round=list(st.accepted), drafted_per_round=list(st.drafted))
     return rec
 
 
-def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DEFAULT_MODES, *, chat: bool = True,
-            warmup: int = 1, progress: bool = True, costs: bool = True,
-            on_record: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every mode on every prompt (order alternated per prompt) after ``warmup`` untimed rounds.
+def sample_key(rec: dict) -> tuple[int, str, str]:
+    """What identifies a sample in a run: (iteration, question_id, mode)."""
+    return int(rec.get("iteration", 0)), str(rec["question_id"]), str(rec["mode"])
 
-    With ``costs``, the component costs are measured right after each prompt's modes, on that prompt, and
+
+def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
+            warmup: int = 1, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
+            progress: bool = True, done: dict[tuple, dict] | None = None,
+            on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """The measured set, prompts x iterations, every mode on each (order alternated), after ``warmup``
+    untimed rounds of every mode; returns the records of the samples run here (``done`` ones are skipped).
+
+    With ``costs``, the component costs are measured right after each sample's modes, on that prompt, and
     each speculative record gets the decode tok/s they predict: prediction and measurement then share the
     machine's state (this shared machine drifts by tens of percent over a long run)."""
     from tqdm.auto import tqdm
 
-    unknown = [m for m in modes if m not in ALL_MODES]
-    if unknown:
-        raise ConfigError(f"Unknown mode(s) {unknown}; known: {', '.join(ALL_MODES)}.")
-    if not prompts:
-        raise ConfigError("No prompts selected.")
+    modes = check_modes(modes)
     if "baseline" not in modes:
         modes = ("baseline", *modes)  # every ratio is taken against it
-    encoded = [encode(runner.target.tokenizer, p.text, chat=chat) for p in prompts]
-    total = len(modes) * (warmup + len(prompts))
+    if not prompts:
+        raise ConfigError("No prompts selected.")
+    if iterations < 1 or warmup < 0:
+        raise ConfigError(f"iterations must be >= 1 and warmup >= 0 (got {iterations}, {warmup}).")
+    done = dict(done or {})
+    random.seed(seed)
+    torch.manual_seed(seed)
+    encoded = [encode(runner.target.tokenizer, prompt_text(p, turns), chat=chat) for p in prompts]
+    todo = [(it, i) for it in range(iterations) for i in range(len(prompts))
+            if any(sample_key({"iteration": it, "question_id": prompts[i].question_id, "mode": m}) not in done
+                   for m in modes)]
     records: list[dict] = []
-    with tqdm(total=total, desc="compare", unit="gen", disable=not progress) as bar:
+    if not todo:
+        return records
+    n_warm = warmup * len(modes)
+    with tqdm(total=n_warm + len(todo) * len(modes), desc="bench", unit="gen", disable=not progress) as bar:
         for w in range(warmup):
             for mode in modes:
                 bar.set_postfix_str(f"warm-up {mode}")
                 runner.run(mode, encoded[w % len(encoded)])
                 bar.update()
-        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-            order = list(modes) if i % 2 == 0 else list(reversed(modes))
-            gens = {}
+        for n, (it, i) in enumerate(todo):
+            prompt, ids = prompts[i], encoded[i]
+            sample = it * len(prompts) + i  # the order alternates by position in the measured set
+            order = list(modes) if sample % 2 == 0 else list(reversed(modes))
+            gens: dict[str, Generation] = {}
             for mode in order:
-                bar.set_postfix_str(f"{prompt.question_id} {mode}")
+                key = sample_key({"iteration": it, "question_id": prompt.question_id, "mode": mode})
+                if key in done:
+                    bar.update()
+                    continue
+                bar.set_postfix_str(f"{prompt.question_id} #{it} {mode}")
                 gens[mode] = runner.run(mode, ids)
                 bar.update()
-            ref = gens["baseline"].tokens
+            base_key = sample_key({"iteration": it, "question_id": prompt.question_id, "mode": "baseline"})
+            ref = gens["baseline"].tokens if "baseline" in gens else done[base_key]["tokens"]
             prompt_costs = component_costs(runner, ids, reps=3) if costs else None
             for mode in modes:
-                rec = sample_record(prompt, mode, gens[mode], ref)
+                if mode not in gens:
+                    continue
+                rec = sample_record(prompt, mode, gens[mode], ref, iteration=it)
+                rec["run_order"] = order.index(mode)  # position of this mode in the sample's (alternated) order
                 if prompt_costs:
                     rec["component_costs_s"] = prompt_costs
                     rec["predicted_tokens_per_s"] = predicted_tokens_per_s(rec, prompt_costs)
@@ -188,31 +273,58 @@ def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DE
     return records
 
 
+def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DEFAULT_MODES, *, chat: bool = True,
+            warmup: int = 1, progress: bool = True, costs: bool = True,
+            on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """``thesis-lib compare``: one iteration of :func:`execute`, records in memory (the protocol's run
+    folders, iterations and resuming are ``thesis-lib bench``)."""
+    return execute(runner, prompts, modes, warmup=warmup, chat=chat, costs=costs, progress=progress,
+                   on_record=on_record)
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
 
 
+def _quantiles(xs) -> dict | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {"min": xs[0], "p25": q[0], "p50": q[1], "p75": q[2], "max": xs[-1]}
+
+
 def summarize(records: Sequence[dict]) -> dict[str, dict]:
-    """Per mode: medians over prompts, and the median per-prompt ratio of decode tok/s against baseline."""
-    base = {r["question_id"]: r for r in records if r["mode"] == "baseline"}
+    """Per mode: medians over samples (and the spread of decode tok/s), pooled totals as the thesis reports
+    them (decode tok/s = all decode tokens / all decode time), and the median per-sample ratio of decode
+    tok/s against ``baseline`` on the same prompt and iteration."""
+    def base_key(r):
+        return int(r.get("iteration", 0)), r["question_id"]
+
+    base = {base_key(r): r for r in records if r["mode"] == "baseline"}
     out: dict[str, dict] = {}
     for mode in dict.fromkeys(r["mode"] for r in records):
         rs = [r for r in records if r["mode"] == mode]
+
         def ratios(key):
-            return [r[key] / base[r["question_id"]][key] for r in rs
-                    if r[key] and base.get(r["question_id"], {}).get(key)]
+            return [r[key] / base[base_key(r)][key] for r in rs if r[key] and base.get(base_key(r), {}).get(key)]
 
         drafted = sum(r.get("drafted", 0) for r in rs)
+        decode_s = sum(r["decode_s"] for r in rs)
+        decode_tokens = sum(r.get("decode_tokens", r["new_tokens"] - r.get("first_emit", 1)) for r in rs)
         out[mode] = {
             "samples": len(rs),
             "decode_tokens_per_s": _median(r["decode_tokens_per_s"] for r in rs),
+            "decode_tokens_per_s_spread": _quantiles(r["decode_tokens_per_s"] for r in rs),
+            "decode_tokens_per_s_pooled": decode_tokens / decode_s if decode_s else None,
             "ttft_s": _median(r["ttft_s"] for r in rs),
             "tpot_s": _median(r["tpot_s"] for r in rs),
             "speedup_vs_baseline": _median(ratios("decode_tokens_per_s")),
+            "speedup_vs_baseline_spread": _quantiles(ratios("decode_tokens_per_s")),
             "e2e_tokens_per_s": _median(r["e2e_tokens_per_s"] for r in rs),
             "e2e_speedup_vs_baseline": _median(ratios("e2e_tokens_per_s")),
-            # pooled over all rounds of all prompts; per-prompt medians are in the records
+            # pooled over all rounds of all samples; per-sample values are in the records
             "acceptance": (sum(r.get("accepted", 0) for r in rs) / drafted) if drafted else None,
             "mean_emitted": (sum(r["emitted"] for r in rs) / sum(r["rounds"] for r in rs)) if drafted else None,
             "matches_baseline": sum(bool(r["matches_baseline"]) for r in rs),
@@ -266,6 +378,8 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     k = rec["k"]
     verify = costs[f"target_verify_{k + 1}_s"] if rec["mode"].endswith("deferred") else costs[f"target_verify_{k}_s"]
     step = costs["flash_draft_step_s"] if rec["mode"].startswith("flash") else costs["draft_step_s"]
+    if rec["mode"].endswith("pipelined"):
+        return None  # the model has no overlap term
     t = (costs["draft_prefill_s"] + rec["drafted"] * step + rec["verify_calls"] * verify
          + rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - rec["first_emit"]) / t

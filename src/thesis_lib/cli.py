@@ -7,6 +7,11 @@
 - ``thesis-lib cluster``: build (or find in the cache) a FlashHead clustering of a model's head.
 - ``thesis-lib model-bench``: the model-only measurements of the draft (``modelbench``): FlashHead quality
   over probe counts, head latency (Tables 4.1/4.2) and decode-step latency (Tables 4.3/4.4).
+- ``thesis-lib bench``: the benchmark protocol (``protocol``): all modes of the thesis on the project's
+  prompt set into a run folder (config, environment, one JSON line per sample, summary); resumable.
+- ``thesis-lib profile``: the diagnostic profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead
+  drafts with the draft's body/head split; a run folder like ``bench``'s.
+- ``thesis-lib table``: the thesis' tables (4.5 to 4.11) and this project's extra tables from run folders.
 
 Errors the user can fix print as one message and exit with status 2, before any heavy work.
 """
@@ -24,14 +29,14 @@ from . import models
 from .errors import ConfigError, ThesisLibError
 
 
-def _add_pair_args(p: argparse.ArgumentParser) -> None:
+def _add_pair_args(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
     p.add_argument("--target", default=models.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
     p.add_argument("--draft", default=models.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="device for both models, e.g. cpu, cuda:0 (default: %(default)s)")
     p.add_argument("--draft-device", default=None, help="device for the draft if it differs from --device")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
     p.add_argument("-k", "--k", type=int, default=4, help="block length K: draft tokens per round (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="tokens to generate per prompt (default: %(default)s)")
     p.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
     p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
@@ -47,36 +52,30 @@ def _add_flash_args(p: argparse.ArgumentParser) -> None:
                    help="precision of the centroid ranking (default: bf16 where the CPU has fast bf16)")
     g.add_argument("--outliers", type=float, default=0.0, help="fraction of tokens furthest from their centroid "
                    "to score always, like special tokens (this library's option, not Embedl's; default: 0)")
-    g.add_argument("--seed", type=int, default=0, help="clustering seed (default: 0)")
-    g.add_argument("--iterations", type=int, default=20, help="k-means iterations (default: 20)")
+    g.add_argument("--cluster-seed", type=int, default=0, help="clustering seed (default: 0)")
+    g.add_argument("--kmeans-iterations", type=int, default=20, help="k-means iterations (default: 20)")
 
 
 def _check_flash_args(args, spec: str) -> None:
     """Probe/cluster counts checked against the model's config before any weights load."""
-    from .clustering import check_cluster_count
-    from .flashhead import check_probes, default_probes
+    from .protocol import check_flash
 
-    if not 0 <= args.outliers < 1:
-        raise ConfigError(f"--outliers must lie in [0, 1) (got {args.outliers}).")
-    if args.probes is not None and args.probes < 1:
-        raise ConfigError(f"--probes must be >= 1 (got {args.probes}).")
-    if args.assets:
-        if not Path(args.assets).is_dir():
-            raise ConfigError(f"--assets {args.assets!r} is not a folder.")
-        return
-    vocab = json.loads((models.local_dir(spec) / "config.json").read_text()).get("vocab_size")
-    if vocab:
-        c = args.clusters if args.clusters is not None else vocab // 16
-        check_cluster_count(vocab, c)
-        check_probes(args.probes if args.probes is not None else default_probes(c), c)
+    check_flash(_FlashArgs(args, spec))
+
+
+class _FlashArgs:
+    """The FlashHead fields of the CLI's namespace under the names ``protocol`` uses."""
+
+    def __init__(self, args, draft: str):
+        self.draft, self.probes, self.clusters, self.assets = draft, args.probes, args.clusters, args.assets
+        self.flash_path, self.centroid_dtype, self.outliers = args.flash_path, args.centroid_dtype, args.outliers
+        self.cluster_seed, self.kmeans_iterations = args.cluster_seed, args.kmeans_iterations
 
 
 def _flash_head(args, draft):
-    from .flashhead import flashhead_for
+    from .protocol import flash_head
 
-    return flashhead_for(draft, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes, seed=args.seed,
-                         iterations=args.iterations, path=args.flash_path, centroid_dtype=args.centroid_dtype,
-                         outliers=args.outliers)
+    return flash_head(_FlashArgs(args, draft.spec), draft)
 
 
 def _check_common(args) -> None:
@@ -97,11 +96,10 @@ def cmd_generate(args) -> int:
     from .bench import Runner
     from .prompts import encode
 
-    from .bench import ALL_MODES, FLASH_MODES
+    from .bench import FLASH_MODES, check_modes
 
     _check_common(args)
-    if args.mode not in ALL_MODES:
-        raise ConfigError(f"Unknown mode {args.mode!r}; known: {', '.join(ALL_MODES)}.")
+    check_modes([args.mode])
     flash = args.mode in FLASH_MODES
     if flash:
         _check_flash_args(args, args.draft)
@@ -131,13 +129,10 @@ def _new_out_path(args) -> Path | None:
 
 
 def cmd_compare(args) -> int:
-    from .bench import ALL_MODES, DEFAULT_MODES, FLASH_MODES, Runner, compare, summarize
+    from .bench import DEFAULT_MODES, FLASH_MODES, Runner, check_modes, compare, summarize
 
     _check_common(args)
-    modes = tuple(args.modes.split(",")) if args.modes else DEFAULT_MODES
-    unknown = [m for m in modes if m not in ALL_MODES]
-    if unknown:
-        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
+    modes = check_modes(args.modes.split(",")) if args.modes else DEFAULT_MODES
     prompts = _select_prompts(args)
     out_path = _new_out_path(args)
     flash = any(m in FLASH_MODES for m in modes)
@@ -187,7 +182,7 @@ def cmd_cluster(args) -> int:
     loaded = models.load_model(args.model, pack=False)
     t0 = time.perf_counter()
     clustering = clustering_for(loaded, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes,
-                                seed=args.seed, iterations=args.iterations)
+                                seed=args.cluster_seed, iterations=args.kmeans_iterations)
     info = {k: v for k, v in clustering.info.items() if k != "history"}
     info.update(n_clusters=clustering.n_clusters, cluster_size=int(clustering.sizes().max()),
                 seconds_total=round(time.perf_counter() - t0, 1))
@@ -200,6 +195,7 @@ def cmd_cluster(args) -> int:
 
 def cmd_model_bench(args) -> int:
     from . import modelbench
+    from .results import cpu_name
 
     parts = tuple(args.parts.split(","))
     bad = [p for p in parts if p not in modelbench.PARTS]
@@ -219,7 +215,7 @@ def cmd_model_bench(args) -> int:
                          head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
                          states_file=args.states)
     doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
-               machine=platform.machine(), processor=_cpu_name(), threads=_threads(),
+               machine=platform.machine(), processor=cpu_name(), threads=_threads(),
                prompts_used=[p.question_id for p in prompts])
     _print_model_tables(doc)
     if out_path:
@@ -230,14 +226,69 @@ def cmd_model_bench(args) -> int:
     return 0
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def _bench_config(args, profile: bool):
+    from .protocol import BenchConfig, profile_modes
+
+    modes = profile_modes(args.schedule) if profile else tuple(m for m in args.modes.split(",") if m)
+    return BenchConfig(
+        name=args.name, out=args.out, target=args.target, draft=args.draft, device=args.device,
+        draft_device=args.draft_device, dtype=args.dtype, pack=False if args.no_pack else None, k=args.k,
+        max_new_tokens=args.max_new_tokens, modes=modes, prompt_file=args.prompt_file, categories=args.categories,
+        per_category=args.per_category or None, prompts=args.prompts, turns=args.turns, chat=not args.no_chat,
+        warmup=args.warmup, iterations=args.iterations, seed=args.seed, costs=not args.no_costs, profile=profile,
+        probes=args.probes, clusters=args.clusters, assets=args.assets, flash_path=args.flash_path,
+        centroid_dtype=args.centroid_dtype, outliers=args.outliers, cluster_seed=args.cluster_seed,
+        kmeans_iterations=args.kmeans_iterations)
+
+
+def _run_protocol(args, profile: bool) -> int:
+    from . import protocol, tables
+
+    cfg = _bench_config(args, profile)
+    run = protocol.run(cfg, resume=args.resume, replace=args.replace)
+    costs = [r["component_costs_s"] for r in run.samples if r.get("component_costs_s") and r["mode"] == "baseline"]
+    costs = {k: statistics.median(c[k] for c in costs) for k in costs[0]} if costs else {}
+    _print_table(run.summary, costs, args)
+    for name, df in tables.available(run).items():
+        print(f"Table {name}" if name[0].isdigit() else f"{name}:")
+        print(tables.to_markdown(df) + "\n")
+    print(f"run folder: {run.path}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    return _run_protocol(args, profile=False)
+
+
+def cmd_profile(args) -> int:
+    return _run_protocol(args, profile=True)
+
+
+def cmd_table(args) -> int:
+    from . import tables
+    from .results import load_run
+
+    run = load_run(args.run)
+    names = list(tables.TABLES) if args.table == "all" else args.table.split(",")
+    unknown = [n for n in names if n not in tables.TABLES]
+    if unknown:
+        raise ConfigError(f"Unknown table(s) {', '.join(unknown)}; known: {', '.join(tables.TABLES)}, all.")
+    if args.against:
+        frames = {"reproducibility": tables.reproducibility(run, load_run(args.against))}
+    elif args.table == "all":
+        frames = tables.available(run)
+    else:
+        frames = {n: tables.TABLES[n](run) for n in names}
+    for name, df in frames.items():
+        title = f"Table {name}" if name[0].isdigit() else name
+        if args.format == "csv":
+            print(f"# {title}")
+            print(df.to_csv(index=False), end="")
+        elif args.format == "markdown":
+            print(f"{title}\n\n{tables.to_markdown(df)}\n")
+        else:
+            print(f"{title}\n{df.to_string(index=False)}\n")
+    return 0
 
 
 def _print_model_tables(doc: dict) -> None:
@@ -307,16 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="generate for one prompt with one mode")
     _add_pair_args(p)
     p.add_argument("prompt", help="the prompt text")
-    p.add_argument("--mode", default="dense_deferred", help="baseline, dense_ordinary, dense_deferred, flash_ordinary, "
-                   "flash_deferred, hf_greedy, hf_assisted (default: %(default)s)")
+    p.add_argument("--mode", default="dense_deferred", help="baseline, <dense|flash|shared>_<ordinary|deferred|"
+                   "pipelined>, hf_greedy or hf_assisted (default: %(default)s)")
     _add_flash_args(p)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("compare", help="benchmark every mode on the demo prompts, interleaved")
     _add_pair_args(p)
-    p.add_argument("--modes", default=None, help="comma-separated subset of: baseline, dense_ordinary, "
-                   "dense_deferred, flash_ordinary, flash_deferred, hf_greedy, hf_assisted "
-                   "(default: all but the flash_* modes)")
+    p.add_argument("--modes", default=None, help="comma-separated modes: baseline, <dense|flash|shared>_<ordinary|"
+                   "deferred|pipelined>, hf_greedy, hf_assisted (default: baseline, dense_ordinary, dense_deferred "
+                   "and the two peers)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default: all 8)")
     p.add_argument("--prompt-file", default=None, help="a Spec-Bench-format question file (path or http(s) URL, cached), or a shipped set: demo (default), project")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
@@ -350,6 +401,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the result document here (JSON; must not exist)")
     _add_flash_args(p)
     p.set_defaults(func=cmd_model_bench)
+
+    from .bench import ALL_MODES, THESIS_MODES
+
+    for name, helptext, func in (
+            ("bench", "the benchmark protocol: every mode on the project's prompts into a run folder", cmd_bench),
+            ("profile", "the profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead drafts", cmd_profile)):
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        _add_pair_args(p, max_new_tokens=32)
+        if name == "bench":
+            p.add_argument("--modes", default=",".join(THESIS_MODES),
+                           help=f"comma-separated modes, of: {', '.join(ALL_MODES)} (default: %(default)s)")
+        else:
+            p.add_argument("--schedule", default="ordinary", choices=["ordinary", "deferred", "pipelined"],
+                           help="the schedule profiled (default: %(default)s, as the thesis' Table 4.7)")
+        g = p.add_argument_group("prompts")
+        g.add_argument("--prompt-file", default="project", help="a Spec-Bench-format question file (path or http(s) "
+                       "URL, cached), or a shipped set: project (default), demo")
+        g.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
+        g.add_argument("--per-category", type=int, default=2 if name == "bench" else 1,
+                       help="the first N prompts of each category; 0 = all (default: %(default)s)")
+        g.add_argument("--prompts", type=int, default=None, help="then keep the first N prompts (default: all)")
+        g.add_argument("--turns", default="first", choices=["first", "flatten"],
+                       help="multi-turn records: the first turn, or all turns flattened into one (default: first)")
+        g = p.add_argument_group("protocol")
+        g.add_argument("--warmup", type=int, default=1, help="untimed warm-up rounds of every mode (default: 1)")
+        g.add_argument("--iterations", type=int, default=1, help="measured iterations over the prompts (default: 1)")
+        g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+        g.add_argument("--no-costs", action="store_true", help="skip the per-prompt component costs (and predictions)")
+        g.add_argument("--out", default="runs", help="parent folder of run folders (default: %(default)s)")
+        g.add_argument("--name", default=name, help="run folder name (default: %(default)s); never overwritten")
+        g.add_argument("--resume", action="store_true", help="finish an interrupted run (same configuration)")
+        g.add_argument("--replace", action="store_true", help="move an existing run folder aside (<name>.old-N) and start afresh")
+        _add_flash_args(p)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("table", help="the thesis' tables (4.5-4.11) and extra tables from a run folder")
+    p.add_argument("run", help="a run folder (from thesis-lib bench or profile)")
+    p.add_argument("--table", default="all", help="comma-separated: 4.5, 4.6, 4.7, 4.8, 4.9, 4.10, 4.11, draft-split, "
+                   "ratios, peers, pipelined, verification, accepted; or all (default: all the run supports)")
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv"], help="output format (default: text)")
+    p.add_argument("--against", default=None, help="a second run folder of the same configuration: print the "
+                   "reproducibility table (identical tokens, acceptance, speed spread) instead")
+    p.set_defaults(func=cmd_table)
     return parser
 
 

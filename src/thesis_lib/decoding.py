@@ -21,11 +21,18 @@ Vocabulary of the stats (one word per concept, as in the thesis):
 - a *verify* call is one batched target forward over a drafted block; an *append* is a standalone one-token
   target forward that only writes the final token into the target's cache (the thesis' "finalize");
 - ``skipped``: rounds whose first proposal already disagreed with the target's known next token, so the
-  ordinary schedule did not run the verify forward.
+  ordinary schedule did not run the verify forward;
+- target-only decoding counts each decode-phase forward as an append (as the thesis' Table 4.9 does).
+
+Schedules (``schedule=``): ``ordinary``; ``deferred``; ``pipelined`` (thesis section 3.6.1): the ordinary
+schedule, but the standalone target append runs on a worker thread while the main thread lets the draft
+catch up and propose the next block; the loop waits for the append only when it needs the target's next
+token (the skip test and the verify forward). The tokens are those of the ordinary schedule.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -38,6 +45,7 @@ from .state import ModelState
 
 #: Phase names (the thesis' Table 4.5 columns); all in seconds.
 PREFILL, PROPOSE, VERIFY, FINALIZE = "prefill", "draft_propose", "target_verify", "finalize_align"
+SCHEDULES = ("ordinary", "deferred", "pipelined")
 
 
 @dataclass
@@ -149,6 +157,7 @@ def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
     while len(out) < max_new_tokens and out[-1] not in eos:
         tok = target.greedy(tok, last_only=True)
         out.append(int(tok))  # host sync: the loop needs the token to test for EOS
+        stats.append_calls += 1  # every decode step appends one token to the cache (the thesis' count)
     return _finish(stats, out, eos, clock, t0, t1)
 
 
@@ -176,18 +185,49 @@ def _accepted_prefix(proposals: Sequence[int], target_tokens: Sequence[int]) -> 
 @torch.inference_mode()
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
                          max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
-                         clock: PhaseClock | None = None) -> Generation:
-    """Greedy speculative decoding (thesis section 3.3), ordinary or deferred schedule (section 3.6.2).
+                         schedule: str | None = None, clock: PhaseClock | None = None) -> Generation:
+    """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or
+    pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``.
 
     Invariant at the start of a round:
-    - ordinary: the target's cache holds every emitted token and ``next_token`` is its argmax after them;
+    - ordinary/pipelined: the target's cache holds every emitted token and ``next_token`` is its argmax
+      after them (pipelined: possibly still being computed by the worker thread);
     - deferred: the target's cache holds all but the last emitted token, ``final``, which rides along at
       the front of the next verify batch.
     """
+    schedule = schedule or ("deferred" if deferred else "ordinary")
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"Unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
     _check(max_new_tokens, prompt_ids, k)
-    clock = clock or PhaseClock([target.device, getattr(getattr(drafter, "state", None), "device", "cpu")])
+    if schedule != "pipelined":
+        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append") as worker:
+        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker)
+
+
+@torch.inference_mode()
+def _append(target: ModelState, token: int) -> int:
+    """The standalone target append (inference mode is per thread, so the worker enters it itself)."""
+    return int(target.greedy([token], last_only=True))
+
+
+def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], k: int, max_new_tokens: int,
+                 eos_ids: Sequence[int], schedule: str, clock: PhaseClock | None,
+                 worker: ThreadPoolExecutor | None) -> Generation:
+    deferred = schedule == "deferred"
+    draft_device = getattr(getattr(drafter, "state", None), "device", "cpu")
+    clock = clock or PhaseClock([target.device, draft_device])
     eos = frozenset(eos_ids)
-    stats = DecodeStats(mode=f"{drafter.name}_{'deferred' if deferred else 'ordinary'}", k=k)
+    stats = DecodeStats(mode=f"{drafter.name}_{schedule}", k=k)
+    pending: Future | None = None  # pipelined: the append running on the worker thread
+
+    def next_known() -> int:
+        nonlocal pending, next_token
+        if pending is not None:
+            with clock.phase(FINALIZE, target.device):
+                next_token = pending.result()
+            pending = None
+        return next_token
     target.reset()
     t0 = clock.now()
     # 0. initial step: target prefill and first token
@@ -199,9 +239,13 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
     drafter.begin(list(prompt_ids) + [final])
     next_token = None
     if not done and not deferred:
-        # The ordinary schedule writes the first token into the target's cache before the first round.
-        with clock.phase(FINALIZE):
-            next_token = int(target.greedy([final], last_only=True))
+        # The ordinary schedule writes the first token into the target's cache before the first round
+        # (pipelined: on the worker, overlapping the draft's prefill of the prompt).
+        if worker is not None:
+            pending = worker.submit(_append, target, final)
+        else:
+            with clock.phase(FINALIZE):
+                next_token = int(target.greedy([final], last_only=True))
         stats.append_calls += 1
 
     while not done:
@@ -213,14 +257,16 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
                 with clock.phase(FINALIZE):
                     next_token = int(target.greedy([final], last_only=True))
                 stats.append_calls += 1
-            out.append(next_token)
+            out.append(next_known())
             stats.tail_tokens += 1
             break
         # 1. draft proposal: y_1..y_kk
-        with clock.phase(PROPOSE):
+        with clock.phase(PROPOSE, draft_device):
             y = drafter.propose(kk)
+        if not deferred:
+            next_known()
         # 2. target verification
-        with clock.phase(VERIFY):
+        with clock.phase(VERIFY, target.device):
             if deferred:
                 # one forward over [final, y_1..y_kk]: t[i] is the target's token after position i
                 t = target.greedy([final] + y).tolist()
@@ -255,8 +301,12 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
             # 5. finalize. This is the step deferred verification changes:
             #    ordinary -- a standalone one-token target forward writes the final token into the cache now;
             #    deferred -- the final token waits and is verified at the front of the next round's batch.
+            #    pipelined -- the same append, started on the worker thread; the next proposal overlaps it.
             if deferred:
                 final = correction
+            elif worker is not None:
+                pending = worker.submit(_append, target, correction)
+                stats.append_calls += 1
             else:
                 next_token = int(target.greedy([correction], last_only=True))
                 stats.append_calls += 1

@@ -1,10 +1,21 @@
-"""Phase timers for the decoding loops (thesis section 3.5).
+"""Timers for the decoding loops (thesis sections 3.5 and 4.2).
 
-:class:`PhaseClock` accumulates wall time per named phase. On a CUDA device it synchronises before reading
-the clock, so a phase is charged for the GPU work it launched; elsewhere it reads ``time.perf_counter``.
-The decoding loops always run under a clock (its cost is two clock reads per phase), so every generation
-carries its own phase times. The finer, more intrusive instrumentation (body vs head inside the draft) is a
-separate profiled run in a later chapter.
+- :class:`PhaseClock` accumulates wall time per named phase. On CUDA it synchronises before reading the
+  clock (all the clock's devices, or only those a phase names), so a phase is charged for the GPU work it
+  launched; elsewhere it reads ``time.perf_counter``. The decoding loops always run under a clock (two clock
+  reads per phase), so every generation carries its own phase times. Time spent waiting in those
+  synchronisations is counted too (``sync_s``).
+- :class:`ForwardTimer` times one model's forward passes by themselves: with CUDA events (GPU time of the
+  forward) where the model sits on a CUDA device, with ``perf_counter`` elsewhere. The profiled run uses it on
+  the target, so verification is seen both as loop wall time and as the forward's own time.
+- :class:`ProfiledDrafter` is a :class:`~thesis_lib.drafters.ModelDrafter` that charges its work to finer
+  phases: the prompt prefill, the transformer body, the head, turning the proposals into Python ints
+  (materialisation) and the cache alignment after verification. Its extra clock reads (and, on CUDA, the
+  synchronisations they need) are instrumentation overhead, which is why the headline tables come from runs
+  without it and the profile is a separate run (as in the thesis).
+
+Phase names used by the profiled drafter: ``draft_prefill``, ``draft_body``, ``draft_head``,
+``draft_materialize``, ``draft_align``; all nest inside the loop's ``draft_propose`` / ``finalize_align``.
 """
 
 from __future__ import annotations
@@ -12,35 +23,126 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from .drafters import ModelDrafter
+
+DRAFT_PHASES = ("draft_prefill", "draft_body", "draft_head", "draft_materialize", "draft_align")
+
+
+def _is_cuda(device) -> bool:
+    return str(device).startswith("cuda")
 
 
 class PhaseClock:
-    """Accumulates seconds per phase; synchronises CUDA before each clock read when a device is CUDA."""
+    """Accumulates seconds per phase; synchronises CUDA devices before each clock read."""
 
     def __init__(self, devices=("cpu",)):
-        self._cuda = any(str(d).startswith("cuda") for d in devices)
+        self.devices = [torch.device(d) for d in devices if _is_cuda(d)]
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.sync_s = 0.0
 
-    def sync(self) -> None:
-        if self._cuda:
-            import torch
+    def sync(self, devices: Sequence | None = None) -> None:
+        targets = self.devices if devices is None else [torch.device(d) for d in devices if _is_cuda(d)]
+        if targets:
+            t0 = time.perf_counter()
+            for d in dict.fromkeys(targets):
+                torch.cuda.synchronize(d)
+            self.sync_s += time.perf_counter() - t0
 
-            torch.cuda.synchronize()
-
-    def now(self) -> float:
-        self.sync()
+    def now(self, devices: Sequence | None = None) -> float:
+        self.sync(devices)
         return time.perf_counter()
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        t0 = self.now()
+    def phase(self, name: str, *devices) -> Iterator[None]:
+        """Time a phase; with ``devices``, synchronise only those (pipelined schedules overlap the others)."""
+        only = devices or None
+        t0 = self.now(only)
         try:
             yield
         finally:
-            self.seconds[name] += self.now() - t0
+            self.seconds[name] += self.now(only) - t0
             self.calls[name] += 1
 
     def as_dict(self) -> dict[str, float]:
-        return dict(self.seconds)
+        out = dict(self.seconds)
+        if self.sync_s:
+            out["sync"] = self.sync_s
+        return out
+
+
+class ForwardTimer:
+    """Wraps a forward function; ``seconds()`` is the summed time of its calls (CUDA events on CUDA)."""
+
+    def __init__(self, fn: Callable, device):
+        self.fn = fn
+        self.device = device
+        self.cuda = _is_cuda(device)
+        self._events: list = []
+        self._seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = self.fn(*args, **kwargs)
+            end.record()
+            self._events.append((start, end))
+            return out
+        t0 = time.perf_counter()
+        out = self.fn(*args, **kwargs)
+        self._seconds += time.perf_counter() - t0
+        return out
+
+    def seconds(self) -> float:
+        if self._events:
+            torch.cuda.synchronize(torch.device(self.device))
+            self._seconds += sum(s.elapsed_time(e) for s, e in self._events) / 1000.0
+            self._events = []
+        return self._seconds
+
+    def reset(self) -> None:
+        self.seconds()
+        self._seconds, self.calls = 0.0, 0
+
+
+class ProfiledDrafter(ModelDrafter):
+    """A model drafter that charges prefill, body, head, materialisation and alignment to ``clock``.
+
+    Proposes exactly the tokens of :class:`ModelDrafter` (same calls, in the same order); ``clock`` is set by
+    the caller for each generation (the loop's own clock, so the phases nest in its ``draft_propose``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clock = PhaseClock([self.state.device])
+
+    @torch.inference_mode()
+    def propose(self, k: int) -> list[int]:
+        if k <= 0:
+            self._proposed = []
+            return []
+        clock, dev = self.clock, self.state.device
+        feed = self.pending
+        self.pending = []
+        drafted = []
+        for _ in range(k):
+            name = "draft_prefill" if self.state.length == 0 else "draft_body"
+            with clock.phase(name, dev):
+                h = self.state.hidden(feed)[-1:]
+            with clock.phase("draft_head", dev):
+                tok = self.state.head(h)
+            drafted.append(tok)
+            feed = tok
+        with clock.phase("draft_materialize", dev):
+            self._proposed = torch.cat(drafted).tolist()
+        return self._proposed
+
+    def observe(self, accepted: int, final_token: int) -> None:
+        with self.clock.phase("draft_align", self.state.device):
+            super().observe(accepted, final_token)

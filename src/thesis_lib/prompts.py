@@ -96,8 +96,10 @@ def fetch_prompt_file(url: str, *, timeout: float = 20.0, refresh: bool = False)
     return path
 
 
-def select(prompts: list[Prompt], categories: str | list[str] | None = None, count: int | None = None) -> list[Prompt]:
-    """Keep the given categories (comma-separated or a list), then the first ``count`` prompts."""
+def select(prompts: list[Prompt], categories: str | list[str] | None = None, count: int | None = None,
+           per_category: int | None = None) -> list[Prompt]:
+    """Keep the given categories (comma-separated or a list), then the first ``per_category`` prompts of each
+    category (file order kept), then the first ``count`` prompts."""
     if categories:
         wanted = set(categories.split(",") if isinstance(categories, str) else categories)
         available = {p.category for p in prompts}
@@ -108,6 +110,16 @@ def select(prompts: list[Prompt], categories: str | list[str] | None = None, cou
         prompts = [p for p in prompts if p.category in wanted]
     if count is not None and count < 1:
         raise ConfigError(f"The prompt count must be >= 1 (got {count}).")
+    if per_category is not None:
+        if per_category < 1:
+            raise ConfigError(f"The prompts per category must be >= 1 (got {per_category}).")
+        seen: dict[str, int] = {}
+        kept = []
+        for p in prompts:
+            seen[p.category] = seen.get(p.category, 0) + 1
+            if seen[p.category] <= per_category:
+                kept.append(p)
+        prompts = kept
     prompts = prompts[:count] if count else prompts
     if not prompts:
         raise ConfigError("No prompts selected.")
@@ -118,6 +130,20 @@ def demo_prompts(n: int | None = None) -> list[Prompt]:
     """The demo set shipped with the package (code, chat, translation, maths)."""
     prompts = load_jsonl(DATA_DIR / "demo_prompts.jsonl")
     return prompts[:n] if n else prompts
+
+
+#: How a multi-turn record becomes one prompt: its first turn, or all turns flattened into one user message
+#: (the thesis' benchmark path uses flattened prompts).
+TURNS = ("first", "flatten")
+
+
+def prompt_text(prompt: Prompt, turns: str = "first") -> str:
+    """The text sent for ``prompt``: its first turn, or (``flatten``) all turns joined by blank lines."""
+    if turns not in TURNS:
+        raise ConfigError(f"Unknown turns policy {turns!r}; use one of {', '.join(TURNS)}.")
+    if turns == "flatten" and len(prompt.turns) > 1:
+        return "\n\n".join(prompt.turns)
+    return prompt.text
 
 
 def encode(tokenizer: Any, text: str, *, chat: bool = True) -> list[int]:

@@ -1,0 +1,396 @@
+"""The thesis' chapter-4 tables, regenerated from run folders as DataFrames (thesis sections 4.4 to 4.6).
+
+Each ``table_4_N(run)`` takes a :class:`~thesis_lib.results.Run` (or a run folder's path) and returns a
+DataFrame with the thesis' rows and columns, in its order and with its column names, so the book can set
+the thesis' numbers beside ours. The quantities follow the thesis' definitions:
+
+- decode tok/s = all decode-phase tokens / all decode-phase time, pooled over the samples (the thesis'
+  Table 4.9 totals reproduce its tok/s this way); TTFT is the mean; "decode total" and the phase columns
+  are sums over samples in milliseconds; acceptance = accepted / drafted pooled over all rounds; mean
+  emitted = emitted tokens per round (target token included); shares are fractions of the decode total;
+- speedups are ratios of those pooled tok/s.
+
+Because this machine is noisy, :func:`ratio_table` adds what the thesis does not report: the median and
+quartiles of the per-sample ratios (same prompt, same iteration), which is the number to quote. The rest
+are this project's additions: the peers (transformers' ``generate``), the pipelined schedule, the draft's
+body/head split, verification behaviour, accepted-length histograms and run-to-run reproducibility.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import ConfigError
+from .results import Run, load_run
+
+LABELS = {
+    "baseline": "Baseline", "dense_ordinary": "Dense draft", "flash_ordinary": "FlashHead draft",
+    "shared_ordinary": "Dense shared", "dense_deferred": "Dense deferred", "flash_deferred": "FlashHead deferred",
+    "shared_deferred": "Dense shared deferred", "dense_pipelined": "Dense pipelined",
+    "flash_pipelined": "FlashHead pipelined", "shared_pipelined": "Dense shared pipelined",
+    "hf_greedy": "transformers generate()", "hf_assisted": "transformers assisted generate()",
+}
+
+
+def _run(run: Run | str | Path) -> Run:
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def _samples(run: Run, mode: str, table: str) -> list[dict]:
+    rs = run.of(mode)
+    if not rs:
+        raise ConfigError(f"Run {run.name!r} has no samples of mode {mode} (Table {table} needs it; "
+                          f"the run has {', '.join(run.modes()) or 'none'}).")
+    return rs
+
+
+def _decode_tokens(r: dict) -> int:
+    return r.get("decode_tokens", r["new_tokens"] - r.get("first_emit", 1))
+
+
+def totals(rs: list[dict]) -> dict:
+    """The thesis' pooled quantities over a set of samples of one mode."""
+    decode_s = sum(r["decode_s"] for r in rs)
+    tokens = sum(_decode_tokens(r) for r in rs)
+    drafted = sum(r.get("drafted", 0) for r in rs)
+    rounds = sum(r.get("rounds", 0) for r in rs)
+
+    def phase(name):
+        return sum(r.get("phase_s", {}).get(name, 0.0) for r in rs)
+
+    return {
+        "samples": len(rs), "decode_tokens": tokens, "decode_s": decode_s,
+        "decode_tokens_per_s": tokens / decode_s if decode_s else float("nan"),
+        "ttft_ms": 1000 * statistics.fmean(r["ttft_s"] for r in rs),
+        "acceptance": sum(r.get("accepted", 0) for r in rs) / drafted if drafted else float("nan"),
+        "mean_emitted": sum(r.get("emitted", 0) for r in rs) / rounds if rounds else float("nan"),
+        "propose_s": phase("draft_propose"), "verify_s": phase("target_verify"), "finalize_s": phase("finalize_align"),
+        "verify_calls": sum(r.get("verify_calls", 0) for r in rs),
+        "append_calls": sum(r.get("append_calls", 0) for r in rs),
+        "phases": {k: phase(k) for k in dict.fromkeys(k for r in rs for k in r.get("phase_s", {}))},
+    }
+
+
+def _speedups(run: Run, pairs: list[tuple[str, str, str]], table: str) -> pd.DataFrame:
+    rows = []
+    for label, a, b in pairs:
+        ta, tb = totals(_samples(run, a, table)), totals(_samples(run, b, table))
+        rows.append({"Comparison": label, "Metric": "Decode Tok/s", "A": ta["decode_tokens_per_s"],
+                     "B": tb["decode_tokens_per_s"], "Speedup": tb["decode_tokens_per_s"] / ta["decode_tokens_per_s"]})
+    return pd.DataFrame(rows)
+
+
+def table_4_5(run) -> pd.DataFrame:
+    """End-to-end speculative decoding with dense and FlashHead draft models (ordinary schedule)."""
+    run = _run(run)
+    rows = []
+    for mode in ("baseline", "dense_ordinary", "flash_ordinary"):
+        t = totals(_samples(run, mode, "4.5"))
+        spec = mode != "baseline"
+        rows.append({"Mode": LABELS[mode], "Decode Tok/s": t["decode_tokens_per_s"], "TTFT (ms)": t["ttft_ms"],
+                     "Acceptance": t["acceptance"] if spec else None, "Decode total (ms)": 1000 * t["decode_s"],
+                     "Draft propose (ms)": 1000 * t["propose_s"] if spec else None,
+                     "Base verify (ms)": 1000 * t["verify_s"] if spec else None,
+                     "Finalize (ms)": 1000 * t["finalize_s"] if spec else None})
+    return pd.DataFrame(rows)
+
+
+def table_4_6(run) -> pd.DataFrame:
+    """Decode-throughput speedups of Table 4.5."""
+    return _speedups(_run(run), [("Baseline vs. dense draft", "baseline", "dense_ordinary"),
+                                 ("Baseline vs. FlashHead draft", "baseline", "flash_ordinary"),
+                                 ("Dense draft vs. FlashHead draft", "dense_ordinary", "flash_ordinary")], "4.6")
+
+
+def _profile_modes(run: Run) -> list[str]:
+    schedule = None
+    for m in run.modes():
+        if m.startswith("shared_"):
+            schedule = m.split("_", 1)[1]
+    if schedule is None or not run.config.get("profile"):
+        raise ConfigError(f"Run {run.name!r} is not a profiled run (no dense-shared mode); "
+                          "Tables 4.7/4.8 come from `thesis-lib profile`.")
+    return [f"{d}_{schedule}" for d in ("dense", "shared", "flash")]
+
+
+def table_4_7(run) -> pd.DataFrame:
+    """Phase-level profile of the dense, dense-shared and FlashHead draft modes (a profiled run)."""
+    run = _run(run)
+    rows = []
+    for mode in _profile_modes(run):
+        t = totals(_samples(run, mode, "4.7"))
+        rows.append({"Mode": LABELS[mode], "Decode Tok/s": t["decode_tokens_per_s"],
+                     "Decode total (ms)": 1000 * t["decode_s"], "Draft propose share": t["propose_s"] / t["decode_s"],
+                     "Base verify share": t["verify_s"] / t["decode_s"], "Finalize share": t["finalize_s"] / t["decode_s"],
+                     "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"]})
+    return pd.DataFrame(rows)
+
+
+def draft_split(run, mode: str) -> dict:
+    """Inside the proposal of a profiled mode: prefill, body, head, materialisation (ms and shares of the
+    proposal time), the head's share of decode time, and the head-only ceiling (decode time over decode time
+    without the head: the best end-to-end gain if only the head became free)."""
+    run = _run(run)
+    t = totals(_samples(run, mode, "4.8"))
+    ph = t["phases"]
+    if "draft_head" not in ph:
+        raise ConfigError(f"Run {run.name!r} has no draft body/head split (it was not a profiled run).")
+    propose = t["propose_s"]
+    out = {"propose_ms": 1000 * propose, "decode_ms": 1000 * t["decode_s"]}
+    for name in ("draft_prefill", "draft_body", "draft_head", "draft_materialize", "draft_align", "sync"):
+        out[f"{name}_ms"] = 1000 * ph.get(name, 0.0)
+    out["body_share_of_propose"] = (ph.get("draft_prefill", 0.0) + ph.get("draft_body", 0.0)) / propose
+    out["head_share_of_propose"] = ph["draft_head"] / propose
+    out["head_share_of_decode"] = ph["draft_head"] / t["decode_s"]
+    out["head_only_ceiling"] = t["decode_s"] / (t["decode_s"] - ph["draft_head"])
+    out["outside_propose_share"] = 1 - propose / t["decode_s"]
+    if "target_forward" in ph:
+        out["target_forward_ms"] = 1000 * ph["target_forward"]
+    return out
+
+
+def draft_split_table(run) -> pd.DataFrame:
+    """The proposal's body/head split and the head-only ceiling per profiled mode (the evidence of 4.8)."""
+    run = _run(run)
+    rows = []
+    for mode in _profile_modes(run):
+        d = draft_split(run, mode)
+        rows.append({"Mode": LABELS[mode], "Propose (ms)": d["propose_ms"], "Draft prefill (ms)": d["draft_prefill_ms"],
+                     "Body (ms)": d["draft_body_ms"], "Head (ms)": d["draft_head_ms"],
+                     "Materialize (ms)": d["draft_materialize_ms"], "Align (ms)": d["draft_align_ms"],
+                     "Sync (ms)": d["sync_ms"], "Body share of propose": d["body_share_of_propose"],
+                     "Head share of propose": d["head_share_of_propose"],
+                     "Head share of decode": d["head_share_of_decode"], "Head-only ceiling": d["head_only_ceiling"],
+                     "Target forward (ms)": d.get("target_forward_ms", float("nan"))})
+    return pd.DataFrame(rows)
+
+
+def table_4_8(run) -> pd.DataFrame:
+    """Profiling diagnosis and its evidence, each sentence computed from the profiled run."""
+    run = _run(run)
+    dense, _, flash = _profile_modes(run)
+    f, d = draft_split(run, flash), draft_split(run, dense)
+    t = totals(_samples(run, flash, "4.8"))
+    outside = f["outside_propose_share"]
+    rows = [
+        ("Base verification and finalization dominate" if outside > 0.5 else "Draft proposal dominates",
+         f"In the FlashHead draft mode, {100 * outside:.1f}% of measured decode time is outside draft proposal."),
+        ("The head-only ceiling is low" if d["head_only_ceiling"] < 1.1 else "The head-only ceiling is substantial",
+         f"The dense draft's head accounts for {100 * d['head_share_of_decode']:.1f}% of decode wall time, so a free "
+         f"head would give at most {d['head_only_ceiling']:.3f}x; FlashHead's head takes "
+         f"{100 * f['head_share_of_decode']:.1f}%."),
+        ("The draft body dominates proposal" if f["body_share_of_propose"] > 0.5 else "The draft head dominates proposal",
+         f"The draft transformer body accounts for {100 * f['body_share_of_propose']:.1f}% of FlashHead proposal wall "
+         f"time, the head for {100 * f['head_share_of_propose']:.1f}% (dense draft: body "
+         f"{100 * d['body_share_of_propose']:.1f}%, head {100 * d['head_share_of_propose']:.1f}%)."),
+        ("Acceptance is low" if t["acceptance"] < 0.5 else "Acceptance is high",
+         f"Acceptance is {t['acceptance']:.3f} and the mean number of emitted tokens per round is {t['mean_emitted']:.3f}."),
+    ]
+    return pd.DataFrame(rows, columns=["Diagnosis", "Evidence"])
+
+
+def table_4_9(run) -> pd.DataFrame:
+    """End-to-end comparison with deferred verification for the dense and FlashHead drafts."""
+    run = _run(run)
+    rows = []
+    for mode, label in (("baseline", "Base only"), ("dense_deferred", LABELS["dense_deferred"]),
+                        ("flash_deferred", LABELS["flash_deferred"])):
+        t = totals(_samples(run, mode, "4.9"))
+        spec = mode != "baseline"
+        rows.append({"Mode": label, "Samples": t["samples"], "Decode Tok/s": t["decode_tokens_per_s"],
+                     "TTFT (ms)": t["ttft_ms"], "Decode total (ms)": 1000 * t["decode_s"],
+                     "Acceptance": t["acceptance"] if spec else None, "Mean emitted": t["mean_emitted"] if spec else None,
+                     "Base verify calls": t["verify_calls"], "Base append calls": t["append_calls"]})
+    return pd.DataFrame(rows)
+
+
+def table_4_10(run) -> pd.DataFrame:
+    """Decode-throughput speedups with deferred verification."""
+    return _speedups(_run(run), [("Base only vs. dense deferred", "baseline", "dense_deferred"),
+                                 ("Base only vs. FlashHead deferred", "baseline", "flash_deferred"),
+                                 ("Dense deferred vs. FlashHead deferred", "dense_deferred", "flash_deferred")], "4.10")
+
+
+def table_4_11(run) -> pd.DataFrame:
+    """The draft path (all proposal time) under deferred verification."""
+    run = _run(run)
+    rows = []
+    for mode in ("dense_deferred", "flash_deferred"):
+        t = totals(_samples(run, mode, "4.11"))
+        path_ms = 1000 * t["propose_s"]
+        rows.append({"Mode": LABELS[mode], "Draft path (ms)": path_ms, "Draft path share": t["propose_s"] / t["decode_s"],
+                     "Draft ms/decode tok": path_ms / t["decode_tokens"],
+                     "Draft path Tok/s": t["decode_tokens"] / t["propose_s"]})
+    return pd.DataFrame(rows)
+
+
+def _per_sample_ratios(run: Run, mode: str, against: str = "baseline", key: str = "decode_tokens_per_s") -> list[float]:
+    base = {(r.get("iteration", 0), r["question_id"]): r for r in run.of(against)}
+    out = []
+    for r in run.of(mode):
+        b = base.get((r.get("iteration", 0), r["question_id"]))
+        if b and r.get(key) and b.get(key):
+            out.append(r[key] / b[key])
+    return out
+
+
+def _q(xs: list[float]) -> tuple[float, float, float]:
+    if not xs:
+        return (float("nan"),) * 3
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
+def ratio_table(run, against: str = "baseline") -> pd.DataFrame:
+    """Per mode: median decode tok/s over samples, and the per-sample decode tok/s ratio against
+    ``against`` (median and quartiles): the robust numbers to quote on a noisy machine."""
+    run = _run(run)
+    rows = []
+    for mode in run.modes():
+        rs = run.of(mode)
+        tps = [r["decode_tokens_per_s"] for r in rs if r.get("decode_tokens_per_s")]
+        p25, p50, p75 = _q(_per_sample_ratios(run, mode, against))
+        rows.append({"Mode": LABELS.get(mode, mode), "Samples": len(rs),
+                     "Median decode Tok/s": statistics.median(tps) if tps else float("nan"),
+                     f"Median ratio vs {against}": p50, "Ratio P25": p25, "Ratio P75": p75,
+                     "Identical to baseline": sum(bool(r.get("matches_baseline")) for r in rs)})
+    return pd.DataFrame(rows)
+
+
+def peers_table(run) -> pd.DataFrame:
+    """This library's loops beside transformers' ``generate()`` and assisted ``generate()`` on the same prompts."""
+    run = _run(run)
+    rows = []
+    for mode in ("baseline", "hf_greedy", "dense_ordinary", "hf_assisted"):
+        rs = _samples(run, mode, "peers")
+        t = totals(rs)
+        e2e = sum(r["new_tokens"] for r in rs) / sum(r["ttft_s"] + r["decode_s"] for r in rs)
+        rows.append({"Mode": LABELS[mode], "Samples": t["samples"], "Decode Tok/s": t["decode_tokens_per_s"],
+                     "TTFT (ms)": t["ttft_ms"], "E2E Tok/s": e2e,
+                     "Median E2E ratio vs baseline": _q(_per_sample_ratios(run, mode, key="e2e_tokens_per_s"))[1],
+                     "Identical to baseline": sum(bool(r.get("matches_baseline")) for r in rs)})
+    return pd.DataFrame(rows)
+
+
+def pipelined_table(run) -> pd.DataFrame:
+    """Does overlapping the target's append with the draft's next proposal help (section 3.6.1)?"""
+    run = _run(run)
+    rows = []
+    for draft in ("dense", "flash"):
+        a, b = f"{draft}_ordinary", f"{draft}_pipelined"
+        if not run.of(a) or not run.of(b):
+            continue
+        ta, tb = totals(run.of(a)), totals(run.of(b))
+        rows.append({"Comparison": f"{LABELS[a]} vs. {LABELS[b]}", "A Tok/s": ta["decode_tokens_per_s"],
+                     "B Tok/s": tb["decode_tokens_per_s"], "Speedup": tb["decode_tokens_per_s"] / ta["decode_tokens_per_s"],
+                     "Median per-sample ratio": _q(_per_sample_ratios(run, b, a))[1],
+                     "A finalize (ms)": 1000 * ta["finalize_s"], "B finalize wait (ms)": 1000 * tb["finalize_s"],
+                     "B propose (ms)": 1000 * tb["propose_s"], "A propose (ms)": 1000 * ta["propose_s"]})
+    if not rows:
+        raise ConfigError(f"Run {run.name!r} has no ordinary/pipelined pair of modes.")
+    return pd.DataFrame(rows)
+
+
+def verification_table(run) -> pd.DataFrame:
+    """Verification behaviour per speculative mode: rounds, skipped, zero-accept and full-accept rounds."""
+    run = _run(run)
+    rows = []
+    for mode in run.modes():
+        rs = [r for r in run.of(mode) if "rounds" in r]
+        if not rs:
+            continue
+        rounds = sum(r["rounds"] for r in rs)
+        rows.append({"Mode": LABELS.get(mode, mode), "Rounds": rounds, "Skipped": sum(r["skipped"] for r in rs),
+                     "Zero-accept rounds": sum(r["zero_accept_rounds"] for r in rs),
+                     "Full-accept rounds": sum(r["full_accept_rounds"] for r in rs),
+                     "Verify calls": sum(r["verify_calls"] for r in rs), "Append calls": sum(r["append_calls"] for r in rs),
+                     "Acceptance": sum(r["accepted"] for r in rs) / sum(r["drafted"] for r in rs)})
+    return pd.DataFrame(rows)
+
+
+def accepted_lengths(run) -> pd.DataFrame:
+    """Rounds per accepted length (0..K) for each speculative mode (full-length rounds only: a round cut
+    short near the token limit drafts fewer than K)."""
+    run = _run(run)
+    rows = []
+    k = run.config.get("k")
+    for mode in run.modes():
+        c: Counter = Counter()
+        for r in run.of(mode):
+            for a, d in zip(r.get("accepted_per_round", []), r.get("drafted_per_round", [])):
+                if d == k:
+                    c[a] += 1
+        if c:
+            rows.append({"Mode": LABELS.get(mode, mode), **{f"accepted {i}": c.get(i, 0) for i in range(k + 1)}})
+    if not rows:
+        raise ConfigError(f"Run {run.name!r} has no speculative rounds of full length K = {k}.")
+    return pd.DataFrame(rows)
+
+
+def reproducibility(run_a, run_b) -> pd.DataFrame:
+    """Two runs of one configuration: identical tokens and acceptance per mode, and the spread of speed."""
+    a, b = _run(run_a), _run(run_b)
+    rows = []
+    for mode in a.modes():
+        ra = {(r.get("iteration", 0), r["question_id"]): r for r in a.of(mode)}
+        rb = {(r.get("iteration", 0), r["question_id"]): r for r in b.of(mode)}
+        common = sorted(set(ra) & set(rb))
+        if not common:
+            continue
+        same = sum(ra[k]["tokens"] == rb[k]["tokens"] for k in common)
+        acc_same = sum(ra[k].get("accepted_per_round") == rb[k].get("accepted_per_round") for k in common)
+        ma = statistics.median(ra[k]["decode_tokens_per_s"] for k in common)
+        mb = statistics.median(rb[k]["decode_tokens_per_s"] for k in common)
+        ratios = [rb[k]["decode_tokens_per_s"] / ra[k]["decode_tokens_per_s"] for k in common]
+        p25, p50, p75 = _q(ratios)
+        rows.append({"Mode": LABELS.get(mode, mode), "Samples": len(common), "Identical tokens": same,
+                     "Identical acceptance": acc_same, "Median Tok/s A": ma, "Median Tok/s B": mb,
+                     "B/A medians": mb / ma, "Per-sample B/A P25": p25, "Per-sample B/A P50": p50,
+                     "Per-sample B/A P75": p75})
+    return pd.DataFrame(rows)
+
+
+#: Every table by the name ``thesis-lib table`` knows it.
+TABLES = {"4.5": table_4_5, "4.6": table_4_6, "4.7": table_4_7, "4.8": table_4_8, "4.9": table_4_9,
+          "4.10": table_4_10, "4.11": table_4_11, "draft-split": draft_split_table, "ratios": ratio_table, "peers": peers_table,
+          "pipelined": pipelined_table, "verification": verification_table, "accepted": accepted_lengths}
+
+
+#: Tables of a profiled run: its speeds carry the instrumentation's overhead, so no headline table.
+PROFILE_TABLES = ("4.7", "4.8", "draft-split", "ratios", "verification", "accepted")
+
+
+def available(run) -> dict[str, pd.DataFrame]:
+    """Every table this run can produce (those whose modes it lacks are left out; a profiled run gives only
+    :data:`PROFILE_TABLES`)."""
+    run = _run(run)
+    out = {}
+    for name, fn in TABLES.items():
+        if run.config.get("profile") and name not in PROFILE_TABLES:
+            continue
+        try:
+            out[name] = fn(run)
+        except ConfigError:
+            continue
+    return out
+
+
+def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
+    """A GitHub-style Markdown table (no extra dependency); fractions named *share* shown in %."""
+    cols = list(df.columns)
+    def cell(col, v):
+        if v is None or (isinstance(v, float) and v != v):
+            return "–"
+        if isinstance(v, float):
+            return f"{100 * v:.1f}%" if "share" in str(col).lower() else f"{v:.{digits}f}"
+        return str(v)
+    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(cell(c, row[c]) for c in cols) + " |")
+    return "\n".join(lines)

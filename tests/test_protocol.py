@@ -1,0 +1,302 @@
+"""The benchmark protocol on tiny local models: run folders (never overwritten, resumable after an
+interruption without losing a sample), the pipelined schedule, the profiled drafter, and the thesis' tables
+recomputed from the samples."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from thesis_lib import bench, cli, models, protocol, results, tables, tiny
+from thesis_lib.decoding import greedy_generate, speculative_generate
+from thesis_lib.drafters import ModelDrafter
+from thesis_lib.errors import ConfigError, ThesisLibError
+from thesis_lib.profiling import DRAFT_PHASES, PhaseClock, ProfiledDrafter
+from thesis_lib.state import ModelState
+
+THESIS_4_5 = ["Mode", "Decode Tok/s", "TTFT (ms)", "Acceptance", "Decode total (ms)", "Draft propose (ms)",
+              "Base verify (ms)", "Finalize (ms)"]
+THESIS_4_7 = ["Mode", "Decode Tok/s", "Decode total (ms)", "Draft propose share", "Base verify share",
+              "Finalize share", "Acceptance", "Mean emitted"]
+THESIS_4_9 = ["Mode", "Samples", "Decode Tok/s", "TTFT (ms)", "Decode total (ms)", "Acceptance", "Mean emitted",
+              "Base verify calls", "Base append calls"]
+THESIS_4_11 = ["Mode", "Draft path (ms)", "Draft path share", "Draft ms/decode tok", "Draft path Tok/s"]
+SPEEDUPS = ["Comparison", "Metric", "A", "B", "Speedup"]
+
+FLASH = dict(clusters=17, probes=3, kmeans_iterations=4, flash_path="eager")
+
+
+@pytest.fixture(scope="module")
+def pair_dir(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("pair")
+    target = tiny.save_tiny(tiny.tiny_model(seed=0), tok, root / "t")
+    draft = tiny.save_tiny(tiny.noisy_copy(tiny.tiny_model(seed=0), 0.02), tok, root / "d")
+    return str(target), str(draft)
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+
+
+def _config(pair_dir, out, **kw):
+    target, draft = pair_dir
+    base = dict(out=str(out), target=target, draft=draft, k=3, max_new_tokens=12, per_category=1, prompts=3,
+                costs=False, modes=("baseline", "dense_ordinary", "dense_deferred"))
+    base.update(kw)
+    return protocol.BenchConfig(**base)
+
+
+# --- the loops -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("draft_role", ["close", "loose"])
+def test_pipelined_schedule_gives_the_ordinary_schedules_tokens_and_counts(tiny_models, draft_role):
+    target = ModelState(tiny_models[("f64", "qwen3", "target")])
+    drafter = ModelDrafter(tiny_models[("f64", "qwen3", draft_role)])
+    ids = [5, 17, 99, 3, 42, 7]
+    base = greedy_generate(target, ids, max_new_tokens=30)
+    assert base.stats.append_calls == base.stats.new_tokens - 1  # every decode step is an append
+    ordinary = speculative_generate(target, drafter, ids, k=4, max_new_tokens=30)
+    piped = speculative_generate(target, drafter, ids, k=4, max_new_tokens=30, schedule="pipelined")
+    assert piped.tokens == ordinary.tokens == base.tokens
+    assert piped.stats.mode == "dense_pipelined"
+    for field in ("drafted", "accepted", "emitted", "verify_calls", "append_calls", "skipped"):
+        assert getattr(piped.stats, field) == getattr(ordinary.stats, field), field
+
+
+def test_unknown_schedule_is_refused(tiny_models):
+    target = ModelState(tiny_models[("f32", "qwen3", "target")])
+    drafter = ModelDrafter(tiny_models[("f32", "qwen3", "close")])
+    with pytest.raises(ConfigError, match="Unknown schedule"):
+        speculative_generate(target, drafter, [1, 2], k=2, max_new_tokens=5, schedule="eager")
+
+
+def test_profiled_drafter_proposes_the_same_tokens_and_splits_its_time(tiny_models):
+    model = tiny_models[("f32", "qwen3", "close")]
+    target = ModelState(tiny_models[("f32", "qwen3", "target")])
+    plain = speculative_generate(target, ModelDrafter(model), [4, 8, 15, 16], k=3, max_new_tokens=20)
+    prof = ProfiledDrafter(model)
+    clock = PhaseClock()
+    prof.clock = clock
+    gen = speculative_generate(target, prof, [4, 8, 15, 16], k=3, max_new_tokens=20, clock=clock)
+    assert gen.tokens == plain.tokens and gen.stats.accepted == plain.stats.accepted
+    ph = gen.stats.phase_s
+    assert set(DRAFT_PHASES) - {"draft_align"} <= set(ph)
+    assert clock.calls["draft_prefill"] == 1  # the prompt, once
+    assert clock.calls["draft_head"] == sum(gen.stats.drafted)  # one head call per drafted token
+    inner = sum(ph[p] for p in ("draft_prefill", "draft_body", "draft_head", "draft_materialize"))
+    assert 0 < inner <= ph["draft_propose"]  # nested inside the loop's proposal phase
+
+
+# --- run folders -------------------------------------------------------------------------------------------
+
+def test_bad_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monkeypatch, cache):
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded before the checks")
+
+    monkeypatch.setattr(models, "load_pair", no_loading)
+    cases = [
+        (dict(k=0), "K must be"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(modes=("baseline", "warp_drive")), "Unknown mode"),
+        (dict(categories="poetry"), "Unknown category"),
+        (dict(per_category=0), "per category"),
+        (dict(iterations=0), "iterations"),
+        (dict(turns="last"), "turns"),
+        (dict(modes=("baseline", "flash_deferred"), clusters=17, probes=18), "out of range"),
+        (dict(profile=True, modes=("baseline", "hf_greedy")), "profiled run"),
+        (dict(target="embedded:nope"), "Unknown model"),
+        (dict(name="../x"), "plain folder name"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(ThesisLibError, match=message):
+            protocol.run(_config(pair_dir, tmp_path / "runs", **kw), progress=False)
+    assert not (tmp_path / "runs").exists()  # nothing was created either
+
+
+def test_run_folder_is_never_overwritten_and_resumes_after_an_interruption(pair_dir, tmp_path, monkeypatch, cache):
+    cfg = _config(pair_dir, tmp_path / "runs", name="r1")
+    folder = cfg.path
+    real_append = results.Run.append
+    calls = {"n": 0}
+
+    def flaky_append(self, record):
+        if calls["n"] == 4:
+            raise KeyboardInterrupt  # the user stops the run after four samples
+        calls["n"] += 1
+        real_append(self, record)
+
+    monkeypatch.setattr(results.Run, "append", flaky_append)
+    with pytest.raises(KeyboardInterrupt):
+        protocol.run(cfg, progress=False)
+    monkeypatch.setattr(results.Run, "append", real_append)
+    lines = (folder / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and not (folder / "summary.json").exists()
+    with open(folder / "samples.jsonl", "a") as f:
+        f.write('{"iteration": 0, "question_id": "torn')  # a write cut short by the interruption
+
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(ConfigError, match="exists"):
+        protocol.run(cfg, progress=False)
+    assert sorted(p.name for p in folder.iterdir()) == before  # refused, nothing touched
+    with pytest.raises(ConfigError, match="differs in k"):
+        protocol.run(_config(pair_dir, tmp_path / "runs", name="r1", k=2), resume=True, progress=False)
+
+    run = protocol.run(cfg, resume=True, progress=False)
+    new_lines = (folder / "samples.jsonl").read_text().splitlines()
+    assert new_lines[:4] == lines  # the finished samples are kept byte for byte
+    assert len(new_lines) == 3 * 3  # 3 prompts x 3 modes, each once; the torn line is gone
+    keys = [bench.sample_key(json.loads(line)) for line in new_lines]
+    assert len(set(keys)) == len(keys)
+    assert all(r["matches_baseline"] for r in run.samples)
+    assert run.summary["baseline"]["samples"] == 3
+    env = json.loads((folder / "environment.json").read_text())
+    assert len(env["resumed"]) == 1 and env["models"]["target"]["spec"] == cfg.target
+
+    # an uninterrupted run of the same configuration produces the same tokens
+    fresh = protocol.run(_config(pair_dir, tmp_path / "runs", name="r2"), progress=False)
+    repro = tables.reproducibility(run, fresh)
+    assert (repro["Identical tokens"] == repro["Samples"]).all()
+    assert (repro["Identical acceptance"] == repro["Samples"]).all()
+
+    # replace moves the old folder aside instead of deleting it
+    protocol.run(cfg, replace=True, progress=False)
+    aside = folder.with_name("r1.old-1")
+    assert (aside / "samples.jsonl").read_text().splitlines() == new_lines
+    assert len((folder / "samples.jsonl").read_text().splitlines()) == 9
+
+
+def test_iterations_multiply_the_measured_set_and_modes_alternate(pair_dir, tmp_path, cache):
+    run = protocol.run(_config(pair_dir, tmp_path / "runs", iterations=2, prompts=2), progress=False)
+    assert len(run.samples) == 2 * 2 * 3
+    assert sorted({r["iteration"] for r in run.samples}) == [0, 1]
+    # the order in which the modes ran alternates from sample to sample (records are kept in mode order)
+    orders = [[r["run_order"] for r in run.samples[i:i + 3]] for i in range(0, 12, 3)]
+    assert orders == [[0, 1, 2], [2, 1, 0], [0, 1, 2], [2, 1, 0]]
+    assert run.summary["dense_deferred"]["samples"] == 4
+
+
+# --- tables ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def thesis_run(pair_dir, tmp_path_factory):
+    import os
+
+    root = tmp_path_factory.mktemp("thesis_run")
+    old = os.environ.get("THESIS_LIB_CACHE")
+    os.environ["THESIS_LIB_CACHE"] = str(root / "cache")
+    try:
+        cfg = _config(pair_dir, root / "runs", name="thesis", modes=bench.THESIS_MODES, costs=True, **FLASH)
+        run = protocol.run(cfg, progress=False)
+        target, draft = pair_dir
+        prof_cfg = protocol.BenchConfig.profiled(name="prof", out=str(root / "runs"), target=target, draft=draft,
+                                                 k=3, max_new_tokens=12, prompts=3, costs=False, **FLASH)
+        assert prof_cfg.modes == ("baseline", "dense_ordinary", "shared_ordinary", "flash_ordinary")
+        prof = protocol.run(prof_cfg, progress=False)
+    finally:
+        if old is None:
+            os.environ.pop("THESIS_LIB_CACHE")
+        else:
+            os.environ["THESIS_LIB_CACHE"] = old
+    return run, prof
+
+
+def test_every_mode_is_lossless_in_the_protocol(thesis_run):
+    run, prof = thesis_run
+    assert run.environment["flashhead"]["path"] == "eager" and run.environment["flashhead"]["n_probes"] == 3
+    for r in run.samples + prof.samples:
+        assert r["matches_baseline"], (r["mode"], r["question_id"])
+
+
+def test_tables_have_the_thesis_layout_and_recompute_from_the_samples(thesis_run):
+    run, _ = thesis_run
+    t45 = tables.table_4_5(run)
+    assert list(t45.columns) == THESIS_4_5
+    assert list(t45["Mode"]) == ["Baseline", "Dense draft", "FlashHead draft"]
+    base = run.of("baseline")
+    tokens = sum(r["new_tokens"] - 1 for r in base)
+    assert t45.loc[0, "Decode Tok/s"] == pytest.approx(tokens / sum(r["decode_s"] for r in base))
+    dense = run.of("dense_ordinary")
+    assert t45.loc[1, "Draft propose (ms)"] == pytest.approx(1000 * sum(r["phase_s"]["draft_propose"] for r in dense))
+    assert t45.loc[1, "Acceptance"] == pytest.approx(sum(r["accepted"] for r in dense) / sum(r["drafted"] for r in dense))
+    t46 = tables.table_4_6(run)
+    assert list(t46.columns) == SPEEDUPS
+    assert t46.loc[2, "Speedup"] == pytest.approx(t45.loc[2, "Decode Tok/s"] / t45.loc[1, "Decode Tok/s"])
+
+    t49 = tables.table_4_9(run)
+    assert list(t49.columns) == THESIS_4_9 and list(t49["Samples"]) == [3, 3, 3]
+    assert t49.loc[0, "Base append calls"] == tokens and t49.loc[0, "Base verify calls"] == 0
+    assert t49.loc[1, "Base append calls"] <= 3  # deferred: at most one tail append per sample
+    t410 = tables.table_4_10(run)
+    assert t410.loc[1, "Speedup"] == pytest.approx(t49.loc[2, "Decode Tok/s"] / t49.loc[0, "Decode Tok/s"])
+    t411 = tables.table_4_11(run)
+    assert list(t411.columns) == THESIS_4_11
+    for _, row in t411.iterrows():
+        assert row["Draft ms/decode tok"] * row["Draft path Tok/s"] == pytest.approx(1000)
+        assert 0 < row["Draft path share"] < 1
+
+    peers = tables.peers_table(run)
+    assert list(peers["Identical to baseline"]) == [3, 3, 3, 3]
+    pipe = tables.pipelined_table(run)
+    assert len(pipe) == 2 and (pipe["A Tok/s"] > 0).all()
+    ratios = tables.ratio_table(run)
+    assert ratios.loc[ratios["Mode"] == "Baseline", "Median ratio vs baseline"].item() == 1.0
+    hist = tables.accepted_lengths(run)
+    assert list(hist.columns) == ["Mode"] + [f"accepted {i}" for i in range(4)]
+    ver = tables.verification_table(run)
+    assert (ver["Zero-accept rounds"] + ver["Full-accept rounds"] <= ver["Rounds"]).all()
+    with pytest.raises(ConfigError, match="not a profiled run"):
+        tables.table_4_7(run)
+    assert "4.7" not in tables.available(run) and "4.5" in tables.available(run)
+
+
+def test_profile_tables(thesis_run):
+    _, prof = thesis_run
+    t47 = tables.table_4_7(prof)
+    assert list(t47.columns) == THESIS_4_7
+    assert list(t47["Mode"]) == ["Dense draft", "Dense shared", "FlashHead draft"]
+    shares = t47[["Draft propose share", "Base verify share", "Finalize share"]]
+    assert ((shares > 0) & (shares < 1)).all().all() and (shares.sum(axis=1) <= 1.0 + 1e-9).all()
+    # dense and dense-shared share body and head: same tokens, same acceptance
+    assert t47.loc[0, "Acceptance"] == t47.loc[1, "Acceptance"]
+    split = tables.draft_split(prof, "flash_ordinary")
+    assert split["head_only_ceiling"] > 1 and 0 < split["head_share_of_propose"] < 1
+    assert split["target_forward_ms"] > 0
+    t48 = tables.table_4_8(prof)
+    assert list(t48.columns) == ["Diagnosis", "Evidence"] and len(t48) == 4
+    assert f"{100 * split['outside_propose_share']:.1f}%" in t48.loc[0, "Evidence"]
+    split_table = tables.draft_split_table(prof)
+    assert split_table.loc[2, "Head-only ceiling"] == pytest.approx(split["head_only_ceiling"])
+    assert set(tables.available(prof)) >= {"4.7", "4.8", "draft-split", "verification", "accepted"}
+    assert "4.5" not in tables.available(prof)  # profiled speeds are not headline numbers
+
+
+def test_table_cli(thesis_run, capsys):
+    run, _ = thesis_run
+    assert cli.main(["table", str(run.path), "--table", "4.9,4.10", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| Mode | Samples | Decode Tok/s |" in out and "Base only vs. dense deferred" in out
+    assert cli.main(["table", str(run.path), "--table", "4.12"]) == 2
+    assert "Unknown table" in capsys.readouterr().err
+    assert cli.main(["table", str(run.path), "--table", "4.7"]) == 2
+    assert "not a profiled run" in capsys.readouterr().err
+
+
+def test_bench_cli_help_and_fail_fast(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    text = capsys.readouterr().out
+    for opt in ("--modes", "--k", "--max-new-tokens", "--prompt-file", "--categories", "--per-category", "--turns",
+                "--warmup", "--iterations", "--seed", "--out", "--name", "--resume", "--replace", "--probes",
+                "--device", "--draft-device", "--dtype"):
+        assert opt in text, opt
+    (tmp_path / "taken").mkdir()
+    for argv, message in ((["bench", "--k", "0"], "K must be"), (["bench", "--modes", "baseline,warp"], "Unknown mode"),
+                          (["bench", "--categories", "poetry"], "Unknown category"),
+                          (["bench", "--out", str(tmp_path), "--name", "taken"], "exists"),
+                          (["profile", "--probes", "0"], "probes must be")):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
