@@ -231,8 +231,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     torch.manual_seed(seed)
     encoded = [encode(runner.target.tokenizer, prompt_text(p, turns), chat=chat) for p in prompts]
     todo = [(it, i) for it in range(iterations) for i in range(len(prompts))
-            if any(sample_key({"iteration": it, "question_id": prompts[i].question_id, "mode": m}) not in done
-                   for m in modes)]
+            if any((it, prompts[i].question_id, m) not in done for m in modes)]
     records: list[dict] = []
     if not todo:
         return records
@@ -249,15 +248,13 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
             order = list(modes) if sample % 2 == 0 else list(reversed(modes))
             gens: dict[str, Generation] = {}
             for mode in order:
-                key = sample_key({"iteration": it, "question_id": prompt.question_id, "mode": mode})
-                if key in done:
+                if (it, prompt.question_id, mode) in done:
                     bar.update()
                     continue
                 bar.set_postfix_str(f"{prompt.question_id} #{it} {mode}")
                 gens[mode] = runner.run(mode, ids)
                 bar.update()
-            base_key = sample_key({"iteration": it, "question_id": prompt.question_id, "mode": "baseline"})
-            ref = gens["baseline"].tokens if "baseline" in gens else done[base_key]["tokens"]
+            ref = gens["baseline"].tokens if "baseline" in gens else done[(it, prompt.question_id, "baseline")]["tokens"]
             prompt_costs = component_costs(runner, ids, reps=3) if costs else None
             for mode in modes:
                 if mode not in gens:

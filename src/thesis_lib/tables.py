@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .bench import _quantiles
 from .errors import ConfigError
 from .results import Run, load_run
 
@@ -239,12 +240,9 @@ def _per_sample_ratios(run: Run, mode: str, against: str = "baseline", key: str 
 
 
 def _q(xs: list[float]) -> tuple[float, float, float]:
-    if not xs:
-        return (float("nan"),) * 3
-    if len(xs) == 1:
-        return xs[0], xs[0], xs[0]
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return q[0], q[1], q[2]
+    """P25, median, P75 (NaN without values), from the summary's quartile helper."""
+    q = _quantiles(xs)
+    return (float("nan"),) * 3 if q is None else (q["p25"], q["p50"], q["p75"])
 
 
 def ratio_table(run, against: str = "baseline") -> pd.DataFrame:
