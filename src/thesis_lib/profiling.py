@@ -39,11 +39,13 @@ def _is_cuda(device) -> bool:
 class PhaseClock:
     """Accumulates seconds per phase; synchronises CUDA devices before each clock read."""
 
-    def __init__(self, devices=("cpu",)):
+    def __init__(self, devices=("cpu",), trace: bool = False):
         self.devices = [torch.device(d) for d in devices if _is_cuda(d)]
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.sync_s = 0.0
+        #: with ``trace=True``: every phase as (name, start_s, end_s) on the perf_counter clock (Figure 3.1)
+        self.events: list[tuple[str, float, float]] | None = [] if trace else None
 
     def sync(self, devices: Sequence | None = None) -> None:
         targets = self.devices if devices is None else [torch.device(d) for d in devices if _is_cuda(d)]
@@ -65,8 +67,11 @@ class PhaseClock:
         try:
             yield
         finally:
-            self.seconds[name] += self.now(only) - t0
+            t1 = self.now(only)
+            self.seconds[name] += t1 - t0
             self.calls[name] += 1
+            if self.events is not None:
+                self.events.append((name, t0, t1))
 
     def as_dict(self) -> dict[str, float]:
         out = dict(self.seconds)

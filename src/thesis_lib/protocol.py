@@ -171,14 +171,29 @@ def flash_info(head) -> dict:
             "clustering": {k: v for k, v in head.clustering_info.items() if k != "history"}}
 
 
-def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = False, progress: bool = True) -> Run:
-    """Execute a benchmark run into ``config.out/config.name``; returns the completed :class:`Run`."""
+def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = False, progress: bool = True,
+        loaded: tuple | None = None) -> Run:
+    """Execute a benchmark run into ``config.out/config.name``; returns the completed :class:`Run`.
+
+    ``loaded``: an already loaded ``(target, draft)`` pair, or ``(target, draft, flash_head)``, to share
+    between several runs of one session (their specs must be the configuration's)."""
     cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_dict(config)
     prompts = cfg.check()
     check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
-    target, draft = models.load_pair(cfg.target, cfg.draft, device=cfg.device, draft_device=cfg.draft_device,
-                                     dtype=cfg.dtype, pack=cfg.pack, progress=progress)
-    head = flash_head(cfg, draft) if cfg.needs_flash else None
+    if loaded is not None:
+        target, draft, *rest = loaded
+        if (target.spec, draft.spec) != (cfg.target, cfg.draft):
+            raise ConfigError(f"The loaded pair ({target.spec}, {draft.spec}) is not the configuration's "
+                              f"({cfg.target}, {cfg.draft}).")
+        head = rest[0] if rest and rest[0] is not None and cfg.needs_flash else None
+        if head is not None and cfg.probes is not None:
+            head.with_probes(cfg.probes)
+    else:
+        target, draft = models.load_pair(cfg.target, cfg.draft, device=cfg.device, draft_device=cfg.draft_device,
+                                         dtype=cfg.dtype, pack=cfg.pack, progress=progress)
+        head = None
+    if head is None and cfg.needs_flash:
+        head = flash_head(cfg, draft)
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile)
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}

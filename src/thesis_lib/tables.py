@@ -85,6 +85,45 @@ def _speedups(run: Run, pairs: list[tuple[str, str, str]], table: str) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def _latency_rows(stats: dict, labels: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame([{"Mode": label, "Mean latency (ms)": stats[key]["mean_ms"], "P50 (ms)": stats[key]["p50_ms"],
+                          "P95 (ms)": stats[key]["p95_ms"], "Tok/s": stats[key]["tokens_per_s"]}
+                         for key, label in labels.items()])
+
+
+def _model_bench_part(doc: dict, part: str, table: str) -> dict:
+    if part not in doc:
+        raise ConfigError(f"This model-bench result has no {part!r} part (Table {table} needs it); "
+                          f"run `thesis-lib model-bench --parts {part}`.")
+    return doc[part]["stats"]
+
+
+def table_4_1(doc: dict) -> pd.DataFrame:
+    """Single-step head latency, dense LM head vs FlashHead, from a model-bench document (section 4.3.1)."""
+    return _latency_rows(_model_bench_part(doc, "head", "4.1"), {"dense": "Dense LM head", "flashhead": "FlashHead"})
+
+
+def table_4_2(doc: dict) -> pd.DataFrame:
+    """Head-level speedup (ratio of mean latencies) of Table 4.1."""
+    st = _model_bench_part(doc, "head", "4.2")
+    d, f = st["dense"]["mean_ms"], st["flashhead"]["mean_ms"]
+    return pd.DataFrame([{"Comparison": "Dense LM head vs. FlashHead", "Metric": "Single-step mean latency",
+                          "Dense head": d, "FlashHead": f, "Speedup": d / f}])
+
+
+def table_4_3(doc: dict) -> pd.DataFrame:
+    """Complete single-step decode latency of the dense and FlashHead drafts (section 4.3.2)."""
+    return _latency_rows(_model_bench_part(doc, "step", "4.3"), {"dense": "Dense model", "flashhead": "Flash model"})
+
+
+def table_4_4(doc: dict) -> pd.DataFrame:
+    """Model-level speedup (ratio of mean decode-step latencies) of Table 4.3."""
+    st = _model_bench_part(doc, "step", "4.4")
+    d, f = st["dense"]["mean_ms"], st["flashhead"]["mean_ms"]
+    return pd.DataFrame([{"Comparison": "Dense model vs. Flash model", "Metric": "Mean decode-step latency",
+                          "Dense": d, "Flash": f, "Speedup": d / f}])
+
+
 def table_4_5(run) -> pd.DataFrame:
     """End-to-end speculative decoding with dense and FlashHead draft models (ordinary schedule)."""
     run = _run(run)
@@ -192,6 +231,25 @@ def table_4_8(run) -> pd.DataFrame:
          f"Acceptance is {t['acceptance']:.3f} and the mean number of emitted tokens per round is {t['mean_emitted']:.3f}."),
     ]
     return pd.DataFrame(rows, columns=["Diagnosis", "Evidence"])
+
+
+def table_4_8_evidence(run) -> pd.DataFrame:
+    """The numbers behind Table 4.8's evidence, one per row, in the layout of the thesis' data file
+    (``data/thesis_reference.json``), so the two can stand side by side."""
+    run = _run(run)
+    dense, _, flash = _profile_modes(run)
+    f, d = draft_split(run, flash), draft_split(run, dense)
+    t = totals(_samples(run, flash, "4.8"))
+    rows = [("Base verification and finalization dominate", "FlashHead draft: share of measured time outside draft proposal",
+             f["outside_propose_share"], "fraction"),
+            ("The head-only ceiling is low", "FlashHead draft: proposal head share of decode wall time", f["head_share_of_decode"], "fraction"),
+            ("The draft body dominates proposal", "FlashHead draft: draft body share of proposal wall time",
+             f["body_share_of_propose"], "fraction"),
+            ("The draft body dominates proposal", "FlashHead draft: proposal head share of proposal wall time",
+             f["head_share_of_propose"], "fraction"),
+            ("Acceptance is low", "FlashHead draft: acceptance", t["acceptance"], "fraction"),
+            ("Acceptance is low", "FlashHead draft: mean emitted tokens per round", t["mean_emitted"], "tokens/round")]
+    return pd.DataFrame(rows, columns=["Diagnosis", "Quantity", "Value", "Unit"])
 
 
 def table_4_9(run) -> pd.DataFrame:
@@ -392,3 +450,15 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     for _, row in df.iterrows():
         lines.append("| " + " | ".join(cell(c, row[c]) for c in cols) + " |")
     return "\n".join(lines)
+
+
+def styled(df: pd.DataFrame, digits: int = 3):
+    """A pandas Styler for the book: floats to ``digits`` places, columns named *share* in %, no index,
+    missing values as an en dash."""
+    fmt = {}
+    for c in df.columns:
+        if pd.api.types.is_float_dtype(df[c]) or df[c].dtype == object:
+            fmt[c] = (lambda v: "–" if v is None or v != v else f"{100 * v:.1f}%") if "share" in str(c).lower() else \
+                     (lambda v: "–" if v is None or (isinstance(v, float) and v != v) else
+                      (f"{v:,.{digits}f}" if isinstance(v, float) else str(v)))
+    return df.style.format(fmt).hide(axis="index")

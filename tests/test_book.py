@@ -1,0 +1,195 @@
+"""The book: every chapter notebook under papermill with the smoke parameters (their glued values checked),
+the Jupyter Book build with warnings as errors, the headless-Chromium check of the built pages, and the
+thesis' numbers file against the tables' shapes."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from thesis_lib import book, browser, reference, tables, theory
+from thesis_lib.errors import ConfigError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
+
+
+def glued(name: str) -> dict:
+    """The values a notebook glued (text/plain, literal-evaluated) in the smoke build."""
+    nb = json.loads((book.build_dir("smoke") / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
+    out = {}
+    for cell in nb["cells"]:
+        for o in cell.get("outputs", []):
+            key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if key:
+                prefix = o["metadata"]["scrapbook"].get("mime_prefix", "")
+                text = o["data"].get(prefix + "text/html") or o["data"].get(prefix + "text/plain", "")
+                text = "".join(text) if isinstance(text, list) else text
+                try:
+                    out[key] = ast.literal_eval(text)
+                except (ValueError, SyntaxError):
+                    out[key] = text
+    return out
+
+
+@pytest.fixture(scope="module")
+def smoke_book(tmp_path_factory):
+    """Execute all five notebooks afresh (new cache and run folders), then build the HTML."""
+    import os
+
+    tmp = tmp_path_factory.mktemp("book")
+    old = os.environ.get("THESIS_LIB_CACHE")
+    os.environ["THESIS_LIB_CACHE"] = str(tmp / "cache")
+    try:
+        fates = book.execute("smoke", recompute=True, overrides={"RUNS_DIR": str(tmp / "runs")}, progress=False)
+        html = book.build("smoke", progress=False)  # unchanged parameters: reuses the executions above
+    finally:
+        if old is None:
+            os.environ.pop("THESIS_LIB_CACHE")
+        else:
+            os.environ["THESIS_LIB_CACHE"] = old
+    return fates, html, tmp
+
+
+def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
+    fates, _, tmp = smoke_book
+    assert fates == {n: "executed" for n in book.NOTEBOOKS}
+    runs = sorted(p.name for p in (tmp / "runs").iterdir())
+    assert any("-bench-" in r for r in runs) and any("-profile-" in r for r in runs)
+    assert sum("-sweep-k" in r for r in runs) == 2 and any(r.endswith(".json") and "model-bench" in r for r in runs)
+
+
+def test_chapter_2_glue(smoke_book):
+    g = glued("ch2_theory")
+    assert math.isclose(g["rho"], g["n_clusters"] / g["vocab"] + g["n_probes"] / g["n_clusters"], rel_tol=1e-9)
+    assert 0 < g["rho"] < 1 and g["n_clusters"] == 17 and g["n_probes"] == 3
+    assert math.isclose(g["measured_speedup_deferred"], g["dense_deferred_tps"] / g["baseline_tps"], rel_tol=1e-9)
+    assert math.isclose(g["measured_speedup_ordinary"], g["dense_ordinary_tps"] / g["baseline_tps"], rel_tol=1e-9)
+    for key in ("draft_head_share_step", "qwen3_06b_head_share_step", "qwen3_32b_head_share_step"):
+        assert 0 < g[key] < 100
+    assert g["qwen3_06b_head_share_step"] > g["qwen3_32b_head_share_step"]  # smaller model, larger head share
+    assert 0 < g["alpha"] <= 1 and g["c_dense"] > 0 and g["model_speedup_deferred"] > g["model_speedup_ordinary"]
+    assert "tiny:target" not in g["source"] and "smoke" in g["source"]
+
+
+def test_chapter_3_glue(smoke_book):
+    g = glued("ch3_methods")
+    assert g["lossless_samples"] == g["spec_samples"] > 0
+    assert g["example_ordinary_lossless"] is True and g["example_deferred_lossless"] is True
+    assert g["example_flash_lossless"] is True
+    assert g["example_deferred_append_calls"] <= 1 < g["example_ordinary_append_calls"]
+    assert 0 <= g["example_draft_tokens"] <= g["example_tokens"] == 12
+    assert 0 <= g["agreement_default"] <= 100 and g["candidates"] > 0
+
+
+def test_chapter_4_glue_and_tables(smoke_book):
+    g = glued("ch4_results")
+    assert math.isclose(g["def_dense_vs_base"], g["def_dense_tps"] / g["def_base_tps"], rel_tol=1e-9)
+    assert g["head_speedup"] > 0 and g["step_speedup"] > 0
+    assert 0 <= g["append_def"] <= 3 < g["append_base"]  # at most one standalone append per sample (3 prompts)
+    assert g["head_ceiling"] >= 1 and 0 < g["outside_propose_flash"] < 100
+    assert g["sweep_best_k"] in (1, 3)
+    for n in reference.TABLE_IDS:
+        html = g[f"table-{n.replace('.', '-')}"]
+        assert "thesis: Qwen3-32B-AWQ" in html and "this run (smoke)" in html, n
+
+
+def test_chapter_5_and_explorer_glue(smoke_book):
+    g = glued("ch5_conclusion")
+    assert g["finding_count"] == len(reference.FINDINGS) and 0 <= g["agree_count"] <= g["finding_count"]
+    e = glued("explorer")
+    assert e["explorer_lossless"] is True and e["explorer_head_ms"] > 0
+    nb = json.loads((book.build_dir("smoke") / "notebooks" / "explorer.ipynb").read_text(encoding="utf-8"))
+    assert nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]  # saved widget state
+
+
+def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):
+    _, html, _ = smoke_book
+    assert (html / "index.html").is_file()
+    assert browser.static_external_urls(html) == []
+    if browser.chromium_path() is None:
+        pytest.skip("no Chromium on this machine (make test installs Debian's chromium where it can)")
+    out = book.ROOT / "build" / "smoke" / "screenshots"
+    report = browser.check(html, out)
+    bad = {p: e for p, e in report["pages"].items() if not e["ok"]}
+    assert report["ok"], bad
+    pages = report["pages"]
+    assert pages["theory.html"]["formulas"] > 5 and pages["theory.html"]["images"] >= 5
+    assert pages["results.html"]["images"] >= 4 and pages["methods.html"]["images"] >= 3
+    assert pages["notebooks/explorer.html"]["widgets"] > 0
+    assert all(e["screenshot_bytes"] > 10_000 for e in pages.values())
+
+
+def test_reused_when_nothing_changed_and_bad_input_fails_first(smoke_book, monkeypatch):
+    assert set(book.execute("smoke", progress=False).values()) == {"reused"}
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("no notebook may run"))
+    with pytest.raises(ConfigError, match="Unknown parameter set"):
+        book.execute("no-such-set")
+    with pytest.raises(ConfigError, match="Unknown notebook"):
+        book.execute("smoke", only=["ch9"])
+    with pytest.raises(ConfigError, match="K must be"):
+        book.execute("smoke", overrides={"K": 0})
+
+
+# --- the thesis' numbers -------------------------------------------------------------------------------
+
+def test_thesis_numbers_have_the_tables_shapes():
+    mb = json.loads((DATA / "model-bench-project-o0.json").read_text())
+    run, prof = DATA / "runs" / "cpu-embedded-a", DATA / "runs" / "cpu-embedded-profile"
+    ours = {"4.1": tables.table_4_1(mb), "4.2": tables.table_4_2(mb), "4.3": tables.table_4_3(mb),
+            "4.4": tables.table_4_4(mb), "4.5": tables.table_4_5(run), "4.6": tables.table_4_6(run),
+            "4.7": tables.table_4_7(prof), "4.8": tables.table_4_8_evidence(prof), "4.9": tables.table_4_9(run),
+            "4.10": tables.table_4_10(run), "4.11": tables.table_4_11(run)}
+    for n, df in ours.items():
+        theirs = reference.thesis_table(n)
+        assert list(theirs.columns) == list(df.columns), n
+        key = [theirs.columns[0]] + (["Quantity"] if "Quantity" in theirs.columns else [])
+        assert sorted(map(tuple, theirs[key].values)) == sorted(map(tuple, df[key].values)), n
+        both = reference.beside(df, n, ours_label="ours")
+        assert len(both) == 2 * len(df) and list(both.columns[len(key)]) != []
+
+
+def test_thesis_numbers_are_internally_consistent():
+    v = reference.values()
+    assert set(v.table) == set(reference.TABLE_IDS) and len(v) == 114
+    # each speedup the thesis prints is the ratio of the two numbers beside it (to its rounding)
+    for n in ("4.2", "4.4", "4.6", "4.10"):
+        t = reference.thesis_table(n)
+        a, b = t.columns[2], t.columns[3]
+        for _, row in t.iterrows():
+            ratio = row[b] / row[a] if n in ("4.6", "4.10") else row[a] / row[b]
+            assert abs(ratio - row["Speedup"]) < 0.002, (n, row.iloc[0])
+    # tok/s in Table 4.1/4.3 is 1000 / mean latency; Table 4.9's tok/s and totals agree
+    for n in ("4.1", "4.3"):
+        for _, row in reference.thesis_table(n).iterrows():
+            assert abs(1000 / row["Mean latency (ms)"] - row["Tok/s"]) / row["Tok/s"] < 0.002
+    with pytest.raises(ConfigError):
+        reference.value("4.5", "Baseline", "No such column")
+
+
+def test_theory_formulas():
+    assert math.isclose(theory.expected_emitted(0.0, 4), 1.0) and math.isclose(theory.expected_emitted(1.0, 4), 5.0)
+    assert math.isclose(theory.expected_emitted(0.5, 2), 1.75)
+    a = theory.alpha_from_emitted(theory.expected_emitted(0.7, 4), 4)
+    assert abs(a - 0.7) < 1e-6
+    c = theory.best_clusters(593, 151936)
+    assert theory.work_ratio(c, 593, 151936) < theory.work_ratio(c * 1.5, 593, 151936)
+    assert theory.work_ratio(c, 593, 151936) < theory.work_ratio(c / 1.5, 593, 151936)
+    # Qwen3-0.6B: about 0.6 B parameters with tied embeddings
+    n = theory.param_count(theory.QWEN3_CONFIGS["Qwen3-0.6B"])["total"]
+    assert 0.55e9 < n < 0.65e9
+
+
+def test_param_count_matches_a_real_model():
+    from thesis_lib import tiny
+
+    for arch in ("qwen2", "qwen3"):
+        m = tiny.tiny_model(arch, seed=0)
+        cfg = m.config.to_dict()
+        counted = sum(p.numel() for p in m.parameters())
+        assert theory.param_count(cfg)["total"] == counted, arch
