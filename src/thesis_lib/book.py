@@ -211,6 +211,22 @@ def sweep_runs(p: Params) -> dict:
     return out
 
 
+def sweep_speedups(sweeps: dict, run) -> tuple[dict, dict]:
+    """Figure 4.4's data: per deferred mode, measured pooled speedup over target-only at each K of the sweep,
+    and the chapter 2 model's (the main run's measured costs, acceptance from its mean emitted per round)."""
+    from . import tables, theory
+
+    measured, model = {}, {}
+    costs = theory.measured_costs(run)
+    for m, c in (("dense_deferred", costs["c_dense"]), ("flash_deferred", costs.get("c_flash", costs["c_dense"]))):
+        label = tables.LABELS[m]
+        measured[label] = {k: tables.totals(r.of(m))["decode_tokens_per_s"] / tables.totals(r.of("baseline"))["decode_tokens_per_s"]
+                           for k, r in sorted(sweeps.items())}
+        a = theory.alpha_from_emitted(tables.totals(run.of(m))["mean_emitted"], run.config["k"])
+        model[label] = {k: float(theory.speedup(a, k, c, costs["verify_k1"], 0.0)) for k in sweeps}
+    return measured, model
+
+
 def model_bench(p: Params) -> dict:
     """The draft's model-only measurements (Tables 4.1-4.4, FlashHead quality over probes), cached as JSON."""
     from . import modelbench

@@ -103,12 +103,16 @@ def table_4_1(doc: dict) -> pd.DataFrame:
     return _latency_rows(_model_bench_part(doc, "head", "4.1"), {"dense": "Dense LM head", "flashhead": "FlashHead"})
 
 
+def _mean_speedup(doc: dict, part: str, table: str, comparison: str, metric: str, cols: tuple[str, str]) -> pd.DataFrame:
+    st = _model_bench_part(doc, part, table)
+    d, f = st["dense"]["mean_ms"], st["flashhead"]["mean_ms"]
+    return pd.DataFrame([{"Comparison": comparison, "Metric": metric, cols[0]: d, cols[1]: f, "Speedup": d / f}])
+
+
 def table_4_2(doc: dict) -> pd.DataFrame:
     """Head-level speedup (ratio of mean latencies) of Table 4.1."""
-    st = _model_bench_part(doc, "head", "4.2")
-    d, f = st["dense"]["mean_ms"], st["flashhead"]["mean_ms"]
-    return pd.DataFrame([{"Comparison": "Dense LM head vs. FlashHead", "Metric": "Single-step mean latency",
-                          "Dense head": d, "FlashHead": f, "Speedup": d / f}])
+    return _mean_speedup(doc, "head", "4.2", "Dense LM head vs. FlashHead", "Single-step mean latency",
+                         ("Dense head", "FlashHead"))
 
 
 def table_4_3(doc: dict) -> pd.DataFrame:
@@ -118,10 +122,7 @@ def table_4_3(doc: dict) -> pd.DataFrame:
 
 def table_4_4(doc: dict) -> pd.DataFrame:
     """Model-level speedup (ratio of mean decode-step latencies) of Table 4.3."""
-    st = _model_bench_part(doc, "step", "4.4")
-    d, f = st["dense"]["mean_ms"], st["flashhead"]["mean_ms"]
-    return pd.DataFrame([{"Comparison": "Dense model vs. Flash model", "Metric": "Mean decode-step latency",
-                          "Dense": d, "Flash": f, "Speedup": d / f}])
+    return _mean_speedup(doc, "step", "4.4", "Dense model vs. Flash model", "Mean decode-step latency", ("Dense", "Flash"))
 
 
 def table_4_5(run) -> pd.DataFrame:
@@ -462,3 +463,16 @@ def styled(df: pd.DataFrame, digits: int = 3):
                      (lambda v: "–" if v is None or (isinstance(v, float) and v != v) else
                       (f"{v:,.{digits}f}" if isinstance(v, float) else str(v)))
     return df.style.format(fmt).hide(axis="index")
+
+
+def phase_shares(run, modes, suffix: str = "") -> dict[str, dict[str, float]]:
+    """Per mode (labelled): decode time shares of propose, verify, finalize and the rest (Figure 4.2)."""
+    run = _run(run)
+    out = {}
+    for m in modes:
+        t = totals(_samples(run, m, "4.7"))
+        s = {"draft_propose": t["propose_s"] / t["decode_s"], "target_verify": t["verify_s"] / t["decode_s"],
+             "finalize_align": t["finalize_s"] / t["decode_s"]}
+        s["other"] = max(0.0, 1 - sum(s.values()))
+        out[LABELS[m] + suffix] = s
+    return out

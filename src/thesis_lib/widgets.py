@@ -72,10 +72,9 @@ def explorer(target, draft, flash_head, prompts, *, k: int = 4, probes: int | No
     from IPython.display import HTML, display
 
     n_clusters = flash_head.n_clusters
-    k_slider = w.IntSlider(value=k, min=1, max=10, description="K")
+    k_slider = w.IntSlider(value=k, min=1, max=10, description="K", continuous_update=False)
     p_slider = w.IntSlider(value=probes or flash_head.n_probes, min=1, max=n_clusters, description="probes",
                            continuous_update=False)
-    k_slider.continuous_update = False
     prompt = w.Dropdown(options=[(f"{p.question_id}: {p.text[:60]}", i) for i, p in enumerate(prompts)], value=0,
                         description="prompt", layout=w.Layout(width="95%"))
     mode_w = w.ToggleButtons(options=list(EXPLORER_MODES), value=mode, description="mode")
