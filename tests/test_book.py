@@ -94,7 +94,7 @@ def test_chapter_4_glue_and_tables(smoke_book):
     assert g["sweep_best_k"] in (1, 3)
     for n in reference.TABLE_IDS:
         html = g[f"table-{n.replace('.', '-')}"]
-        assert "thesis: Qwen3-32B-AWQ" in html and "this run (smoke)" in html, n
+        assert "thesis = Qwen3-32B-AWQ" in html and "(parameter set smoke)" in html and ">this run<" in html, n
 
 
 def test_chapter_5_and_explorer_glue(smoke_book):

@@ -365,10 +365,21 @@ def _npm_tarball(package: str) -> bytes:
     return data
 
 
+#: Loaded between require.js and the widget manager: the manager's modules find their fonts next to the module
+#: URL that require.js reports, which by default is relative to the page (and so missing); this maps the
+#: ``@jupyter-widgets`` module names to the folder this script itself was served from.
+WIDGET_PATHS_JS = ("widget-paths.js", """(function () {
+  var src = document.currentScript.src, base = src.slice(0, src.lastIndexOf("/"));
+  require.config({paths: {"@jupyter-widgets/html-manager/dist": base, "@jupyter-widgets": base}});
+  window.__jupyter_widgets_assets_path__ = base + "/";
+})();
+""")
+
+
 def vendor(dest: Path) -> Path:
     """Unpack require.js, the widget manager and MathJax (its ``es5`` build, no speech rules) into ``dest``."""
     stamp = dest / ".vendored"
-    pins = json.dumps(NPM, sort_keys=True)
+    pins = json.dumps([NPM, WIDGET_PATHS_JS], sort_keys=True)
     if stamp.is_file() and stamp.read_text() == pins:
         return dest
     shutil.rmtree(dest, ignore_errors=True)
@@ -386,6 +397,7 @@ def vendor(dest: Path) -> Path:
                     out = dest / target
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(tar.extractfile(member).read())
+    (dest / WIDGET_PATHS_JS[0]).write_text(WIDGET_PATHS_JS[1], encoding="utf-8")
     stamp.write_text(pins)
     return dest
 

@@ -33,13 +33,27 @@ def chromium_path() -> str | None:
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
+    """Serves the built book silently, noting every path it could not find (``server.missing``)."""
+
     def log_message(self, *args):
         pass
+
+    def log_request(self, code="-", size="-"):
+        if isinstance(code, int) and 400 <= code < 500:
+            self.server.missing.append(self.path.split("?")[0])
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    missing: list
+
+    def handle_error(self, request, client_address):
+        pass  # a browser that closes a connection early is not the book's problem
 
 
 def _serve(root: Path):
     handler = functools.partial(_Quiet, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
+    server.missing = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -83,6 +97,7 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
                     if urlparse(r.url).hostname not in ("127.0.0.1", "localhost", None) and not r.url.startswith("data:") else None)
             for name in pages:
                 external.clear()
+                server.missing.clear()
                 page.goto(base + name, wait_until="networkidle", timeout=timeout_ms)
                 info = page.evaluate(_PAGE_JS)
                 shot = out_dir / (name.replace("/", "__").replace(".html", ".png"))
@@ -93,10 +108,12 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
                     f = (html_dir / Path(name).parent / src.split("?")[0]).resolve() if not src.startswith("data:") else None
                     files.append({**img, "file_bytes": f.stat().st_size if f and f.is_file() else (None if f is None else 0)})
                 bad_images = [i for i in files if not i["ok"] or i["file_bytes"] == 0]
-                entry = {"title": info["title"], "external_requests": list(external), "images": len(files),
+                missing = sorted({m for m in server.missing if m != "/favicon.ico"})  # browsers ask for one
+                entry = {"title": info["title"], "external_requests": list(external), "missing_files": missing,
+                         "images": len(files),
                          "bad_images": bad_images, "formulas": info["formulas"], "raw_tex": info["raw_tex"],
                          "widgets": info["widgets"], "screenshot": shot.name, "screenshot_bytes": shot.stat().st_size}
-                entry["ok"] = not external and not bad_images and info["raw_tex"] == 0
+                entry["ok"] = not external and not missing and not bad_images and info["raw_tex"] == 0
                 report["ok"] &= entry["ok"]
                 report["pages"][name] = entry
             browser.close()

@@ -10,6 +10,7 @@ column that names the hardware and models behind each row. Nothing here measures
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -81,16 +82,15 @@ def value(table: str, row: str, column: str) -> float:
     return float(hit.value.iloc[0])
 
 
-def beside(ours: pd.DataFrame, table: str, *, ours_label: str, thesis_label: str | None = None) -> pd.DataFrame:
-    """The thesis' rows and ours, interleaved (thesis first), with a ``Source`` column after the index column.
+def beside(ours: pd.DataFrame, table: str, *, ours_label: str = "this run", thesis_label: str = "thesis") -> pd.DataFrame:
+    """The thesis' rows and ours, interleaved (thesis first), with a short ``Source`` column after the index
+    column; :func:`sources` is the caption that names the models and hardware behind each label.
 
-    ``ours`` must have the thesis' columns (the tables of :mod:`thesis_lib.tables` do); ``ours_label`` names the
-    hardware and models of this run, ``thesis_label`` defaults to the thesis' own set-up."""
+    ``ours`` must have the thesis' columns (the tables of :mod:`thesis_lib.tables` do)."""
     theirs = thesis_table(table)
     index = theirs.columns[0]
     if list(ours.columns) != list(theirs.columns):
         raise ConfigError(f"Table {table}: our columns {list(ours.columns)} differ from the thesis' {list(theirs.columns)}.")
-    thesis_label = thesis_label or setup()["label"]
     keys = [index] + (["Quantity"] if "Quantity" in theirs.columns else [])
     rest = [c for c in theirs.columns if c not in keys]
     rows = []
@@ -100,6 +100,15 @@ def beside(ours: pd.DataFrame, table: str, *, ours_label: str, thesis_label: str
             for _, r in df[hit].iterrows():
                 rows.append({**{k: r[k] for k in keys}, "Source": label, **{c: r[c] for c in rest}})
     return pd.DataFrame(rows)
+
+
+def sources(ours: str) -> str:
+    """Caption for a :func:`beside` table: what *thesis* and *this run* stand for (``ours``: models and
+    hardware of this run, e.g. :func:`thesis_lib.book.source_label`)."""
+    thesis = setup()["label"].removeprefix("thesis: ")
+    m = re.fullmatch(r"this run \(([^)]*)\): (.*)", ours)
+    ours = f"{m[2]} (parameter set {m[1]})" if m else ours
+    return f"thesis = {thesis}, as printed in the thesis; this run = {ours}"
 
 
 #: The thesis' headline findings, each as (claim, table, row, column): chapter 5 compares them with a run.

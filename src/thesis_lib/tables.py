@@ -453,16 +453,23 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines)
 
 
-def styled(df: pd.DataFrame, digits: int = 3):
-    """A pandas Styler for the book: floats to ``digits`` places, columns named *share* in %, no index,
-    missing values as an en dash."""
+def styled(df: pd.DataFrame, digits: int = 3, caption: str | None = None):
+    """A pandas Styler for the book: floats to ``digits`` places, columns named *share* in %, values whose
+    ``Unit`` is *fraction* in % (Table 4.8), no index, missing values as an en dash, optional caption."""
+    if {"Value", "Unit"} <= set(df.columns) and (df["Unit"] == "fraction").any():
+        df = df.copy()
+        frac = df["Unit"] == "fraction"
+        df["Value"] = [f"{100 * v:.1f}%" if f else (f"{v:,.{digits}f}" if isinstance(v, float) else v)
+                       for v, f in zip(df["Value"], frac)]
+        df.loc[frac, "Unit"] = "share"
     fmt = {}
     for c in df.columns:
         if pd.api.types.is_float_dtype(df[c]) or df[c].dtype == object:
             fmt[c] = (lambda v: "–" if v is None or v != v else f"{100 * v:.1f}%") if "share" in str(c).lower() else \
                      (lambda v: "–" if v is None or (isinstance(v, float) and v != v) else
                       (f"{v:,.{digits}f}" if isinstance(v, float) else str(v)))
-    return df.style.format(fmt).hide(axis="index")
+    out = df.style.format(fmt).hide(axis="index")
+    return out.set_caption(caption) if caption else out
 
 
 def phase_shares(run, modes, suffix: str = "") -> dict[str, dict[str, float]]:
