@@ -92,6 +92,9 @@ def test_chapter_4_glue_and_tables(smoke_book):
     assert 0 <= g["append_def"] <= 3 < g["append_base"]  # at most one standalone append per sample (3 prompts)
     assert g["head_ceiling"] >= 1 and 0 < g["outside_propose_flash"] < 100
     assert g["sweep_best_k"] in (1, 3)
+    # the thesis' numbers in the prose come from the data file, next to ours
+    assert g["thesis_head_speedup"] == reference.value("4.2", "Dense LM head vs. FlashHead", "Speedup")
+    assert g["thesis_def_flash_vs_dense"] == reference.value("4.10", "Dense deferred vs. FlashHead deferred", "Speedup")
     for n in reference.TABLE_IDS:
         html = g[f"table-{n.replace('.', '-')}"]
         assert "thesis = Qwen3-32B-AWQ" in html and "(parameter set smoke)" in html and ">this run<" in html, n
@@ -100,6 +103,10 @@ def test_chapter_4_glue_and_tables(smoke_book):
 def test_chapter_5_and_explorer_glue(smoke_book):
     g = glued("ch5_conclusion")
     assert g["finding_count"] == len(reference.FINDINGS) and 0 <= g["agree_count"] <= g["finding_count"]
+    assert 0 <= g["mixed_count"] <= g["finding_count"] - g["agree_count"]
+    assert 0 < g["c_thesis"] < 1 and 0 <= g["acceptance_flash"] <= 1
+    assert 0 < g["flash_head_share_decode"] < 100
+    assert math.isclose(g["thesis_flash_head_share"], 100 * reference.value("4.8", "The head-only ceiling is low", "Value"))
     e = glued("explorer")
     assert e["explorer_lossless"] is True and e["explorer_head_ms"] > 0
     nb = json.loads((book.build_dir("smoke") / "notebooks" / "explorer.ipynb").read_text(encoding="utf-8"))
@@ -170,6 +177,15 @@ def test_thesis_numbers_are_internally_consistent():
             assert abs(1000 / row["Mean latency (ms)"] - row["Tok/s"]) / row["Tok/s"] < 0.002
     with pytest.raises(ConfigError):
         reference.value("4.5", "Baseline", "No such column")
+
+
+def test_verdicts_say_mixed_when_pooled_and_per_sample_disagree():
+    row = "4.6|Baseline vs. dense draft"  # the thesis: 1.709x, faster
+    v = reference.verdicts({row: 0.9}, {row: 1.1}).set_index("Table").loc["4.6"].iloc[0]
+    assert v["Same direction"] == "mixed" and v["This run, per-sample median"] == 1.1
+    assert reference.verdicts({row: 1.2}, {row: 1.1})["Same direction"][2] == "yes"
+    assert reference.verdicts({row: 0.8}, {row: 0.9})["Same direction"][2] == "no"
+    assert reference.verdicts({})["Same direction"][2] == "–"
 
 
 def test_theory_formulas():

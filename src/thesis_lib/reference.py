@@ -123,14 +123,17 @@ FINDINGS = (
 )
 
 
-def verdicts(ours: dict[str, float]) -> pd.DataFrame:
-    """Per finding: the thesis' speedup, this run's, and whether the direction (faster or not) agrees.
-    ``ours`` maps a finding's (table, row) to this run's value."""
+def verdicts(ours: dict[str, float], per_sample: dict[str, float] | None = None) -> pd.DataFrame:
+    """Per finding: the thesis' speedup, this run's (pooled, as the thesis defines it, and where given the
+    median of per-sample ratios), and whether the direction (faster or not) agrees: *yes*, *no*, or *mixed*
+    when the pooled and per-sample numbers point different ways. Both dicts map ``"<table>|<row>"`` to a value."""
+    per_sample = per_sample or {}
     rows = []
     for claim, table, row, column in FINDINGS:
         theirs = value(table, row, column)
-        mine = ours.get(f"{table}|{row}")
-        agrees = None if mine is None else (mine > 1.0) == (theirs > 1.0)
+        mine, median = ours.get(f"{table}|{row}"), per_sample.get(f"{table}|{row}")
+        signs = {(v > 1.0) == (theirs > 1.0) for v in (mine, median) if v is not None and v == v}
+        agrees = "–" if not signs else ("mixed" if len(signs) == 2 else ("yes" if signs.pop() else "no"))
         rows.append({"Finding": claim, "Table": table, "Thesis": theirs, "This run": mine,
-                     "Same direction": "–" if agrees is None else ("yes" if agrees else "no")})
+                     "This run, per-sample median": median, "Same direction": agrees})
     return pd.DataFrame(rows)

@@ -140,11 +140,20 @@ def table_4_5(run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The comparisons of Tables 4.6 and 4.10: (row, mode A, mode B); the speedup is B's decode tok/s over A's.
+COMPARISONS = {
+    "4.6": [("Baseline vs. dense draft", "baseline", "dense_ordinary"),
+            ("Baseline vs. FlashHead draft", "baseline", "flash_ordinary"),
+            ("Dense draft vs. FlashHead draft", "dense_ordinary", "flash_ordinary")],
+    "4.10": [("Base only vs. dense deferred", "baseline", "dense_deferred"),
+             ("Base only vs. FlashHead deferred", "baseline", "flash_deferred"),
+             ("Dense deferred vs. FlashHead deferred", "dense_deferred", "flash_deferred")],
+}
+
+
 def table_4_6(run) -> pd.DataFrame:
     """Decode-throughput speedups of Table 4.5."""
-    return _speedups(_run(run), [("Baseline vs. dense draft", "baseline", "dense_ordinary"),
-                                 ("Baseline vs. FlashHead draft", "baseline", "flash_ordinary"),
-                                 ("Dense draft vs. FlashHead draft", "dense_ordinary", "flash_ordinary")], "4.6")
+    return _speedups(_run(run), COMPARISONS["4.6"], "4.6")
 
 
 def _profile_modes(run: Run) -> list[str]:
@@ -270,9 +279,19 @@ def table_4_9(run) -> pd.DataFrame:
 
 def table_4_10(run) -> pd.DataFrame:
     """Decode-throughput speedups with deferred verification."""
-    return _speedups(_run(run), [("Base only vs. dense deferred", "baseline", "dense_deferred"),
-                                 ("Base only vs. FlashHead deferred", "baseline", "flash_deferred"),
-                                 ("Dense deferred vs. FlashHead deferred", "dense_deferred", "flash_deferred")], "4.10")
+    return _speedups(_run(run), COMPARISONS["4.10"], "4.10")
+
+
+def per_sample_speedups(run) -> dict[str, float]:
+    """The rows of Tables 4.6 and 4.10 as medians of per-sample ratios (each prompt's B over its own A), keyed
+    ``"<table>|<row>"``: less sensitive than the pooled ratio to a machine whose speed drifts."""
+    run = _run(run)
+    out = {}
+    for table, pairs in COMPARISONS.items():
+        for label, a, b in pairs:
+            if run.of(a) and run.of(b):
+                out[f"{table}|{label}"] = _q(_per_sample_ratios(run, b, against=a))[1]
+    return out
 
 
 def table_4_11(run) -> pd.DataFrame:
