@@ -60,6 +60,10 @@ def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
     runs = sorted(p.name for p in (tmp / "runs").iterdir())
     assert any("-bench-" in r for r in runs) and any("-profile-" in r for r in runs)
     assert sum("-sweep-k" in r for r in runs) == 2 and any(r.endswith(".json") and "model-bench" in r for r in runs)
+    for n in book.NOTEBOOKS:  # papermill's injected parameters are folded away in the book
+        cells = json.loads((book.build_dir("smoke") / "notebooks" / f"{n}.ipynb").read_text(encoding="utf-8"))["cells"]
+        injected = [c for c in cells if "injected-parameters" in c["metadata"].get("tags", [])]
+        assert len(injected) == 1 and "hide-input" in injected[0]["metadata"]["tags"], n
 
 
 def test_chapter_2_glue(smoke_book):

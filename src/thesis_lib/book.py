@@ -326,6 +326,10 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT), kernel_name="python3",
                                    progress_bar=progress, log_output=False)
         nb = json.loads(tmp.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:  # the parameter cells fold away in the book ("Show code cell source")
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if {"parameters", "injected-parameters"} & set(tags) and "hide-input" not in tags:
+                tags.append("hide-input")
         nb.setdefault("metadata", {})["thesis_companion"] = {
             "key": key, "parameter_set": set_name, "parameters": given, "seconds": round(time.perf_counter() - t0, 1)}
         tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")

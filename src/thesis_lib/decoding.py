@@ -182,6 +182,18 @@ def _accepted_prefix(proposals: Sequence[int], target_tokens: Sequence[int]) -> 
     return n
 
 
+def _emit(stats: DecodeStats, out: list[int], y: Sequence[int], n: int, correction: int, kk: int,
+          eos: frozenset[int], max_new_tokens: int) -> bool:
+    """Append a round's output (the ``n`` accepted proposals and the target's token, cut at EOS) and count
+    it; returns whether generation is done."""
+    emitted, hit_eos = _cut_at_eos(list(y[:n]) + [correction], eos)
+    out.extend(emitted)
+    stats.drafted.append(kk)
+    stats.accepted.append(min(n, len(emitted)))
+    stats.emitted.append(len(emitted))
+    return hit_eos or len(out) >= max_new_tokens
+
+
 @torch.inference_mode()
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
                          max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
@@ -286,12 +298,7 @@ def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int]
                 stats.verify_calls += 1
                 cached_extra = kk - n
         # 3. emission: accepted proposals, then the target's correction or bonus token
-        emitted, hit_eos = _cut_at_eos(y[:n] + [correction], eos)
-        out.extend(emitted)
-        stats.drafted.append(kk)
-        stats.accepted.append(min(n, len(emitted)))
-        stats.emitted.append(len(emitted))
-        done = hit_eos or len(out) >= max_new_tokens
+        done = _emit(stats, out, y, n, correction, kk, eos, max_new_tokens)
         # 4. alignment: discard cache entries of rejected proposals, on both sides
         with clock.phase(FINALIZE):
             target.crop(cached_extra)

@@ -94,12 +94,12 @@ class FlashHeadSample:
 
     token: torch.Tensor  # [] long
     candidates: torch.Tensor  # [n] long token ids (slots with probability 0 may repeat ids)
-    probs: torch.Tensor  # [n] float32, sums to 1
+    probs: torch.Tensor  # [n] float32 (float64 with a sampler), sums to 1
     clusters: torch.Tensor  # [n_probes] long, the clusters drawn
 
     def dense(self, vocab_size: int) -> torch.Tensor:
         """The distribution as a ``[vocab_size]`` vector."""
-        q = torch.zeros(vocab_size, dtype=torch.float32, device=self.probs.device)
+        q = torch.zeros(vocab_size, dtype=self.probs.dtype, device=self.probs.device)
         return q.index_add_(0, self.candidates, self.probs)
 
 
@@ -230,15 +230,20 @@ class FlashHead(nn.Module):
         return self.tokens[self.top_clusters(hidden, n_probes, reference=reference)].reshape(hidden.shape[0], -1)
 
     # ---------------------------------------------------------------- sampling
-    def sample(self, hidden: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None) -> FlashHeadSample:
-        """Sample one token for one position (``hidden: [D]`` or ``[1, D]``); see the module docstring."""
+    def sample(self, hidden: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None,
+               sampler=None) -> FlashHeadSample:
+        """Sample one token for one position (``hidden: [D]`` or ``[1, D]``); see the module docstring.
+        With a :class:`thesis_lib.sampling.Sampler` its temperature, top-k and top-p shape the distribution
+        over the candidates (and its temperature the cluster draw)."""
+        if sampler is not None:
+            temperature = sampler.temperature
         if temperature <= 0:
             raise ConfigError("temperature must be > 0 for sampling; use the greedy head for temperature 0.")
         h = hidden.reshape(-1).float()
         cluster_p = torch.softmax((self.centroids @ h) / temperature, dim=-1)
         clusters = torch.multinomial(cluster_p, self.n_probes, replacement=False, generator=generator)
         scores, cand = self._candidate_scores(h, clusters)
-        probs = torch.softmax(scores / temperature, dim=-1)
+        probs = torch.softmax(scores / temperature, dim=-1) if sampler is None else sampler.probs(scores)
         pick = torch.multinomial(probs, 1, generator=generator)[0]
         return FlashHeadSample(token=cand[pick], candidates=cand, probs=probs, clusters=clusters)
 

@@ -53,8 +53,8 @@ def tiny_model(arch: str = "qwen2", *, hidden: int = 64, layers: int = 2, heads:
 
     common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=1024,
-                  tie_word_embeddings=False, initializer_range=init_std, eos_token_id=258, bos_token_id=None,
-                  pad_token_id=256)
+                  tie_word_embeddings=False, initializer_range=init_std, bos_token_id=None,
+                  eos_token_id=258 if vocab_size > 258 else None, pad_token_id=256 if vocab_size > 256 else None)
     if arch == "qwen2":
         config, cls = Qwen2Config(**common), Qwen2ForCausalLM
     elif arch == "qwen3":
@@ -67,7 +67,7 @@ def tiny_model(arch: str = "qwen2", *, hidden: int = 64, layers: int = 2, heads:
         for name, p in model.named_parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, init_std, generator=torch.Generator().manual_seed(seed * 1000 + zlib.crc32(name.encode()) % 997))
-    model.generation_config.eos_token_id = 258
+    model.generation_config.eos_token_id = config.eos_token_id  # None below the byte vocabulary (sampling tests)
     return model.to(dtype).eval()
 
 

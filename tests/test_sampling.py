@@ -1,0 +1,140 @@
+"""Speculative sampling is lossless: the warp, the accept/resample rule, and the distribution of the first
+tokens against target-only sampling's exact distribution (tiny models with an 8-token vocabulary)."""
+
+import math
+
+import pytest
+import torch
+
+from thesis_lib import clustering, distcheck, sampling, tiny
+from thesis_lib.errors import ConfigError
+from thesis_lib.flashhead import FlashHead
+from thesis_lib.heads import DenseGreedyHead
+from thesis_lib.state import ModelState
+
+V = 8
+PROMPT = [1, 2, 3]
+# Default-suite power: an absolute error of DELTA in any sequence's probability is caught with probability
+# >= 0.99 at family-wise level 1e-3 (normal approximation); `thesis-lib sampling-check` runs the 1 % version.
+DELTA, ALPHA = 0.04, 1e-3
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny.tiny_model("qwen2", vocab_size=V, seed=0, init_std=0.4)
+    draft = tiny.noisy_copy(target, scale=0.15, seed=3)
+    w = draft.get_output_embeddings().weight.detach()
+    flash = FlashHead(w, clustering.spherical_kmeans(w, 4, progress=False), n_probes=2, path="reference")
+    return target, draft, flash
+
+
+def test_warp_applies_temperature_top_k_and_top_p():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0, float("-inf")])
+    p = sampling.Sampler(1.0).probs(logits)
+    assert math.isclose(float(p.sum()), 1.0) and p[4] == 0 and p.dtype == torch.float64
+    assert torch.allclose(sampling.Sampler(2.0).probs(logits), torch.softmax(logits.double() / 2, -1))
+    k2 = sampling.Sampler(1.0, top_k=2).probs(logits)
+    assert (k2[2:] == 0).all() and torch.allclose(k2[:2], torch.softmax(torch.tensor([3.0, 2.0]).double(), -1))
+    full = torch.softmax(logits.double(), -1)  # 0.665, 0.245, 0.090, 0.033
+    assert (sampling.Sampler(1.0, top_p=0.6).probs(logits) > 0).tolist() == [True, False, False, False, False]
+    assert (sampling.Sampler(1.0, top_p=float(full[0]) + 0.01).probs(logits) > 0).sum() == 2
+    for bad in (dict(temperature=0), dict(top_k=0), dict(top_p=1.5), dict(top_p=0)):
+        with pytest.raises(ConfigError):
+            sampling.Sampler(**bad).check()
+
+
+def test_accept_or_resample_matches_the_rule():
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.6, 0.2], dtype=torch.float64)
+    assert all(sampling.accept_or_resample(p, q, 0, g) is None for _ in range(200))  # p >= q: always kept
+    outs = [sampling.accept_or_resample(p, q, 1, g) for _ in range(4000)]
+    kept = sum(o is None for o in outs) / len(outs)
+    assert abs(kept - 0.5) < 0.04  # p/q = 0.3/0.6
+    assert {o for o in outs if o is not None} == {0}  # the residual max(0, p - q) has mass only on token 0
+    with pytest.raises(ValueError):
+        sampling.accept_or_resample(p, torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64), 0, g)
+
+
+def test_a_seeded_run_is_reproducible(pair):
+    target, draft, flash = pair
+    s = sampling.Sampler(1.0)
+    runs = []
+    for _ in range(2):
+        g = torch.Generator().manual_seed(7)
+        d = sampling.SamplingModelDrafter(draft, s, flash_head=flash)
+        runs.append(sampling.speculative_sample(ModelState(target), d, PROMPT, k=3, max_new_tokens=12, sampler=s,
+                                                generator=g, schedule="deferred").tokens)
+    assert runs[0] == runs[1] and len(runs[0]) == 12
+
+
+def test_bad_input_fails_before_decoding(pair):
+    target, draft, _ = pair
+    s = sampling.Sampler(1.0)
+    d = sampling.SamplingModelDrafter(draft, s)
+    with pytest.raises(ConfigError):
+        sampling.speculative_sample(ModelState(target), d, PROMPT, k=0, max_new_tokens=4, sampler=s)
+    with pytest.raises(ConfigError):
+        sampling.speculative_sample(ModelState(target), d, PROMPT, k=2, max_new_tokens=4, sampler=s, schedule="pipelined")
+    with pytest.raises(ConfigError):  # the draft must warp q as the target warps p
+        sampling.speculative_sample(ModelState(target), d, PROMPT, k=2, max_new_tokens=4, sampler=sampling.Sampler(0.5))
+
+
+CASES = [  # (sampler, tokens checked, K)
+    (sampling.Sampler(1.0), 3, 2),
+    (sampling.Sampler(0.8, top_k=4, top_p=0.9), 4, 3),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("draft_kind", ["dense", "flash"])
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+def test_speculative_sampling_has_the_target_distribution(pair, case, draft_kind, schedule):
+    target, draft, flash = pair
+    s, n, k = CASES[case]
+    exact = distcheck.exact_distribution(target, PROMPT, n, s)
+    draws = distcheck.draws_for_power(exact, delta=DELTA, alpha=ALPHA, power=0.99)
+    g = torch.Generator().manual_seed(1000 + case)
+    d = sampling.SamplingModelDrafter(draft, s, flash_head=flash if draft_kind == "flash" else None)
+    ts = ModelState(target)
+    accepted = drafted = 0
+
+    def draw(prompt, m):
+        nonlocal accepted, drafted
+        gen = sampling.speculative_sample(ts, d, prompt, k=k, max_new_tokens=m, sampler=s, generator=g, schedule=schedule)
+        accepted, drafted = accepted + sum(gen.stats.accepted), drafted + sum(gen.stats.drafted)
+        return gen.tokens
+
+    r = distcheck.check(distcheck.sequences(PROMPT, n, draw, draws), exact, alpha=ALPHA, delta=DELTA)
+    assert r["power"] >= 0.99 and r["impossible_draws"] == 0
+    assert r["ok"], r
+    assert 0.2 < accepted / drafted < 0.95  # the draft is neither ignored nor identical: the rule is exercised
+
+
+def test_the_check_catches_a_wrong_rule(pair):
+    """Negative control: keeping every draft token (no rejection) gives the draft's distribution, which the
+    check must reject at the same number of draws."""
+    target, draft, _ = pair
+    s, n, k = CASES[0]
+    exact = distcheck.exact_distribution(target, PROMPT, n, s)
+    draws = distcheck.draws_for_power(exact, delta=DELTA, alpha=ALPHA, power=0.99)
+    g = torch.Generator().manual_seed(5)
+    d = sampling.SamplingModelDrafter(draft, s)
+    ts, head = ModelState(target), DenseGreedyHead.from_model(target)
+
+    def draw_always_accept(prompt, m):
+        ts.reset()
+        first = sampling._draw(sampling._target_probs(ts, head, prompt, s)[-1], g)  # the target's first token
+        d.begin(list(prompt) + [first])
+        y, _ = d.propose(m - 1, g)
+        return [first] + y
+
+    r = distcheck.check(distcheck.sequences(PROMPT, n, draw_always_accept, draws), exact, alpha=ALPHA, delta=DELTA)
+    assert not r["ok"] and r["max_abs_z"] > r["critical_z"]
+
+
+def test_draws_for_power_is_consistent_with_power_at():
+    exact = {(0,): 0.5, (1,): 0.3, (2,): 0.2}
+    n = distcheck.draws_for_power(exact, delta=0.01, alpha=1e-3, power=0.99)
+    assert 0.99 <= distcheck.power_at(exact, n, delta=0.01, alpha=1e-3, cells=3) < 0.991
+    assert distcheck.power_at(exact, n // 4, delta=0.01, alpha=1e-3) < 0.5
