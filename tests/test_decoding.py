@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import ModelDrafter
+from thesis_lib.drafters import ModelDrafter, NgramDrafter
 from thesis_lib.errors import ConfigError
 from thesis_lib.state import ModelState
 
@@ -177,3 +177,27 @@ def test_bad_lengths_are_rejected(tiny_models):
         greedy_generate(t, [1, 2], max_new_tokens=0)
     with pytest.raises(ConfigError, match="empty"):
         greedy_generate(t, [], max_new_tokens=4)
+
+
+def test_ngram_drafter_proposes_what_followed_the_latest_match():
+    d = NgramDrafter(max_ngram=3)
+    d.begin([5, 6, 7, 8, 1, 2, 5, 6])
+    assert d.propose(3) == [7, 8, 1]  # [2, 5, 6] never seen before; [5, 6] was, followed by 7, 8, 1
+    d.observe(2, 9)
+    assert d.history == [5, 6, 7, 8, 1, 2, 5, 6, 7, 8, 9]
+    d.begin([1, 2, 3])
+    assert d.propose(2) == [3, 3] and d.matched == 1 and d.rounds == 2  # no match: padded with the last token
+    d.begin([4, 1, 4])
+    assert d.propose(4) == [1, 4, 4, 4]  # the match runs out after two tokens
+    with pytest.raises(ValueError):
+        NgramDrafter(max_ngram=1, min_ngram=2)
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 6), max_new=st.integers(1, 40), deferred=st.booleans())
+def test_ngram_drafter_is_lossless(tiny_models, prompt, k, max_new, deferred):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    ref = greedy_generate(target, prompt, max_new_tokens=max_new)
+    spec = speculative_generate(target, NgramDrafter(), prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    assert spec.tokens == ref.tokens
+    check_stats(spec, k, max_new)

@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .decoding import SCHEDULES, DecodeStats, Generation, greedy_generate, speculative_generate
-from .drafters import ModelDrafter
+from .drafters import ModelDrafter, NgramDrafter
 from .errors import ConfigError
 from .heads import DenseGreedyHead
 from .models import LoadedModel, output_rows
@@ -41,7 +41,7 @@ from .profiling import ForwardTimer, PhaseClock, ProfiledDrafter
 from .prompts import Prompt, encode, prompt_text
 from .state import ModelState
 
-DRAFTS = ("dense", "flash", "shared")
+DRAFTS = ("dense", "flash", "shared", "ngram")  # ngram: prompt lookup, no draft model
 PEER_MODES = ("hf_greedy", "hf_assisted")
 SPEC_MODES = tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
 ALL_MODES = ("baseline",) + SPEC_MODES + PEER_MODES
@@ -123,6 +123,7 @@ class Runner:
         # the control: the FlashHead draft's body (here the same model) with the dense head, its own drafter
         self.drafters["shared"] = cls(self.draft.model, head=DenseGreedyHead.from_model(self.draft.model, limit),
                                       vocab_limit=limit, name="shared")
+        self.drafters["ngram"] = NgramDrafter()
 
     @property
     def drafter(self) -> ModelDrafter:
@@ -145,7 +146,8 @@ class Runner:
             drafter = self.drafters.get(draft)
             if drafter is None:
                 raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
-            clock = PhaseClock([self.t_state.device, drafter.state.device])
+            state = getattr(drafter, "state", None)  # a prompt-lookup drafter has no model
+            clock = PhaseClock([self.t_state.device, state.device if state is not None else self.t_state.device])
             if self.profile:
                 drafter.clock = clock
             gen = speculative_generate(self.t_state, drafter, ids, k=self.k, schedule=schedule, clock=clock,

@@ -79,3 +79,50 @@ class ModelDrafter:
             self.pending.append(self._proposed[-1])  # accepted but never fed
         self.pending.append(int(final_token))
         self._proposed = []
+
+
+class NgramDrafter:
+    """Prompt lookup: proposes the tokens that followed the most recent earlier occurrence of the sequence's
+    last n tokens (n from ``max_ngram`` down to ``min_ngram``), with no draft model at all (the zero-cost
+    reference drafter of issue 6). Where no n-gram matches, or the match runs out before ``k`` tokens, the
+    block is padded by repeating its last token (the verify loop expects exactly ``k`` proposals; the target
+    simply rejects what does not fit). ``matched`` counts rounds that found a match."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, name: str = "ngram"):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram, self.min_ngram, self.name = max_ngram, min_ngram, name
+        self.history: list[int] = []
+        self._proposed: list[int] = []
+        self.matched = self.rounds = 0
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.history = list(context)
+        self._proposed = []
+
+    def lookup(self, k: int) -> list[int]:
+        """Up to ``k`` tokens continuing the latest earlier match of the longest suffix that matches."""
+        h = self.history
+        for n in range(min(self.max_ngram, len(h) - 1), self.min_ngram - 1, -1):
+            suffix = h[-n:]
+            for start in range(len(h) - n - 1, -1, -1):  # latest earlier occurrence first
+                if h[start:start + n] == suffix:
+                    return h[start + n:start + n + k]
+        return []
+
+    def propose(self, k: int) -> list[int]:
+        if k <= 0:
+            self._proposed = []
+            return []
+        found = self.lookup(k)
+        self.rounds += 1
+        self.matched += bool(found)
+        block = found or self.history[-1:]
+        self._proposed = block + [block[-1]] * (k - len(block))
+        return self._proposed
+
+    def observe(self, accepted: int, final_token: int) -> None:
+        if not 0 <= accepted <= len(self._proposed):
+            raise ValueError(f"accepted={accepted} outside 0..{len(self._proposed)}")
+        self.history += self._proposed[:accepted] + [int(final_token)]
+        self._proposed = []

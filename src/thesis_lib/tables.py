@@ -33,6 +33,8 @@ LABELS = {
     "shared_ordinary": "Dense shared", "dense_deferred": "Dense deferred", "flash_deferred": "FlashHead deferred",
     "shared_deferred": "Dense shared deferred", "dense_pipelined": "Dense pipelined",
     "flash_pipelined": "FlashHead pipelined", "shared_pipelined": "Dense shared pipelined",
+    "ngram_ordinary": "Prompt-lookup draft", "ngram_deferred": "Prompt-lookup deferred",
+    "ngram_pipelined": "Prompt-lookup pipelined",
     "hf_greedy": "transformers generate()", "hf_assisted": "transformers assisted generate()",
 }
 
