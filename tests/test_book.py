@@ -60,6 +60,7 @@ def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
     runs = sorted(p.name for p in (tmp / "runs").iterdir())
     assert any("-bench-" in r for r in runs) and any("-profile-" in r for r in runs)
     assert sum("-sweep-k" in r for r in runs) == 2 and any(r.endswith(".json") and "model-bench" in r for r in runs)
+    assert any("-beyond-" in r for r in runs) and any("-codesign-" in r for r in runs)
     for n in book.NOTEBOOKS:  # papermill's injected parameters are folded away in the book
         cells = json.loads((book.build_dir("smoke") / "notebooks" / f"{n}.ipynb").read_text(encoding="utf-8"))["cells"]
         injected = [c for c in cells if "injected-parameters" in c["metadata"].get("tags", [])]
@@ -115,6 +116,27 @@ def test_chapter_5_and_explorer_glue(smoke_book):
     assert e["explorer_lossless"] is True and e["explorer_head_ms"] > 0
     nb = json.loads((book.build_dir("smoke") / "notebooks" / "explorer.ipynb").read_text(encoding="utf-8"))
     assert nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]  # saved widget state
+
+
+def test_chapter_6_glue(smoke_book):
+    g = glued("ch6_beyond")
+    # the sampling check ran in the notebook (smoke: no saved file) and its negative control was rejected
+    assert g["sampling_all_ok"] == "all pass" and g["sampling_control_ok"] == "rejected"
+    assert g["sampling_min_power"] >= 0.99 and g["sampling_min_draws"] > 0 and "this notebook" in g["sampling_source"]
+    assert g["lossless"] == "every greedy sample equals target-only greedy output"
+    assert g["margin"] in (0.05, 0.2) and 1 <= g["margin_mean_probes"] <= g["fixed_probes"] == 3
+    assert 0 <= g["margin_agreement"] <= 100 and 0 <= g["fixed_agreement"] <= 100
+    assert g["best_c"] in (8, 17) and 1 <= g["best_p"] <= g["best_c"] and 1 <= g["best_k"] <= 5
+    assert g["best_pred"] >= g["default_pred"] > 0  # the best setting of the sweep includes the default
+    for key in ("sp_flash", "sp_adaflash", "sp_freq", "sp_ngram", "sp_hybrid", "sp_hk", "sp_ck", "sp_sample_dense",
+                "sp_sample_flash"):
+        assert g[key] > 0, key
+    assert 0 <= g["draft_share"] <= 100 and 0 < g["flash_head_share"] < 100
+    assert math.isclose(g["head_ceiling"], 1 / (1 - g["flash_head_share"] / 100), rel_tol=1e-9)
+    assert g["best_fixed_k_all"] in (2, 3)  # the smoke sweep: K = 2 beside the main run's K = 3
+    assert g["winner_ratio"] > 0 and g["target_met"] in ("meets", "does not meet")
+    assert (g["winner_ratio"] >= 1.10) == (g["target_met"] == "meets")
+    assert "(parameter set smoke)" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
 
 
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import ModelDrafter, NgramDrafter
+from thesis_lib.drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from thesis_lib.errors import ConfigError
 from thesis_lib.state import ModelState
 
@@ -201,3 +201,65 @@ def test_ngram_drafter_is_lossless(tiny_models, prompt, k, max_new, deferred):
     spec = speculative_generate(target, NgramDrafter(), prompt, k=k, max_new_tokens=max_new, deferred=deferred)
     assert spec.tokens == ref.tokens
     check_stats(spec, k, max_new)
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 6), max_new=st.integers(1, 40), deferred=st.booleans())
+def test_hybrid_drafter_is_lossless(tiny_models, prompt, k, max_new, deferred):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    ref = greedy_generate(target, prompt + prompt, max_new_tokens=max_new)  # a repeated prompt: lookups happen
+    model = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB)
+    hybrid = HybridDrafter(model)
+    spec = speculative_generate(target, hybrid, prompt + prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    assert spec.tokens == ref.tokens
+    check_stats(spec, k, max_new)
+    assert hybrid.lookup_rounds + hybrid.model_rounds == spec.stats.rounds
+
+
+def test_hybrid_drafter_uses_lookup_only_where_text_repeats(tiny_models):
+    model = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB)
+    hybrid = HybridDrafter(model, min_ngram=2)
+    hybrid.begin([3, 4, 5, 6, 7, 3, 4])
+    assert hybrid.propose(3) == [5, 6, 7] and hybrid.lookup_rounds == 1  # [3, 4] seen before
+    hybrid.observe(1, 9)  # accepted 5, then 9: the model must be fed the prompt, 5 and 9
+    assert model.pending == [3, 4, 5, 6, 7, 3, 4, 5, 9]
+    block = hybrid.propose(2)  # [5, 9] never seen: the model drafts
+    assert hybrid.model_rounds == 1 and len(block) == 2 and model.pending == []
+
+
+@pytest.mark.parametrize("policy", ["heuristic", "cost"])
+def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
+    from thesis_lib import adaptive
+
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    drafter = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB)
+    prompt = [1, 5, 9, 2, 7]
+    ref = greedy_generate(target, prompt, max_new_tokens=60)
+    verify = {n: 1.0 + 0.05 * n for n in range(1, 14)}
+    pol = (adaptive.HeuristicK(2) if policy == "heuristic"
+           else adaptive.CostModelK(2, draft_step_s=0.2, verify_s=verify, k_max=12))
+    spec = speculative_generate(target, drafter, prompt, k=2, max_new_tokens=60, deferred=True, k_policy=pol)
+    assert spec.tokens == ref.tokens
+    d, a = spec.stats.drafted, spec.stats.accepted
+    if policy == "heuristic":  # each round's K follows from the previous round (cut only by the end)
+        k, e = 2, spec.stats.emitted
+        for i in range(len(d)):
+            assert d[i] == min(k, 60 - (1 + sum(e[:i])) - 1)
+            k = min(16, k + 2) if a[i] == d[i] else max(1, k - 1)
+    assert len(set(d)) > 1  # the block length did change
+
+
+def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_high():
+    from thesis_lib import adaptive
+
+    verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
+    cheap = adaptive.CostModelK(4, draft_step_s=0.01, verify_s=verify, k_max=12)
+    dear = adaptive.CostModelK(4, draft_step_s=0.5, verify_s=verify, k_max=12)
+    assert cheap.best_k(0.9) > dear.best_k(0.9) >= 1
+    assert cheap.best_k(0.95) >= cheap.best_k(0.5)
+    assert dear.best_k(0.05) == 1
+    for _ in range(10):
+        cheap.update(0, 4)  # every first draft rejected: alpha falls
+    assert cheap.alpha < 0.1
+    with pytest.raises(ConfigError):
+        adaptive.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)

@@ -300,3 +300,54 @@ def test_bench_cli_help_and_fail_fast(tmp_path, capsys):
         assert cli.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+# --- beyond the thesis (issue 6) -----------------------------------------------------------------------------
+
+BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "hybrid_deferred",
+                "ngram_deferred", "flash_deferred_hk", "flash_deferred_ck", "dense_ordinary_ck",
+                "sample_dense", "sample_flash")
+
+
+def test_beyond_modes_run_through_the_protocol(pair_dir, tmp_path, cache):
+    cfg = _config(pair_dir, tmp_path / "runs", name="beyond", modes=BEYOND_MODES, adaptive_margin=0.05,
+                  freq_calibration=1, freq_tokens_generated=6, freq_tokens=40, k_max=6, **FLASH)
+    run = protocol.run(cfg, progress=False)
+    by = {m: [r for r in run.samples if r["mode"] == m] for m in BEYOND_MODES + ("sample_baseline",)}
+    assert all(len(rs) == 3 for rs in by.values())  # sample_baseline joins because sampling modes need it
+    for m in BEYOND_MODES:
+        for r in by[m]:
+            if m.startswith("sample_"):
+                assert r["matches_baseline"] is None  # random text is not compared with greedy output
+            else:
+                assert r["matches_baseline"], (m, r["question_id"])
+    assert all(1 <= r["mean_probes"] <= 3 for r in by["adaflash_deferred"])
+    assert all(r["lookup_rounds"] + r["model_rounds"] == r["rounds"] for r in by["hybrid_deferred"])
+    assert all(r["lookup_tried"] == r["rounds"] for r in by["ngram_deferred"])
+    assert any(len(set(r["drafted_per_round"])) > 1 for r in by["flash_deferred_hk"])
+    env = run.environment
+    assert {str(n) for n in env["k_costs"]["verify_s"]} == {str(n) for n in range(1, 8)}  # 1 .. k_max + 1 tokens
+    assert env["beyond"]["freq"]["tokens"] == 40 and env["beyond"]["adaflash"]["margin"] == 0.05
+    assert run.summary["sample_dense"]["matches_baseline"] is None
+    # sampling ratios are taken against target-only sampling, on the same prompt
+    base = {r["question_id"]: r for r in by["sample_baseline"]}
+    ratios = sorted(r["decode_tokens_per_s"] / base[r["question_id"]]["decode_tokens_per_s"] for r in by["sample_flash"])
+    assert run.summary["sample_flash"]["speedup_vs_baseline"] == pytest.approx(ratios[1])
+    # a seeded run is reproducible: the same sampled tokens again
+    again = protocol.run(_config(pair_dir, tmp_path / "runs", name="again", modes=("baseline", "sample_flash"),
+                                 **FLASH), progress=False)
+    assert [r["tokens"] for r in again.samples if r["mode"] == "sample_flash"] == [r["tokens"] for r in by["sample_flash"]]
+
+
+def test_beyond_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monkeypatch, cache):
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("weights loaded"))
+    bad = [dict(modes=("baseline", "adaflash_deferred")),  # no margin
+           dict(modes=("baseline", "adaflash_deferred"), adaptive_margin=-1.0),
+           dict(modes=("baseline", "freq_deferred"), freq_tokens=0),
+           dict(modes=("baseline", "flash_deferred_ck"), k_max=2),  # k_max < K
+           dict(modes=("baseline", "sample_dense"), temperature=0.0),
+           dict(modes=("baseline", "sample_dense"), top_p=1.5)]
+    for kw in bad:
+        with pytest.raises(ConfigError):
+            protocol.run(_config(pair_dir, tmp_path / "runs", **{**FLASH, **kw}), progress=False)
+    assert not (tmp_path / "runs").exists()

@@ -6,14 +6,12 @@ import math
 import pytest
 import torch
 
-from thesis_lib import clustering, distcheck, sampling, tiny
+from thesis_lib import distcheck, sampling
 from thesis_lib.errors import ConfigError
-from thesis_lib.flashhead import FlashHead
-from thesis_lib.heads import DenseGreedyHead
 from thesis_lib.state import ModelState
 
-V = 8
-PROMPT = [1, 2, 3]
+V = distcheck.VOCAB
+PROMPT = list(distcheck.PROMPT)
 # Default-suite power: an absolute error of DELTA in any sequence's probability is caught with probability
 # >= 0.99 at family-wise level 1e-3 (normal approximation); `thesis-lib sampling-check` runs the 1 % version.
 DELTA, ALPHA = 0.04, 1e-3
@@ -21,11 +19,7 @@ DELTA, ALPHA = 0.04, 1e-3
 
 @pytest.fixture(scope="module")
 def pair():
-    target = tiny.tiny_model("qwen2", vocab_size=V, seed=0, init_std=0.4)
-    draft = tiny.noisy_copy(target, scale=0.15, seed=3)
-    w = draft.get_output_embeddings().weight.detach()
-    flash = FlashHead(w, clustering.spherical_kmeans(w, 4, progress=False), n_probes=2, path="reference")
-    return target, draft, flash
+    return distcheck.tiny_pair(V)
 
 
 def test_warp_applies_temperature_top_k_and_top_p():
@@ -80,56 +74,23 @@ def test_bad_input_fails_before_decoding(pair):
         sampling.speculative_sample(ModelState(target), d, PROMPT, k=2, max_new_tokens=4, sampler=sampling.Sampler(0.5))
 
 
-CASES = [  # (sampler, tokens checked, K)
-    (sampling.Sampler(1.0), 3, 2),
-    (sampling.Sampler(0.8, top_k=4, top_p=0.9), 4, 3),
-]
+CASES = distcheck.CASES
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("draft_kind", ["dense", "flash"])
 @pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
 def test_speculative_sampling_has_the_target_distribution(pair, case, draft_kind, schedule):
-    target, draft, flash = pair
-    s, n, k = CASES[case]
-    exact = distcheck.exact_distribution(target, PROMPT, n, s)
-    draws = distcheck.draws_for_power(exact, delta=DELTA, alpha=ALPHA, power=0.99)
-    g = torch.Generator().manual_seed(1000 + case)
-    d = sampling.SamplingModelDrafter(draft, s, flash_head=flash if draft_kind == "flash" else None)
-    ts = ModelState(target)
-    accepted = drafted = 0
-
-    def draw(prompt, m):
-        nonlocal accepted, drafted
-        gen = sampling.speculative_sample(ts, d, prompt, k=k, max_new_tokens=m, sampler=s, generator=g, schedule=schedule)
-        accepted, drafted = accepted + sum(gen.stats.accepted), drafted + sum(gen.stats.drafted)
-        return gen.tokens
-
-    r = distcheck.check(distcheck.sequences(PROMPT, n, draw, draws), exact, alpha=ALPHA, delta=DELTA)
+    r = distcheck.run_case(pair, case, draft_kind, schedule, delta=DELTA, alpha=ALPHA, power=0.99)
     assert r["power"] >= 0.99 and r["impossible_draws"] == 0
     assert r["ok"], r
-    assert 0.2 < accepted / drafted < 0.95  # the draft is neither ignored nor identical: the rule is exercised
+    assert 0.2 < r["acceptance"] < 0.95  # the draft is neither ignored nor identical: the rule is exercised
 
 
 def test_the_check_catches_a_wrong_rule(pair):
     """Negative control: keeping every draft token (no rejection) gives the draft's distribution, which the
     check must reject at the same number of draws."""
-    target, draft, _ = pair
-    s, n, k = CASES[0]
-    exact = distcheck.exact_distribution(target, PROMPT, n, s)
-    draws = distcheck.draws_for_power(exact, delta=DELTA, alpha=ALPHA, power=0.99)
-    g = torch.Generator().manual_seed(5)
-    d = sampling.SamplingModelDrafter(draft, s)
-    ts, head = ModelState(target), DenseGreedyHead.from_model(target)
-
-    def draw_always_accept(prompt, m):
-        ts.reset()
-        first = sampling._draw(sampling._target_probs(ts, head, prompt, s)[-1], g)  # the target's first token
-        d.begin(list(prompt) + [first])
-        y, _ = d.propose(m - 1, g)
-        return [first] + y
-
-    r = distcheck.check(distcheck.sequences(PROMPT, n, draw_always_accept, draws), exact, alpha=ALPHA, delta=DELTA)
+    r = distcheck.run_always_accept(pair, delta=DELTA, alpha=ALPHA, power=0.99)
     assert not r["ok"] and r["max_abs_z"] > r["critical_z"]
 
 

@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .decoding import SCHEDULES, DecodeStats, Generation, greedy_generate, speculative_generate
-from .drafters import ModelDrafter, NgramDrafter
+from .drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from .errors import ConfigError
 from .heads import DenseGreedyHead
 from .models import LoadedModel, output_rows
@@ -41,11 +41,20 @@ from .profiling import ForwardTimer, PhaseClock, ProfiledDrafter
 from .prompts import Prompt, encode, prompt_text
 from .state import ModelState
 
-DRAFTS = ("dense", "flash", "shared", "ngram")  # ngram: prompt lookup, no draft model
+#: ngram: prompt lookup, no draft model; adaflash: FlashHead with adaptive probes; freq: the frequency-truncated
+#: head; hybrid: prompt lookup where the text repeats, the FlashHead draft elsewhere (issue 6).
+DRAFTS = ("dense", "flash", "shared", "ngram", "adaflash", "freq", "hybrid")
+#: Block-length policies other than the fixed K, as mode suffixes (``flash_deferred_ck``).
+K_SUFFIXES = {"hk": "heuristic", "ck": "cost"}
 PEER_MODES = ("hf_greedy", "hf_assisted")
-SPEC_MODES = tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
-ALL_MODES = ("baseline",) + SPEC_MODES + PEER_MODES
-FLASH_MODES = tuple(m for m in SPEC_MODES if m.startswith("flash_"))
+SPEC_MODES = (tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
+              + tuple(f"{d}_{s}_{x}" for d in DRAFTS for s in ("ordinary", "deferred") for x in K_SUFFIXES))
+#: Speculative *sampling* (deferred schedule) and its reference, target-only sampling.
+SAMPLE_MODES = ("sample_baseline", "sample_dense", "sample_flash")
+ALL_MODES = ("baseline",) + SPEC_MODES + SAMPLE_MODES + PEER_MODES
+#: Drafts that need the FlashHead head (their own, or for their candidate count).
+FLASH_DRAFTS = ("flash", "adaflash", "freq", "hybrid")
+FLASH_MODES = tuple(m for m in SPEC_MODES if m.split("_")[0] in FLASH_DRAFTS) + ("sample_flash",)
 #: ``thesis-lib compare``'s default: no FlashHead (needs a clustering) and no pipelining.
 DEFAULT_MODES = ("baseline", "dense_ordinary", "dense_deferred") + PEER_MODES
 #: Every mode of the thesis' chapter 4 plus the peers: the benchmark protocol's default.
@@ -60,9 +69,21 @@ def split_mode(mode: str) -> tuple[str, str]:
     if mode not in ALL_MODES:
         raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
     if mode in SPEC_MODES:
-        d, s = mode.split("_", 1)
+        d, s = mode.split("_")[:2]
         return d, s
+    if mode in SAMPLE_MODES:
+        return "sample", mode[len("sample_"):]
     return ("baseline", "") if mode == "baseline" else ("hf", mode[3:])
+
+
+def k_policy_of(mode: str) -> str:
+    """``fixed``, or the block-length policy a mode's suffix names (``heuristic``, ``cost``)."""
+    return K_SUFFIXES.get(mode.rsplit("_", 1)[-1], "fixed") if mode in SPEC_MODES else "fixed"
+
+
+def baseline_of(mode: str) -> str:
+    """The mode a mode's speed is compared with: target-only sampling for sampling modes, else greedy."""
+    return "sample_baseline" if mode in SAMPLE_MODES else "baseline"
 
 
 def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
@@ -107,6 +128,13 @@ class Runner:
     max_new_tokens: int
     flash_head: torch.nn.Module | None = None
     profile: bool = False
+    #: issue 6: heads of the drafts ``adaflash`` and ``freq``; the sampling warp of the ``sample_*`` modes;
+    #: the largest K (and the measured step costs, found on first use) of the adaptive-K modes
+    extra_heads: dict | None = None
+    sampler: object | None = None
+    k_max: int = 12
+    k_costs: dict | None = None
+    seed: int = 0
 
     def __post_init__(self):
         self.eos = self.target.eos_ids
@@ -124,6 +152,19 @@ class Runner:
         self.drafters["shared"] = cls(self.draft.model, head=DenseGreedyHead.from_model(self.draft.model, limit),
                                       vocab_limit=limit, name="shared")
         self.drafters["ngram"] = NgramDrafter()
+        for name, head in (self.extra_heads or {}).items():
+            self.drafters[name] = cls(self.draft.model, head=head, vocab_limit=limit, name=name)
+        if self.flash_head is not None:
+            self.drafters["hybrid"] = HybridDrafter(cls(self.draft.model, head=self.flash_head, vocab_limit=limit,
+                                                        name="hybrid"))
+        self.sample_drafters = {}
+        if self.sampler is not None:
+            from .sampling import SamplingModelDrafter
+
+            self.sample_drafters["dense"] = SamplingModelDrafter(self.draft.model, self.sampler, vocab_limit=limit)
+            if self.flash_head is not None:
+                self.sample_drafters["flash"] = SamplingModelDrafter(self.draft.model, self.sampler,
+                                                                     flash_head=self.flash_head, vocab_limit=limit)
 
     @property
     def drafter(self) -> ModelDrafter:
@@ -142,6 +183,8 @@ class Runner:
             self.target_forward.reset()
         if draft == "baseline":
             gen = greedy_generate(self.t_state, ids, **common)
+        elif draft == "sample":
+            gen = self._sample(schedule, ids)
         else:
             drafter = self.drafters.get(draft)
             if drafter is None:
@@ -150,11 +193,48 @@ class Runner:
             clock = PhaseClock([self.t_state.device, state.device if state is not None else self.t_state.device])
             if self.profile:
                 drafter.clock = clock
+            before = _counters(drafter)
             gen = speculative_generate(self.t_state, drafter, ids, k=self.k, schedule=schedule, clock=clock,
-                                       **common)
+                                       k_policy=self._k_policy(mode, draft, schedule, ids), **common)
+            gen.extra.update({k: v - before[k] for k, v in _counters(drafter).items()})
+            if "probes_used" in gen.extra:
+                gen.extra["mean_probes"] = gen.extra.pop("probes_used") / max(1, gen.extra.pop("head_rows"))
         if self.profile:
             gen.stats.phase_s["target_forward"] = self.target_forward.seconds()
         return gen
+
+    def _k_policy(self, mode: str, draft: str, schedule: str, ids: Sequence[int]):
+        from . import adaptive
+
+        policy = k_policy_of(mode)
+        if policy == "fixed":
+            return None
+        if policy == "cost" and self.k_costs is None:  # measured once, at the first prompt that needs it
+            models = {n: d for n, d in self.drafters.items() if n in ("dense", "flash", "adaflash", "freq")}
+            self.k_costs = adaptive.measure_costs(self.t_state, models, ids, k_max=self.k_max)
+        step_of = {"hybrid": "flash", "ngram": "ngram"}.get(draft, draft)
+        costs = dict(self.k_costs or {}, ngram_step_s=0.0)
+        return adaptive.make_policy(policy, self.k, costs, deferred=schedule == "deferred", draft=step_of,
+                                    k_max=self.k_max)
+
+    def _sample(self, which: str, ids: Sequence[int]) -> Generation:
+        """Target-only sampling (``which == "baseline"``) or speculative sampling with the dense or FlashHead
+        draft (deferred schedule). Each prompt's draws are seeded from the run's seed and the prompt, so a
+        run is reproducible whatever the order of modes."""
+        import zlib
+
+        from .sampling import sample_generate, speculative_sample
+
+        if self.sampler is None:
+            raise ConfigError("The sample_* modes need a sampler (Runner(..., sampler=Sampler(...))).")
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(repr(list(ids)).encode()))
+        common = dict(max_new_tokens=self.max_new_tokens, eos_ids=self.eos, sampler=self.sampler, generator=g)
+        if which == "baseline":
+            return sample_generate(self.t_state, ids, **common)
+        drafter = self.sample_drafters.get(which)
+        if drafter is None:
+            raise ConfigError(f"mode sample_{which} needs a FlashHead head (Runner(..., flash_head=...)).")
+        return speculative_sample(self.t_state, drafter, ids, k=self.k, schedule="deferred", **common)
 
     @torch.inference_mode()
     def _hf(self, mode: str, ids: Sequence[int]) -> Generation:
@@ -184,6 +264,18 @@ class Runner:
         return Generation(tokens, st)
 
 
+def _counters(drafter) -> dict:
+    """What a drafter counts about itself (prompt lookups, model rounds, probes used), for the record."""
+    out = {}
+    for name in ("matched", "rounds", "lookup_rounds", "model_rounds"):
+        if hasattr(drafter, name):
+            out[{"matched": "lookup_matched", "rounds": "lookup_tried"}.get(name, name)] = getattr(drafter, name)
+    head = getattr(getattr(drafter, "state", None), "head", None)
+    if hasattr(head, "probes_used"):
+        out["probes_used"], out["head_rows"] = head.probes_used, head.calls
+    return out
+
+
 def sample_record(prompt: Prompt, mode: str, gen: Generation, reference: list[int] | None, *,
                   iteration: int = 0) -> dict:
     """One JSON-able record per prompt x iteration x mode: every metric of the protocol and the tokens."""
@@ -195,6 +287,7 @@ def sample_record(prompt: Prompt, mode: str, gen: Generation, reference: list[in
            "stopped_by": st.stopped_by, "verify_calls": st.verify_calls, "append_calls": st.append_calls,
            "phase_s": st.phase_s,
            "matches_baseline": None if reference is None else gen.tokens == reference, "tokens": gen.tokens}
+    rec.update(gen.extra)
     if st.drafted:
         rec.update(acceptance=st.acceptance, mean_emitted=st.mean_emitted, rounds=st.rounds,
                    drafted=sum(st.drafted), accepted=sum(st.accepted), emitted=sum(st.emitted),
@@ -224,6 +317,8 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     modes = check_modes(modes)
     if "baseline" not in modes:
         modes = ("baseline", *modes)  # every ratio is taken against it
+    if any(m in SAMPLE_MODES for m in modes) and "sample_baseline" not in modes:
+        modes = (*modes, "sample_baseline")  # the sampling modes' ratios are taken against it
     if not prompts:
         raise ConfigError("No prompts selected.")
     if iterations < 1 or warmup < 0:
@@ -257,11 +352,12 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
                 gens[mode] = runner.run(mode, ids)
                 bar.update()
             ref = gens["baseline"].tokens if "baseline" in gens else done[(it, prompt.question_id, "baseline")]["tokens"]
+            sampling_ref = None  # sampled text is random: it is not compared with greedy output
             prompt_costs = component_costs(runner, ids, reps=3) if costs else None
             for mode in modes:
                 if mode not in gens:
                     continue
-                rec = sample_record(prompt, mode, gens[mode], ref, iteration=it)
+                rec = sample_record(prompt, mode, gens[mode], sampling_ref if mode in SAMPLE_MODES else ref, iteration=it)
                 rec["run_order"] = order.index(mode)  # position of this mode in the sample's (alternated) order
                 if prompt_costs:
                     rec["component_costs_s"] = prompt_costs
@@ -301,10 +397,11 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
     def base_key(r):
         return int(r.get("iteration", 0)), r["question_id"]
 
-    base = {base_key(r): r for r in records if r["mode"] == "baseline"}
+    bases = {b: {base_key(r): r for r in records if r["mode"] == b} for b in ("baseline", "sample_baseline")}
     out: dict[str, dict] = {}
     for mode in dict.fromkeys(r["mode"] for r in records):
         rs = [r for r in records if r["mode"] == mode]
+        base = bases[baseline_of(mode)]
 
         def ratios(key):
             return [r[key] / base[base_key(r)][key] for r in rs if r[key] and base.get(base_key(r), {}).get(key)]
@@ -326,7 +423,7 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
             # pooled over all rounds of all samples; per-sample values are in the records
             "acceptance": (sum(r.get("accepted", 0) for r in rs) / drafted) if drafted else None,
             "mean_emitted": (sum(r["emitted"] for r in rs) / sum(r["rounds"] for r in rs)) if drafted else None,
-            "matches_baseline": sum(bool(r["matches_baseline"]) for r in rs),
+            "matches_baseline": (None if mode in SAMPLE_MODES else sum(bool(r["matches_baseline"]) for r in rs)),
             "predicted_over_measured": _median(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] for r in rs
                                                if r.get("predicted_tokens_per_s") and r["decode_tokens_per_s"]),
         }
@@ -374,6 +471,8 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     the draft feeds after a fully accepted block are left out."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
+    if rec["mode"] in SAMPLE_MODES or k_policy_of(rec["mode"]) != "fixed" or split_mode(rec["mode"])[0] not in ("dense", "flash", "shared"):
+        return None  # the model below knows one fixed K and the dense/FlashHead step costs only
     k = rec["k"]
     verify = costs[f"target_verify_{k + 1}_s"] if rec["mode"].endswith("deferred") else costs[f"target_verify_{k}_s"]
     step = costs["flash_draft_step_s"] if rec["mode"].startswith("flash") else costs["draft_step_s"]

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = ROOT / "params"
 NOTEBOOK_DIR = ROOT / "notebooks"
 PROSE_DIR = ROOT / "book"
-NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "explorer")
+NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "ch6_beyond", "explorer")
 #: Chapter 4 runs the benchmarks the others read, so it goes first.
-RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "explorer")
+RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "ch6_beyond", "explorer")
 DEFAULT_SET = "cpu-embedded"
 
 
@@ -105,6 +105,20 @@ class Params:
     head_reps: int = 3
     step_reps: int = 3
     runs_dir: str = "runs/book"
+    # the "Beyond the thesis" chapter (issue 6)
+    beyond_modes: list = field(default_factory=lambda: ["baseline", "flash_deferred", "adaflash_deferred",
+                                                        "freq_deferred", "ngram_deferred", "hybrid_deferred",
+                                                        "flash_deferred_hk", "flash_deferred_ck", "sample_dense",
+                                                        "sample_flash"])
+    beyond_k_sweep: list = field(default_factory=lambda: [2, 3, 6, 8])
+    calibration_per_category: int = 3
+    adaptive_margins: list = field(default_factory=lambda: [0.06, 0.08, 0.1, 0.12, 0.14, 0.16])
+    adaptive_min_probes: int = 8
+    codesign_cluster_sizes: list = field(default_factory=lambda: [64, 32, 16])
+    k_max: int = 12
+    temperature: float = 0.7
+    top_k: int | None = 20
+    top_p: float | None = 0.8
     fig_dir: str = "figures"
     progress: bool = True
 
@@ -149,7 +163,7 @@ def _digest(doc) -> str:
 
 
 def _named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
-    doc = cfg.to_dict()
+    doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
     cfg.name = f"{set_name}-{kind}-{_digest(doc)}"
     return cfg
@@ -171,8 +185,10 @@ def pair(p: Params, flash: bool = True):
     entry = _PAIRS[key]
     if flash and entry[2] is None:
         entry[2] = protocol.flash_head(p.bench(), entry[1])
-    if flash and p.probes is not None:
-        entry[2].with_probes(p.probes)
+    if flash:  # a run with other probes may have changed the shared head: back to these parameters'
+        from .flashhead import default_probes
+
+        entry[2].with_probes(p.probes if p.probes is not None else default_probes(entry[2].n_clusters))
     return tuple(entry)
 
 
@@ -182,10 +198,15 @@ def obtain(cfg: protocol.BenchConfig, p: Params):
 
     if (cfg.path / SUMMARY).is_file():
         run = load_run(cfg.path)
-        if run.config == json.loads(json.dumps(cfg.to_dict())):
+        if protocol.BenchConfig.from_dict(run.config).to_dict() == json.loads(json.dumps(cfg.to_dict())):
             return run
     cfg.check()
-    return protocol.run(cfg, resume=cfg.path.exists(), progress=p.progress, loaded=pair(p, flash=cfg.needs_flash))
+    loaded = pair(p, flash=cfg.needs_flash)
+    if loaded[2] is not None and cfg.clusters is not None and loaded[2].n_clusters != cfg.clusters:
+        loaded = loaded[:2]  # another clustering than the shared head's: the run builds its own
+    run = protocol.run(cfg, resume=cfg.path.exists(), progress=p.progress, loaded=loaded)
+    pair(p, flash=cfg.needs_flash)  # the shared head's probe count back to these parameters'
+    return run
 
 
 def main_run(p: Params):

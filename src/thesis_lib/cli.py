@@ -12,6 +12,7 @@
 - ``thesis-lib profile``: the diagnostic profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead
   drafts with the draft's body/head split; a run folder like ``bench``'s.
 - ``thesis-lib table``: the thesis' tables (4.5 to 4.11) and this project's extra tables from run folders.
+- ``thesis-lib sampling-check``: the empirical proof that speculative sampling is lossless (``distcheck``).
 
 Errors the user can fix print as one message and exit with status 2, before any heavy work.
 """
@@ -239,7 +240,15 @@ def _bench_config(args, profile: bool):
         warmup=args.warmup, iterations=args.iterations, seed=args.seed, costs=not args.no_costs, profile=profile,
         probes=args.probes, clusters=args.clusters, assets=args.assets, flash_path=args.flash_path,
         centroid_dtype=args.centroid_dtype, outliers=args.outliers, cluster_seed=args.cluster_seed,
-        kmeans_iterations=args.kmeans_iterations)
+        kmeans_iterations=args.kmeans_iterations, **_beyond_args(args))
+
+
+def _beyond_args(args) -> dict:
+    if not hasattr(args, "k_max"):  # thesis-lib profile: the thesis' drafts only
+        return {}
+    return dict(k_max=args.k_max, adaptive_margin=args.adaptive_margin, adaptive_min_probes=args.adaptive_min_probes,
+                freq_tokens=args.freq_tokens, freq_calibration=args.freq_calibration, temperature=args.temperature,
+                top_k=args.top_k or None, top_p=None if args.top_p == 1 else args.top_p)
 
 
 def _run_protocol(args, profile: bool) -> int:
@@ -435,6 +444,19 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--resume", action="store_true", help="finish an interrupted run (same configuration)")
         g.add_argument("--replace", action="store_true", help="move an existing run folder aside (<name>.old-N) and start afresh")
         _add_flash_args(p)
+        if name == "bench":
+            g = p.add_argument_group("beyond the thesis (modes adaflash_*, freq_*, *_hk, *_ck, sample_*)")
+            g.add_argument("--k-max", type=int, default=12, help="largest K of the adaptive-K modes (default: 12)")
+            g.add_argument("--adaptive-margin", type=float, default=None,
+                           help="adaflash: probe the clusters within this centroid-score margin (x |h|) of the best")
+            g.add_argument("--adaptive-min-probes", type=int, default=1, help="adaflash: at least this many probes")
+            g.add_argument("--freq-tokens", type=int, default=None,
+                           help="freq: tokens the truncated head scores (default: FlashHead's candidate count)")
+            g.add_argument("--freq-calibration", type=int, default=3,
+                           help="freq: unmeasured prompts per category its frequencies are counted on (default: 3)")
+            g.add_argument("--temperature", type=float, default=0.7, help="sample_*: temperature (default: 0.7)")
+            g.add_argument("--top-k", type=int, default=20, help="sample_*: top-k, 0 = off (default: 20)")
+            g.add_argument("--top-p", type=float, default=0.8, help="sample_*: top-p, 1 = off (default: 0.8)")
         p.set_defaults(func=func)
 
     p = sub.add_parser("book", help="run the chapter notebooks (papermill) and build the Jupyter Book")
@@ -451,7 +473,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", default=None, help="a second run folder of the same configuration: print the "
                    "reproducibility table (identical tokens, acceptance, speed spread) instead")
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("sampling-check", help="prove speculative sampling lossless on tiny models (exact test)",
+                       description="Speculative sampling (dense and FlashHead drafts, ordinary and deferred) "
+                       "against target-only sampling's exact distribution of the first tokens, on tiny models "
+                       "with an 8-token vocabulary, with enough draws to catch an absolute error of --delta in "
+                       "any sequence's probability with probability --power; plus a negative control (a wrong "
+                       "rule) that must fail.")
+    p.add_argument("--delta", type=float, default=0.01, help="absolute error to catch (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=1e-3, help="family-wise level per configuration (default: %(default)s)")
+    p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")
+    p.add_argument("--out", default=None, help="write the results as JSON to this new file")
+    p.set_defaults(func=cmd_sampling_check)
     return parser
+
+
+def cmd_sampling_check(args) -> int:
+    from . import distcheck
+
+    if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
+        raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists():
+        raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
+    pair = distcheck.tiny_pair()
+    rows, t0 = [], time.perf_counter()
+    for case in range(len(distcheck.CASES)):
+        for draft in ("dense", "flash"):
+            for schedule in ("ordinary", "deferred"):
+                t = time.perf_counter()
+                r = distcheck.run_case(pair, case, draft, schedule, delta=args.delta, alpha=args.alpha,
+                                       power=args.power, progress=True)
+                r["seconds"] = round(time.perf_counter() - t, 1)
+                rows.append(r)
+                print(f"case {case} {draft:5s} {schedule:8s}: {r['draws']} draws, {r['cells']} cells, "
+                      f"max |z| {r['max_abs_z']:.2f} vs {r['critical_z']:.2f}, power {r['power']:.4f}, "
+                      f"acceptance {r['acceptance']:.3f} -> {'ok' if r['ok'] else 'FAIL'}", flush=True)
+    control = distcheck.run_always_accept(pair, delta=args.delta, alpha=args.alpha, power=args.power, progress=True)
+    print(f"negative control (always accept): max |z| {control['max_abs_z']:.1f} vs {control['critical_z']:.2f} "
+          f"-> {'rejected, as it must be' if not control['ok'] else 'NOT REJECTED: the check is too weak'}")
+    ok = all(r["ok"] for r in rows) and not control["ok"]
+    doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "configurations": rows,
+           "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
+           "environment": {"python": platform.python_version(), "machine": platform.machine(),
+                           "processor": platform.processor()}}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in doc.items() if k not in ("configurations", "negative_control")}))
+    return 0 if ok else 1
 
 
 def cmd_book(args) -> int:

@@ -120,6 +120,7 @@ class DecodeStats:
 class Generation:
     tokens: list[int]
     stats: DecodeStats
+    extra: dict = field(default_factory=dict)  # what a drafter counted about itself (see bench.sample_record)
 
 
 def _check(max_new_tokens: int, prompt_ids: Sequence[int], k: int | None = None) -> None:
@@ -197,9 +198,12 @@ def _emit(stats: DecodeStats, out: list[int], y: Sequence[int], n: int, correcti
 @torch.inference_mode()
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
                          max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
-                         schedule: str | None = None, clock: PhaseClock | None = None) -> Generation:
+                         schedule: str | None = None, clock: PhaseClock | None = None,
+                         k_policy=None) -> Generation:
     """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or
     pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``.
+    ``k_policy`` (see :mod:`thesis_lib.adaptive`) chooses each round's block length; without it every
+    round drafts ``k`` tokens. Either way the output is target-only greedy's.
 
     Invariant at the start of a round:
     - ordinary/pipelined: the target's cache holds every emitted token and ``next_token`` is its argmax
@@ -212,9 +216,10 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
         raise ConfigError(f"Unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
     _check(max_new_tokens, prompt_ids, k)
     if schedule != "pipelined":
-        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None)
+        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None, k_policy)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append") as worker:
-        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker)
+        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker,
+                            k_policy)
 
 
 @torch.inference_mode()
@@ -225,13 +230,15 @@ def _append(target: ModelState, token: int) -> int:
 
 def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], k: int, max_new_tokens: int,
                  eos_ids: Sequence[int], schedule: str, clock: PhaseClock | None,
-                 worker: ThreadPoolExecutor | None) -> Generation:
+                 worker: ThreadPoolExecutor | None, k_policy=None) -> Generation:
     deferred = schedule == "deferred"
     draft_device = getattr(getattr(drafter, "state", None), "device", "cpu")
     clock = clock or PhaseClock([target.device, draft_device])
     eos = frozenset(eos_ids)
     stats = DecodeStats(mode=f"{drafter.name}_{schedule}", k=k)
     pending: Future | None = None  # pipelined: the append running on the worker thread
+    if k_policy is not None:
+        k = k_policy.first()
 
     def next_known() -> int:
         nonlocal pending, next_token
@@ -299,6 +306,8 @@ def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int]
                 cached_extra = kk - n
         # 3. emission: accepted proposals, then the target's correction or bonus token
         done = _emit(stats, out, y, n, correction, kk, eos, max_new_tokens)
+        if k_policy is not None:
+            k = k_policy.update(n, kk)
         # 4. alignment: discard cache entries of rejected proposals, on both sides
         with clock.phase(FINALIZE):
             target.crop(cached_extra)

@@ -12,6 +12,7 @@ with the normal approximation to the binomial, stated as such.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from typing import Iterable, Sequence
@@ -122,4 +123,100 @@ def sequences(prompt_ids: Sequence[int], n: int, draw, count: int, progress: boo
     return [tuple(draw(prompt_ids, n)[:n]) for _ in tqdm(range(count), disable=not progress, desc="draws")]
 
 
-__all__ = ["exact_distribution", "draws_for_power", "power_at", "check", "critical_z", "sequences"]
+# --- the stated experiment: tiny models, 8-token vocabulary (shared by the test suite and `thesis-lib sampling-check`)
+
+VOCAB = 8
+PROMPT = (1, 2, 3)
+#: (sampler, tokens checked, K)
+CASES = (
+    (Sampler(1.0), 3, 2),
+    (Sampler(0.8, top_k=4, top_p=0.9), 4, 3),
+)
+
+
+class _one_thread:
+    """Tiny models gain nothing from a second thread, and where the cores are shared (a notebook kernel beside
+    other work) a parallel region can wait a whole scheduler slice for its second thread: ~40x slower."""
+
+    def __enter__(self):
+        self.n = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.n)
+
+
+def tiny_pair(vocab: int = VOCAB):
+    """A tiny random target, a noisy copy as its draft, and a FlashHead over the draft's head (4 clusters,
+    2 probes, reference path): small enough to enumerate, different enough that rejections happen."""
+    from . import clustering, tiny
+    from .flashhead import FlashHead
+
+    target = tiny.tiny_model("qwen2", vocab_size=vocab, seed=0, init_std=0.4)
+    draft = tiny.noisy_copy(target, scale=0.15, seed=3)
+    w = draft.get_output_embeddings().weight.detach()
+    flash = FlashHead(w, clustering.spherical_kmeans(w, 4, progress=False), n_probes=2, path="reference")
+    return target, draft, flash
+
+
+def run_case(pair, case: int, draft_kind: str, schedule: str, *, delta: float, alpha: float = 1e-3,
+             power: float = 0.99, seed: int | None = None, progress: bool = False) -> dict:
+    """One configuration of the experiment: speculative sampling (dense or FlashHead draft, ordinary or
+    deferred) against target-only sampling's exact distribution, with as many draws as ``power`` needs to
+    catch an absolute error ``delta``. Returns :func:`check`'s numbers plus the acceptance rate seen."""
+    from . import sampling
+    from .state import ModelState
+
+    target, draft, flash = pair
+    s, n, k = CASES[case]
+    with _one_thread():
+        exact = exact_distribution(target, PROMPT, n, s)
+    draws = draws_for_power(exact, delta=delta, alpha=alpha, power=power)
+    g = torch.Generator().manual_seed(1000 + case if seed is None else seed)
+    d = sampling.SamplingModelDrafter(draft, s, flash_head=flash if draft_kind == "flash" else None)
+    ts = ModelState(target)
+    seen = [0, 0]
+
+    def draw(prompt, m):
+        gen = sampling.speculative_sample(ts, d, prompt, k=k, max_new_tokens=m, sampler=s, generator=g,
+                                          schedule=schedule)
+        seen[0] += sum(gen.stats.accepted)
+        seen[1] += sum(gen.stats.drafted)
+        return gen.tokens
+
+    with _one_thread():
+        r = check(sequences(PROMPT, n, draw, draws, progress=progress), exact, alpha=alpha, delta=delta)
+    return {**r, "case": case, "sampler": dataclasses.asdict(s), "tokens": n, "k": k,
+            "draft": draft_kind, "schedule": schedule, "acceptance": seen[0] / max(1, seen[1])}
+
+
+def run_always_accept(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, seed: int = 5,
+                      progress: bool = False) -> dict:
+    """Negative control: a wrong rule that keeps every draft token gives the draft's distribution; the check
+    must reject it at the same number of draws."""
+    from . import sampling
+    from .heads import DenseGreedyHead
+    from .state import ModelState
+
+    target, draft, _ = pair
+    s, n, k = CASES[0]
+    exact = exact_distribution(target, PROMPT, n, s)
+    draws = draws_for_power(exact, delta=delta, alpha=alpha, power=power)
+    g = torch.Generator().manual_seed(seed)
+    d = sampling.SamplingModelDrafter(draft, s)
+    ts, head = ModelState(target), DenseGreedyHead.from_model(target)
+
+    def draw(prompt, m):
+        ts.reset()
+        first = sampling._draw(sampling._target_probs(ts, head, prompt, s)[-1], g)  # the target's first token
+        d.begin(list(prompt) + [first])
+        y, _ = d.propose(m - 1, g)
+        return [first] + y
+
+    with _one_thread():
+        r = check(sequences(PROMPT, n, draw, draws, progress=progress), exact, alpha=alpha, delta=delta)
+    return {**r, "case": "always-accept (negative control)", "tokens": n}
+
+
+__all__ = ["exact_distribution", "draws_for_power", "power_at", "check", "critical_z", "sequences", "CASES",
+           "tiny_pair", "run_case", "run_always_accept"]

@@ -126,3 +126,47 @@ class NgramDrafter:
             raise ValueError(f"accepted={accepted} outside 0..{len(self._proposed)}")
         self.history += self._proposed[:accepted] + [int(final_token)]
         self._proposed = []
+
+
+class HybridDrafter:
+    """Prompt lookup where the text repeats itself, the draft model everywhere else (issue 6's co-designed
+    drafter): a round whose last ``min_ngram``..``max_ngram`` tokens occurred before proposes what followed
+    them, at no draft cost; other rounds ask the model. Tokens the model did not draft itself are fed to its
+    cache on its next proposal, as the target's final token always is. ``lookup_rounds`` /
+    ``model_rounds`` count where the proposals came from."""
+
+    def __init__(self, model: ModelDrafter, *, min_ngram: int = 2, max_ngram: int = 3, name: str = "hybrid"):
+        self.model = model
+        self.ngram = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.name = name
+        self._from_lookup = False
+        self.lookup_rounds = self.model_rounds = 0
+
+    @property
+    def state(self):
+        return self.model.state
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.model.begin(context)
+        self.ngram.begin(context)
+        self._from_lookup = False
+
+    def propose(self, k: int) -> list[int]:
+        found = self.ngram.lookup(k) if k > 0 else []
+        self._from_lookup = bool(found)
+        if found:
+            self.lookup_rounds += 1
+            block = found + [found[-1]] * (k - len(found))
+        else:
+            self.model_rounds += 1
+            block = self.model.propose(k)
+        self.ngram._proposed = list(block)
+        return block
+
+    def observe(self, accepted: int, final_token: int) -> None:
+        block = self.ngram._proposed
+        self.ngram.observe(accepted, final_token)
+        if self._from_lookup:  # the model's cache never saw these: it feeds them with its next proposal
+            self.model.pending += block[:accepted] + [int(final_token)]
+        else:
+            self.model.observe(accepted, final_token)

@@ -307,3 +307,80 @@ def speedup_over_k(points: dict[str, dict[int, float]], model: dict[str, dict[in
     ax.set_xlabel("block length K"), ax.set_ylabel("decode speedup over target-only")
     ax.legend(fontsize=8)
     return fig
+
+
+# --- beyond the thesis -----------------------------------------------------------------------------------------
+
+def margin_tradeoff(rows: list[dict], chosen: float | None = None):
+    """Adaptive probing: agreement with the dense head and per-token acceptance against mean probes per token;
+    the fixed setting as a star."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.4))
+    fixed = [r for r in rows if r["margin"] is None]
+    ada = sorted((r for r in rows if r["margin"] is not None), key=lambda r: r["mean_probes"])
+    ax.plot([r["mean_probes"] for r in ada], [100 * r["agreement"] for r in ada], marker="o", color=COLORS["flash"],
+            label="adaptive: agreement with dense head")
+    ax.plot([r["mean_probes"] for r in ada], [100 * r["alpha"] for r in ada], marker="s", color=COLORS["target"],
+            label="adaptive: per-token acceptance")
+    for r in ada:
+        ax.annotate(f"{r['margin']:g}", (r["mean_probes"], 100 * r["agreement"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, 3))
+    for r in fixed:
+        ax.scatter([r["mean_probes"]], [100 * r["agreement"]], marker="*", s=140, color=COLORS["accent"], zorder=5,
+                   label="fixed probes (default)")
+        ax.scatter([r["mean_probes"]], [100 * r["alpha"]], marker="*", s=140, color=COLORS["accent"], zorder=5)
+    if chosen is not None:
+        pick = [r for r in ada if r["margin"] == chosen]
+        if pick:
+            ax.axvline(pick[0]["mean_probes"], color="grey", ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("mean probed clusters per token (log)"), ax.set_ylabel("%")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, dense: dict | None = None,
+           default: dict | None = None, chosen: dict | None = None):
+    """Co-design: head latency against the cost model's decode tok/s for every (clusters, probes); the Pareto
+    front joined; the frequency-truncated head and the dense head beside it."""
+    import matplotlib as mpl
+
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    sizes = sorted({r["clusters"] for r in rows})
+    cmap = mpl.colormaps["viridis"]
+    for i, c in enumerate(sizes):
+        pts = [r for r in rows if r["clusters"] == c]
+        ax.scatter([r["head_ms"] for r in pts], [r["tokens_per_s"] for r in pts], color=cmap(i / max(1, len(sizes) - 1)),
+                   s=28, label=f"FlashHead C = {c} (b = {pts[0]['cluster_size']})")
+    ax.plot([r["head_ms"] for r in front], [r["tokens_per_s"] for r in front], color="black", lw=1, ls="--",
+            label="Pareto front")
+    if freq:
+        ax.scatter([r["head_ms"] for r in freq], [r["tokens_per_s"] for r in freq], marker="x", color=COLORS["accent"],
+                   label="frequency-truncated head")
+    if dense:
+        ax.scatter([dense["head_ms"]], [dense["tokens_per_s"]], marker="D", color=COLORS["draft"], label="dense head")
+    for r, mark, name in ((default, "*", "default"), (chosen, "P", "chosen")):
+        if r:
+            ax.scatter([r["head_ms"]], [r["tokens_per_s"]], marker=mark, s=160, facecolor="none",
+                       edgecolor="black", zorder=6, label=f"{name}: C = {r['clusters']}, p = {r['probes']}")
+    ax.set_xscale("log")
+    ax.set_xlabel("draft head latency per token (ms, log)"), ax.set_ylabel("predicted decode tok/s (best K)")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def category_bars(table, value_name: str = "decode speedup over target-only"):
+    """Grouped bars: one group per prompt category, one bar per setting (rows of ``table``)."""
+    import numpy as np
+
+    cats = [c for c in table.columns if c != "Setting"]
+    fig, ax = plt.subplots(figsize=(8.4, 3.6))
+    n = len(table)
+    width = 0.8 / max(1, n)
+    x = np.arange(len(cats))
+    for i, (_, row) in enumerate(table.iterrows()):
+        ax.bar(x + i * width - 0.4 + width / 2, [row[c] for c in cats], width, label=row["Setting"])
+    ax.axhline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(x, cats, rotation=20, fontsize=8)
+    ax.set_ylabel(value_name)
+    ax.legend(fontsize=7, ncol=2)
+    return fig

@@ -100,7 +100,10 @@ class FlashHeadSample:
     def dense(self, vocab_size: int) -> torch.Tensor:
         """The distribution as a ``[vocab_size]`` vector."""
         q = torch.zeros(vocab_size, dtype=self.probs.dtype, device=self.probs.device)
-        return q.index_add_(0, self.candidates, self.probs)
+        inside = self.candidates < vocab_size  # padding rows past the tokenizer have probability 0
+        if bool((self.probs[~inside] > 0).any()):
+            raise ValueError(f"a candidate at or past vocab_size={vocab_size} has probability > 0")
+        return q.index_add_(0, self.candidates[inside], self.probs[inside])
 
 
 class FlashHead(nn.Module):

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import models
-from .bench import PROFILE_DRAFTS, THESIS_MODES, Runner, check_modes, execute, split_mode, summarize
+from .bench import FLASH_MODES, PROFILE_DRAFTS, THESIS_MODES, Runner, check_modes, execute, split_mode, summarize
 from .decoding import SCHEDULES
 from .errors import ConfigError
 from .prompts import TURNS, Prompt, load_prompts, select
@@ -65,6 +65,18 @@ class BenchConfig:
     outliers: float = 0.0
     cluster_seed: int = 0
     kmeans_iterations: int = 20
+    # issue 6: adaptive K (modes *_hk, *_ck), adaptive probes (adaflash_*), the frequency-truncated head
+    # (freq_*; None tokens: as many as FlashHead's candidates), speculative sampling (sample_*)
+    k_max: int = 12
+    adaptive_margin: float | None = None
+    adaptive_min_probes: int = 1
+    adaptive_max_probes: int | None = None
+    freq_tokens: int | None = None
+    freq_calibration: int = 3
+    freq_tokens_generated: int = 48
+    temperature: float = 0.7
+    top_k: int | None = 20
+    top_p: float | None = 0.8
 
     def __post_init__(self):
         if isinstance(self.modes, str):
@@ -92,13 +104,47 @@ class BenchConfig:
         d["modes"] = list(self.modes)
         return d
 
+    def identity(self) -> dict:
+        """:meth:`to_dict` without the parameters added after the first runs (issue 6) where they keep their
+        defaults: what names a run, so runs made before those parameters existed keep their names."""
+        d = self.to_dict()
+        defaults = BenchConfig()
+        for name in LATER_FIELDS:
+            if d[name] == getattr(defaults, name):
+                del d[name]
+        return d
+
     @property
     def path(self) -> Path:
         return Path(self.out) / self.name
 
     @property
     def needs_flash(self) -> bool:
-        return any(split_mode(m)[0] == "flash" for m in self.modes)
+        return any(m in FLASH_MODES for m in self.modes)
+
+    def drafts(self) -> set[str]:
+        return {split_mode(m)[0] for m in self.modes}
+
+    def sampler(self):
+        from .sampling import Sampler
+
+        return Sampler(self.temperature, self.top_k, self.top_p)
+
+    def calibration_prompts(self) -> list[Prompt]:
+        """The frequency head's counting prompts: per category, the first ``freq_calibration`` prompts of the
+        prompt file that the run does not measure."""
+        measured = {p.question_id for p in self.check_prompts()}
+        out, seen = [], {}
+        for p in load_prompts(self.prompt_file):
+            if p.question_id in measured:
+                continue
+            seen[p.category] = seen.get(p.category, 0) + 1
+            if seen[p.category] <= self.freq_calibration:
+                out.append(p)
+        return out
+
+    def check_prompts(self) -> list[Prompt]:
+        return select(load_prompts(self.prompt_file), self.categories, self.prompts, self.per_category)
 
     def check(self) -> list[Prompt]:
         """Every cheap check; returns the selected prompts. Loads no weights."""
@@ -119,12 +165,18 @@ class BenchConfig:
             bad = [m for m in self.modes if split_mode(m)[0] == "hf"]
             if bad:
                 raise ConfigError(f"A profiled run times this library's loops only; drop {', '.join(bad)}.")
-        prompts = select(load_prompts(self.prompt_file), self.categories, self.prompts, self.per_category)
+        prompts = self.check_prompts()
         if self.needs_flash:
             check_flash(self)
+        check_beyond(self)
         for spec in (self.target, self.draft):
             models.check_available(spec)
         return prompts
+
+
+#: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
+LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
+                "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p")
 
 
 def profile_modes(schedule: str = "ordinary") -> tuple[str, ...]:
@@ -152,6 +204,64 @@ def check_flash(cfg) -> None:
         c = cfg.clusters if cfg.clusters is not None else vocab // 16
         check_cluster_count(vocab, c)
         check_probes(cfg.probes if cfg.probes is not None else default_probes(c), c)
+
+
+def check_beyond(cfg) -> None:
+    """Issue 6's parameters, checked before any weights load."""
+    drafts = cfg.drafts()
+    if not isinstance(cfg.k_max, int) or cfg.k_max < max(1, cfg.k if isinstance(cfg.k, int) else 1):
+        raise ConfigError(f"k_max must be an integer >= K (got {cfg.k_max!r}, K = {cfg.k!r}).")
+    if "adaflash" in drafts:
+        if cfg.adaptive_margin is None:
+            raise ConfigError("The adaflash modes need adaptive_margin (the centroid-score margin, in units of |h|).")
+        if cfg.adaptive_margin < 0 or cfg.adaptive_min_probes < 1:
+            raise ConfigError("adaptive_margin must be >= 0 and adaptive_min_probes >= 1.")
+        if cfg.adaptive_max_probes is not None and cfg.adaptive_max_probes < cfg.adaptive_min_probes:
+            raise ConfigError("adaptive_max_probes must be >= adaptive_min_probes.")
+    if "freq" in drafts:
+        if cfg.freq_tokens is not None and cfg.freq_tokens < 1:
+            raise ConfigError(f"freq_tokens must be >= 1 (got {cfg.freq_tokens}).")
+        if cfg.freq_calibration < 1 or cfg.freq_tokens_generated < 1:
+            raise ConfigError("freq_calibration and freq_tokens_generated must be >= 1.")
+        if not cfg.calibration_prompts():
+            raise ConfigError("No calibration prompts are left for the frequency head: the run measures them all.")
+    if "sample" in drafts:
+        cfg.sampler().check()
+
+
+def token_counts(cfg, draft, *, progress: bool = True):
+    """The frequency head's token counts for this configuration (calibration prompts, cached)."""
+    import hashlib
+
+    from . import rivals
+    from .clustering import clustering_cache_root
+
+    key = json.dumps([cfg.draft, cfg.prompt_file, cfg.freq_calibration, cfg.freq_tokens_generated,
+                      [p.question_id for p in cfg.check_prompts()]])
+    cache = clustering_cache_root().parent / "token-counts" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return rivals.count_tokens(draft, cfg.calibration_prompts(), max_new_tokens=cfg.freq_tokens_generated,
+                               cache=cache, progress=progress)
+
+
+def beyond_heads(cfg, draft, head, *, progress: bool = True) -> tuple[dict, dict]:
+    """The heads of the ``adaflash`` and ``freq`` drafts the configuration's modes need, and what the run
+    folder should record about them."""
+    from . import adaptive, rivals
+
+    heads, info = {}, {}
+    drafts = cfg.drafts()
+    if "adaflash" in drafts:
+        heads["adaflash"] = adaptive.AdaptiveFlashHead(head, margin=cfg.adaptive_margin,
+                                                       min_probes=cfg.adaptive_min_probes,
+                                                       max_probes=cfg.adaptive_max_probes or head.n_probes)
+        info["adaflash"] = {"margin": cfg.adaptive_margin, "min_probes": heads["adaflash"].min_probes,
+                            "max_probes": heads["adaflash"].max_probes}
+    if "freq" in drafts:
+        counts, corpus = token_counts(cfg, draft, progress=progress)
+        n = cfg.freq_tokens or head.n_probes * head.cluster_size
+        heads["freq"] = rivals.frequency_head(draft, counts, n, head.special_ids.tolist())
+        info["freq"] = {"tokens": n, "scored": heads["freq"].candidates_per_step(), "corpus": corpus}
+    return heads, info
 
 
 def flash_head(cfg, draft):
@@ -194,11 +304,16 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         head = None
     if head is None and cfg.needs_flash:
         head = flash_head(cfg, draft)
-    runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile)
+    extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
+    runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
+                    extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed,
+                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}
     if head is not None:
         extra["flashhead"] = flash_info(head)
+    if beyond:
+        extra["beyond"] = beyond
     record_environment(folder, environment(("target", target), ("draft", draft), extra=extra))
     execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup, chat=cfg.chat,
             turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
@@ -207,6 +322,10 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         env = folder.environment
         current = env["resumed"][-1] if env.get("resumed") else env
         current["flashhead"]["path"] = head.active_path
+        write_environment(folder, env)
+    if runner.k_costs is not None:
+        env = folder.environment
+        env["k_costs"] = runner.k_costs  # the step costs the cost-model K policy planned with
         write_environment(folder, env)
     folder.write_summary(summarize(folder.samples))
     return folder

@@ -1,0 +1,296 @@
+"""The "Beyond the thesis" chapter's shared results (issue 6), obtained like chapter 4's: run folders and JSON
+documents under ``RUNS_DIR`` named by a hash of their parameters, computed once, reused after.
+
+- :func:`calibration`: held-out prompts (the project's prompts the benchmark does not measure, first
+  ``CALIBRATION_PER_CATEGORY`` per category), the target's greedy output on them, and the draft's hidden
+  states teacher-forced on that output. Everything that is *tuned* is tuned here: the adaptive-probe margin
+  and the co-design setting; the benchmark prompts only judge.
+- :func:`margin_curve` / :func:`tuned_margin`: adaptive probing over margins (mean probes, agreement,
+  acceptance) and the cheapest margin whose agreement stays within ``MARGIN_TOLERANCE`` of the fixed
+  default's.
+- :func:`codesign_sweep`: clusters (``CODESIGN_CLUSTER_SIZES``) x probes -> per-token acceptance, agreement, head
+  latency and the cost model's best K and decode tok/s, with the Pareto front; the frequency-truncated head at
+  the same candidate counts beside it.
+- :func:`beyond_run`: every new mode against the thesis-style draft in one interleaved benchmark run.
+- :func:`k_sweep_runs`: the FlashHead deferred draft at fixed K per ``BEYOND_K_SWEEP`` on the same prompts, for
+  the best fixed K per prompt category; :func:`codesign_run`: the co-designed setting end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import torch
+
+from . import adaptive, codesign, protocol, tables
+from .book import Params, _digest, _named, obtain, pair
+
+#: The new modes of the chapter (all deferred: the thesis' best schedule on every machine it measured).
+BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "ngram_deferred",
+                "hybrid_deferred", "flash_deferred_hk", "flash_deferred_ck", "sample_dense", "sample_flash")
+#: Agreement an adaptive margin may lose against the fixed default, on the calibration states.
+MARGIN_TOLERANCE = 0.005
+
+
+def _cached(p: Params, kind: str, key: dict, compute):
+    path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{_digest(key)}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    doc = compute()
+    doc["key"] = key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+    return doc
+
+
+def _calibration_cfg(p: Params):
+    return p.bench(freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens)
+
+
+def calibration_prompts(p: Params):
+    return _calibration_cfg(p).calibration_prompts()
+
+
+def _target_outputs(p: Params) -> dict:
+    """The target's greedy output on the calibration prompts (cached JSON)."""
+    from .decoding import greedy_generate
+    from .prompts import encode, prompt_text
+    from .state import ModelState
+
+    prompts = calibration_prompts(p)
+    key = {"target": p.target, "prompts": [q.question_id for q in prompts], "max_new_tokens": p.max_new_tokens,
+           "dtype": p.dtype}
+
+    def compute():
+        from tqdm.auto import tqdm
+
+        target, _, _ = pair(p)
+        state = ModelState(target.model, vocab_limit=target.vocab_limit)
+        rows = []
+        for q in tqdm(prompts, desc="target on calibration prompts", disable=not p.progress):
+            ids = encode(target.tokenizer, prompt_text(q), chat=True)
+            gen = greedy_generate(state, ids, max_new_tokens=p.max_new_tokens, eos_ids=target.eos_ids)
+            rows.append({"question_id": q.question_id, "category": q.category, "prompt_ids": ids, "tokens": gen.tokens})
+        return {"sequences": rows}
+
+    return _cached(p, "calibration", key, compute)
+
+
+def calibration(p: Params) -> dict:
+    """Teacher-forced draft states on the calibration prompts: ``states`` [N, D], ``targets`` [N] (the target's
+    tokens), ``dense`` [N] (the dense draft head's tokens), ``categories`` per row, and the sequences."""
+    doc = _target_outputs(p)
+    _, draft, _ = pair(p)
+    seqs = [(s["prompt_ids"], s["tokens"]) for s in doc["sequences"]]
+    states, targets, owner = codesign.teacher_forced(draft.model, seqs, vocab_limit=draft.vocab_limit,
+                                                     progress=p.progress)
+    from .heads import DenseGreedyHead
+
+    dense_head = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)
+    with torch.inference_mode():
+        dense = torch.cat([dense_head(states[i:i + 256]) for i in range(0, states.shape[0], 256)]).cpu()
+    cats = [doc["sequences"][i]["category"] for i in owner]
+    return {"states": states, "targets": targets, "dense": dense, "categories": cats, "sequences": doc["sequences"]}
+
+
+def margin_curve(p: Params, cal: dict | None = None) -> dict:
+    """Adaptive probing over ``ADAPTIVE_MARGINS`` on the calibration states, with the fixed default beside it:
+    mean probes, agreement with the dense head, per-token acceptance, head latency (cached JSON)."""
+    key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
+           "margins": list(p.adaptive_margins), "min_probes": p.adaptive_min_probes, "probes": p.probes,
+           "clusters": p.clusters, "assets": p.assets}
+
+    def compute():
+        c = cal or calibration(p)
+        _, _, head = pair(p)
+        fixed = codesign.head_quality(head, c["states"], c["targets"], c["dense"])
+        rows = [{"margin": None, "mean_probes": float(head.n_probes), **fixed,
+                 "head_ms": codesign.head_ms(head, c["states"])}]
+        for m in p.adaptive_margins:
+            a = adaptive.AdaptiveFlashHead(head, margin=m, min_probes=p.adaptive_min_probes, max_probes=head.n_probes)
+            q = codesign.head_quality(a, c["states"], c["targets"], c["dense"])
+            mean = a.mean_probes
+            rows.append({"margin": m, "mean_probes": mean, **q, "head_ms": codesign.head_ms(a, c["states"])})
+        return {"rows": rows, "n_probes": head.n_probes, "n_clusters": head.n_clusters, "states": int(c["states"].shape[0])}
+
+    return _cached(p, "margins", key, compute)
+
+
+def tuned_margin(curve: dict) -> float:
+    """The margin with the fewest mean probes whose agreement is within MARGIN_TOLERANCE of the fixed default."""
+    fixed = curve["rows"][0]
+    ok = [r for r in curve["rows"][1:] if r["agreement"] >= fixed["agreement"] - MARGIN_TOLERANCE]
+    if not ok:
+        return max(r["margin"] for r in curve["rows"][1:])
+    return min(ok, key=lambda r: r["mean_probes"])["margin"]
+
+
+def codesign_sweep(p: Params, cal: dict | None = None) -> dict:
+    """The co-design sweep (cached JSON): FlashHead at each cluster size x probe count, and the
+    frequency-truncated head at the same candidate counts; cost-model predictions from costs measured here."""
+    key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
+           "sizes": list(p.codesign_cluster_sizes), "k_max": p.k_max, "kmeans_iterations": p.kmeans_iterations,
+           "dtype": p.dtype}
+
+    def compute():
+        from . import rivals
+        from .flashhead import flashhead_for
+        from .heads import DenseGreedyHead
+        from .models import output_rows
+        from .state import ModelState
+
+        c = cal or calibration(p)
+        target, draft, default = pair(p)
+        rows_v = output_rows(draft.model)
+        heads = {}
+        for b in p.codesign_cluster_sizes:
+            n_c = rows_v // b
+            heads[n_c] = default if n_c == default.n_clusters else flashhead_for(
+                draft, n_clusters=n_c, iterations=p.kmeans_iterations, path=p.flash_path, progress=p.progress)
+        probes = {n_c: sorted({max(1, n_c // d) for d in (256, 128, 64, 32, 16, 8)}
+                              | ({default.n_probes} if n_c == default.n_clusters else set())) for n_c in heads}
+        ids = c["sequences"][0]["prompt_ids"]
+        dense_head = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)
+        costs = codesign.step_costs(ModelState(target.model, vocab_limit=target.vocab_limit), draft.model, ids,
+                                    dense_head, k_max=p.k_max, vocab_limit=draft.vocab_limit)
+        rows = codesign.sweep(heads, probes, c["states"], c["targets"], c["dense"], costs, k_max=p.k_max,
+                              progress=p.progress)
+        dense_q = codesign.head_quality(dense_head, c["states"], c["targets"], c["dense"])
+        dense_pred = codesign.predict(dense_q["alpha"], costs["dense_head_ms"], costs, k_max=p.k_max)
+        counts, corpus = protocol.token_counts(_calibration_cfg(p), draft, progress=p.progress)
+        specials = default.special_ids.tolist()
+        freq = []
+        for n in sorted({r["candidates"] - len(specials) for r in rows}):
+            h = rivals.frequency_head(draft, counts, n, specials)
+            q = codesign.head_quality(h, c["states"], c["targets"], c["dense"])
+            ms = codesign.head_ms(h, c["states"])
+            pred = codesign.predict(q["alpha"], ms, costs, k_max=p.k_max)
+            freq.append({"candidates": h.candidates_per_step(), **q, "head_ms": ms, "k": pred["k"],
+                         "tokens_per_s": pred["tokens_per_s"], "speedup": pred["speedup"]})
+        return {"rows": rows, "front": codesign.pareto(rows), "freq": freq, "costs": costs,
+                "dense": {**dense_q, "head_ms": costs["dense_head_ms"], **{k: dense_pred[k] for k in ("k", "tokens_per_s", "speedup")}},
+                "default": {"clusters": default.n_clusters, "probes": default.n_probes},
+                "corpus": corpus, "states": int(c["states"].shape[0])}
+
+    return _cached(p, "codesign", key, compute)
+
+
+def best_codesign(doc: dict) -> dict:
+    """The setting with the highest predicted decode tok/s."""
+    return max(doc["rows"], key=lambda r: r["tokens_per_s"])
+
+
+def beyond_run(p: Params, margin: float):
+    """Every new mode of the chapter beside the thesis-style FlashHead deferred draft, one interleaved run."""
+    cfg = p.bench(modes=tuple(p.beyond_modes), adaptive_margin=margin, adaptive_min_probes=p.adaptive_min_probes,
+                  freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens,
+                  k_max=p.k_max, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+    return obtain(_named(cfg, p.set_name, "beyond"), p)
+
+
+def k_sweep_runs(p: Params) -> dict:
+    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` on the beyond run's prompts."""
+    out = {}
+    for k in p.beyond_k_sweep:
+        cfg = p.bench(k=k, modes=("baseline", "flash_deferred"), costs=False)
+        out[k] = obtain(_named(cfg, p.set_name, f"beyond-k{k}"), p)
+    return out
+
+
+def codesign_run(p: Params, setting: dict):
+    """The co-designed FlashHead (clusters, probes, K from the sweep) end to end, beside the baseline."""
+    cfg = p.bench(k=int(setting["k"]), modes=("baseline", "flash_deferred"), clusters=int(setting["clusters"]),
+                  probes=int(setting["probes"]), costs=False)
+    return obtain(_named(cfg, p.set_name, "codesign"), p)
+
+
+def per_category_speedups(runs: dict[str, object], mode_of: dict[str, str]) -> "object":
+    """Pooled decode speedup over the same run's baseline, per prompt category and overall, for each labelled
+    (run, mode); a DataFrame with a row per label."""
+    import pandas as pd
+
+    rows = []
+    for label, run in runs.items():
+        mode = mode_of[label]
+        recs = run.of(mode)
+        base = {(r["iteration"], r["question_id"]): r for r in run.of("baseline")}
+        row = {"Setting": label}
+        for cat in sorted({r["category"] for r in recs}) + ["all"]:
+            rs = [r for r in recs if cat == "all" or r["category"] == cat]
+            bs = [base[(r["iteration"], r["question_id"])] for r in rs]
+            t = tables.totals(rs)["decode_tokens_per_s"]
+            b = tables.totals(bs)["decode_tokens_per_s"]
+            row[cat] = t / b if t and b else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+__all__ = ["BEYOND_MODES", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign", "beyond_run",
+           "k_sweep_runs", "codesign_run", "per_category_speedups"]
+
+
+# --- the chapter's tables ----------------------------------------------------------------------------------------
+
+LABELS = {"flash_deferred": "FlashHead, fixed probes and K (thesis-style)", "adaflash_deferred": "FlashHead, adaptive probes",
+          "freq_deferred": "Frequency-truncated head", "ngram_deferred": "Prompt lookup (no draft model)",
+          "hybrid_deferred": "Prompt lookup + FlashHead draft", "flash_deferred_hk": "FlashHead, K heuristic (+2/-1)",
+          "flash_deferred_ck": "FlashHead, K from the cost model", "sample_dense": "Sampling, dense draft",
+          "sample_flash": "Sampling, FlashHead draft", "sample_baseline": "Sampling, target only",
+          "baseline": "Target only (greedy)"}
+
+
+def mode_table(run, modes=None):
+    """Per mode: pooled decode tok/s, pooled and per-sample-median speedup over its baseline (greedy or
+    sampling), acceptance, mean emitted per round, and what the mode counted (probes, lookups, K)."""
+    import pandas as pd
+
+    from .bench import baseline_of
+
+    rows = []
+    for m in modes or run.modes():
+        rs = run.of(m)
+        base_mode = baseline_of(m)
+        base = {(r["iteration"], r["question_id"]): r for r in run.of(base_mode)}
+        t = tables.totals(rs)
+        b = tables.totals([base[(r["iteration"], r["question_id"])] for r in rs])
+        per = [r["decode_tokens_per_s"] / base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"] for r in rs
+               if r["decode_tokens_per_s"] and base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"]]
+        drafted = [d for r in rs for d in r.get("drafted_per_round", [])]
+        row = {"Mode": LABELS.get(m, m), "Against": LABELS[base_mode], "Decode Tok/s": t["decode_tokens_per_s"],
+               "Speedup (pooled)": t["decode_tokens_per_s"] / b["decode_tokens_per_s"] if m != base_mode else 1.0,
+               "Speedup (median per sample)": median(per) if m != base_mode else 1.0,
+               "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
+               "Mean K": statistics.fmean(drafted) if drafted else None,
+               "Mean probes": median(r.get("mean_probes") for r in rs),
+               "Lookup rounds": (sum(r.get("lookup_rounds", r.get("lookup_matched", 0)) for r in rs) / max(1, sum(r.get("rounds", 0) for r in rs))
+                                 if any("lookup_tried" in r or "lookup_rounds" in r for r in rs) else None)}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, dict]:
+    """Per category and overall, the fixed K with the highest pooled speedup of ``mode`` over the same run's
+    baseline, among the sweep's runs and the main run (at its own K). Returns ({category: K}, {category: speedup})."""
+    runs = {**{k: r for k, r in sweep.items()}, run.config["k"]: run}
+    table = per_category_speedups({k: r for k, r in runs.items()}, {k: mode for k in runs})
+    table = table.set_index("Setting")
+    best_k = {c: int(table[c].astype(float).idxmax()) for c in table.columns}
+    best = {c: float(table[c].max()) for c in table.columns}
+    return best_k, best
+
+
+def head_share(run, mode: str, head_ms: float) -> float:
+    """The draft head's share of a mode's decode time: drafted tokens x one head call / decode time."""
+    rs = run.of(mode)
+    drafted = sum(r.get("drafted", 0) for r in rs)
+    return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)

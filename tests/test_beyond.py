@@ -1,0 +1,102 @@
+"""Issue 6's building blocks on small inputs: the frequency-truncated head, adaptive probing, teacher-forced
+acceptance, the cost model's choice of K, the Pareto front, and the sampling-check command's fail-fast."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from thesis_lib import adaptive, cli, clustering, codesign, rivals, tiny
+from thesis_lib.errors import ConfigError
+from thesis_lib.flashhead import FlashHead
+from thesis_lib.heads import DenseGreedyHead
+from thesis_lib.state import ModelState
+from thesis_lib.theory import expected_emitted
+
+
+def test_truncated_head_scores_only_its_tokens_and_breaks_ties_low():
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
+    head = rivals.TruncatedHead(w, [3, 2, 1], vocab_limit=5)
+    h = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    assert head(h).tolist() == [2, 1]  # 2 and 3 tie: the lower id; token 4 would win row 2 but is not scored
+    assert head.candidates_per_step() == 3
+    with pytest.raises(ConfigError):
+        rivals.TruncatedHead(w, [7, 9], vocab_limit=5)
+
+
+def test_ranked_tokens_put_counted_tokens_first_then_ids():
+    assert rivals.ranked_tokens(Counter({5: 3, 2: 3, 7: 9, 99: 1}), 8) == [7, 2, 5, 0, 1, 3, 4, 6]
+
+
+@pytest.fixture(scope="module")
+def head_and_states():
+    torch.manual_seed(0)
+    w = torch.randn(512, 32)
+    fh = FlashHead(w, clustering.spherical_kmeans(w, 32, progress=False), n_probes=8, path="eager")
+    return w, fh, torch.randn(200, 32)
+
+
+def test_adaptive_probes_follow_the_margin(head_and_states):
+    w, fh, h = head_and_states
+    full = FlashHead(w, clustering.spherical_kmeans(w, 32, progress=False), n_probes=32, path="eager")
+    wide = adaptive.AdaptiveFlashHead(full, margin=1e9, min_probes=1, max_probes=32)  # every cluster: exact
+    assert torch.equal(wide(h), DenseGreedyHead(w)(h))
+    assert wide.mean_probes == 32
+    narrow = adaptive.AdaptiveFlashHead(fh, margin=0.0, min_probes=2, max_probes=8)
+    out = narrow(h)
+    assert narrow.mean_probes == 2 and set(narrow.last_probes) == {2}
+    two = FlashHead(w, clustering.spherical_kmeans(w, 32, progress=False), n_probes=2, path="eager")
+    assert (out == two(h)).float().mean() > 0.95  # the same clusters as fixed 2 probes (fp ranking aside)
+    mid = adaptive.AdaptiveFlashHead(fh, margin=0.05, min_probes=1, max_probes=8)
+    mid(h)
+    assert 1 <= min(mid.last_probes) and max(mid.last_probes) <= 8 and len(set(mid.last_probes)) > 1
+    with pytest.raises(ConfigError):
+        adaptive.AdaptiveFlashHead(fh, margin=-1.0)
+    with pytest.raises(ConfigError):
+        adaptive.AdaptiveFlashHead(fh, margin=0.1, min_probes=5, max_probes=3)
+
+
+def test_teacher_forced_states_give_the_loop_s_acceptance():
+    """Teacher forcing on the target's greedy output gives the draft's own greedy proposals: the states at
+    each position equal those of a step-by-step draft fed the same tokens."""
+    model = tiny.tiny_model(seed=0, dtype=torch.float64)
+    draft = tiny.noisy_copy(model, 0.1, seed=4)
+    prompt, out = [3, 8, 1, 4], [9, 2, 7, 7, 5]
+    states, targets, owner = codesign.teacher_forced(draft, [(prompt, out)], progress=False)
+    assert states.shape[0] == len(out) and targets.tolist() == out and owner == [0] * 5
+    s = ModelState(draft)
+    feed, ref = prompt, []
+    for t in out:
+        ref.append(s.hidden(feed)[-1])
+        feed = [t]
+    assert torch.allclose(states, torch.stack(ref).float(), atol=1e-5)
+    head = DenseGreedyHead.from_model(draft)
+    q = codesign.head_quality(head, states, targets, head(states.double()))
+    assert q["agreement"] == 1.0 and 0 <= q["alpha"] <= 1 and q["n"] == 5
+
+
+def test_predict_picks_the_k_that_maximises_tokens_per_second():
+    costs = {"body_ms": 10.0, "verify_ms": {n: 50.0 + 2 * n for n in range(1, 14)}, "target_step_ms": 52.0}
+    pred = codesign.predict(0.8, 1.0, costs, k_max=12)
+    best = max(range(1, 13), key=lambda k: expected_emitted(0.8, k) / (k * 11.0 + 50.0 + 2 * (k + 1)))
+    assert pred["k"] == best and pred["tokens_per_s"] == pytest.approx(1000 * expected_emitted(0.8, best) / (best * 11.0 + 52.0 + 2 * best))
+    assert codesign.predict(0.1, 1.0, costs)["k"] < pred["k"]
+
+
+def test_pareto_front_keeps_only_undominated_settings():
+    rows = [{"head_ms": 1, "tokens_per_s": 5}, {"head_ms": 2, "tokens_per_s": 7}, {"head_ms": 3, "tokens_per_s": 6},
+            {"head_ms": 0.5, "tokens_per_s": 4}, {"head_ms": 2, "tokens_per_s": 7}]
+    front = codesign.pareto(rows)
+    assert [(r["head_ms"], r["tokens_per_s"]) for r in front] == [(0.5, 4), (1, 5), (2, 7), (2, 7)]
+
+
+def test_sampling_check_fails_fast(tmp_path, capsys):
+    out = tmp_path / "done.json"
+    out.write_text(json.dumps({"keep": True}))
+    assert cli.main(["sampling-check", "--out", str(out)]) == 2
+    assert json.loads(out.read_text()) == {"keep": True}  # nothing already written is lost
+    assert cli.main(["sampling-check", "--delta", "0"]) == 2
+    assert "error" in capsys.readouterr().err
