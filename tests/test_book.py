@@ -136,7 +136,7 @@ def test_chapter_6_glue(smoke_book):
     assert g["best_fixed_k_all"] in (2, 3)  # the smoke sweep: K = 2 beside the main run's K = 3
     assert g["winner_ratio"] > 0 and g["target_met"] in ("meets", "does not meet")
     assert (g["winner_ratio"] >= 1.10) == (g["target_met"] == "meets")
-    assert "(parameter set smoke)" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
+    assert "this run (smoke)" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
 
 
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):

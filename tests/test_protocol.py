@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from thesis_lib import bench, cli, models, protocol, results, tables, tiny
 from thesis_lib.decoding import greedy_generate, speculative_generate

@@ -99,3 +99,13 @@ def test_draws_for_power_is_consistent_with_power_at():
     n = distcheck.draws_for_power(exact, delta=0.01, alpha=1e-3, power=0.99)
     assert 0.99 <= distcheck.power_at(exact, n, delta=0.01, alpha=1e-3, cells=3) < 0.991
     assert distcheck.power_at(exact, n // 4, delta=0.01, alpha=1e-3) < 0.5
+
+
+def test_no_rest_cell_when_nothing_is_pooled_and_power_holds_at_the_tested_cells():
+    exact = {(0,): 0.5, (1,): 0.3, (2,): 0.2}  # 1 - sum(...) is 5.6e-17 in floating point
+    r = distcheck.check([(0,)] * 50 + [(1,)] * 30 + [(2,)] * 20, exact)
+    assert r["cells"] == 3 and r["pooled_sequences"] == 0
+    skewed = {(i,): q for i, q in enumerate([0.6, 0.3, 0.09, 0.005, 0.005])}
+    n = distcheck.draws_for_power(skewed, delta=0.01)
+    r = distcheck.check([(0,)] * n, skewed)  # the cells the check tests at n draws
+    assert distcheck.power_at(skewed, n, delta=0.01, cells=r["cells"]) >= 0.99

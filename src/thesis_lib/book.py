@@ -35,7 +35,7 @@ import sys
 import tarfile
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import models, protocol

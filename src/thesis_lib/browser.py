@@ -20,9 +20,10 @@ from urllib.parse import urlparse
 
 from .errors import ConfigError
 
-PAGES = ("index.html", "intro.html", "theory.html", "methods.html", "results.html", "conclusion.html",
+PAGES = ("index.html", "intro.html", "theory.html", "methods.html", "results.html", "conclusion.html", "beyond.html",
          "reproduce.html", "environment.html", "notebooks/ch2_theory.html", "notebooks/ch3_methods.html",
-         "notebooks/ch4_results.html", "notebooks/ch5_conclusion.html", "notebooks/explorer.html")
+         "notebooks/ch4_results.html", "notebooks/ch5_conclusion.html", "notebooks/ch6_beyond.html",
+         "notebooks/explorer.html")
 #: Chromium flags for a closed network (no background connections, no component updates).
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]

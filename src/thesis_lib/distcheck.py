@@ -68,15 +68,21 @@ def draws_for_power(exact: dict, *, delta: float = 0.01, alpha: float = 1e-3, po
     """Draws needed to catch an absolute error ``delta`` in the hardest cell with probability ``power``, with
     the Bonferroni bound over the cells :func:`check` will test at that many draws (found by iterating)."""
     p = _hardest(exact)
+
+    def tested(draws: int) -> int:
+        big = sum(draws * q >= MIN_EXPECTED for q in exact.values())
+        return big + (big < len(exact))  # plus the pooled "rest" cell, if any
+
     cells = len(exact)
     for _ in range(20):
         z = critical_z(cells, alpha) + _z(power)
         draws = math.ceil((z * math.sqrt(p * (1 - p)) / delta) ** 2)
-        big = sum(draws * q >= MIN_EXPECTED for q in exact.values())
-        tested = big + (big < len(exact))  # plus the pooled "rest" cell, if any
-        if tested >= cells:
+        if tested(draws) >= cells:
             break
-        cells = tested
+        cells = tested(draws)
+    # the cell count at the final number of draws decides the Bonferroni bound: make sure the power holds there
+    while power_at(exact, draws, delta=delta, alpha=alpha, cells=tested(draws)) < power:
+        draws = math.ceil(draws * 1.002) + 1
     return draws
 
 
@@ -98,9 +104,9 @@ def check(samples: Iterable[Sequence[int]], exact: dict[tuple[int, ...], float],
     impossible = sum(c for k, c in counts.items() if k not in exact)
     big = {k: p for k, p in exact.items() if n * p >= MIN_EXPECTED}
     cells = {k: (counts.get(k, 0), p) for k, p in big.items()}
-    rest_p = max(0.0, 1.0 - sum(big.values()))
-    if rest_p > 0:
-        cells["rest"] = (n - impossible - sum(c for c, _ in cells.values()), rest_p)
+    pooled = [p for k, p in exact.items() if k not in big]
+    if pooled:  # (1 - sum(big) would leave a float-rounding "rest" cell when nothing is pooled)
+        cells["rest"] = (n - impossible - sum(c for c, _ in cells.values()), sum(pooled))
     zc = critical_z(len(cells), alpha)
     worst_key, worst_z = None, 0.0
     for key, (c, p) in cells.items():

@@ -332,10 +332,18 @@ def margin_tradeoff(rows: list[dict], chosen: float | None = None):
         pick = [r for r in ada if r["margin"] == chosen]
         if pick:
             ax.axvline(pick[0]["mean_probes"], color="grey", ls=":", lw=1)
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel("mean probed clusters per token (log)"), ax.set_ylabel("%")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="center right")
     return fig
+
+
+def _log_x(ax) -> None:
+    """A log x axis labelled at its decades only (minor labels collide)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, dense: dict | None = None,
@@ -362,7 +370,7 @@ def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, 
         if r:
             ax.scatter([r["head_ms"]], [r["tokens_per_s"]], marker=mark, s=160, facecolor="none",
                        edgecolor="black", zorder=6, label=f"{name}: C = {r['clusters']}, p = {r['probes']}")
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel("draft head latency per token (ms, log)"), ax.set_ylabel("predicted decode tok/s (best K)")
     ax.legend(fontsize=7, loc="lower right")
     return fig

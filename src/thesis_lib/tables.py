@@ -250,7 +250,7 @@ def table_4_8_evidence(run) -> pd.DataFrame:
     (``data/thesis_reference.json``), so the two can stand side by side."""
     run = _run(run)
     dense, _, flash = _profile_modes(run)
-    f, d = draft_split(run, flash), draft_split(run, dense)
+    f = draft_split(run, flash)
     t = totals(_samples(run, flash, "4.8"))
     rows = [("Base verification and finalization dominate", "FlashHead draft: share of measured time outside draft proposal",
              f["outside_propose_share"], "fraction"),
@@ -489,7 +489,7 @@ def styled(df: pd.DataFrame, digits: int = 3, caption: str | None = None):
             fmt[c] = (lambda v: "–" if v is None or v != v else f"{100 * v:.1f}%") if "share" in str(c).lower() else \
                      (lambda v: "–" if v is None or (isinstance(v, float) and v != v) else
                       (f"{v:,.{digits}f}" if isinstance(v, float) else str(v)))
-    out = df.style.format(fmt).hide(axis="index")
+    out = df.style.format(fmt, na_rep="–").hide(axis="index")
     return out.set_caption(caption) if caption else out
 
 
