@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from typing import Sequence
 
 import torch
@@ -146,13 +145,6 @@ def measure_costs(target_state, drafters: dict, ids: Sequence[int], *, k_max: in
     """Median seconds of one draft step per drafter (``<name>_step_s``; the dense one also as
     ``draft_step_s``) and of the target's forward over n = 1 .. k_max + 1 tokens (``verify_s[n]``), at the
     context length of ``ids``: the inputs of :class:`CostModelK`."""
-    def timed(state, feed) -> float:
-        t0 = time.perf_counter()
-        state.greedy(list(feed)).tolist()
-        dt = time.perf_counter() - t0
-        state.crop(len(feed))
-        return dt
-
     out: dict = {}
     for name, d in drafters.items():
         state = getattr(d, "state", None)
@@ -161,12 +153,12 @@ def measure_costs(target_state, drafters: dict, ids: Sequence[int], *, k_max: in
             continue
         state.reset()
         state.greedy(ids, last_only=True)
-        out[f"{name}_step_s"] = statistics.median(timed(state, [ids[-1]]) for _ in range(reps))
+        out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
     out["draft_step_s"] = out.get("dense_step_s", 0.0)
     target_state.reset()
     target_state.greedy(ids, last_only=True)
     tail = list(ids) * (1 + (k_max + 1) // max(1, len(ids)))
-    out["verify_s"] = {n: statistics.median(timed(target_state, tail[-n:]) for _ in range(reps))
+    out["verify_s"] = {n: statistics.median(target_state.timed_forward(tail[-n:]) for _ in range(reps))
                        for n in range(1, k_max + 2)}
     target_state.reset()
     return out

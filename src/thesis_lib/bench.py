@@ -435,13 +435,6 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
     thesis' TPOT_spec model, section 2.2): one draft step, one target step, a target verify forward over
     K and K + 1 tokens, and the draft's prefill of the prompt (which the loops do inside the first proposal,
     so it falls in the decode phase); with a FlashHead draft also its step (``flash_draft_step_s``)."""
-    def timed(state: ModelState, feed: list[int]) -> float:
-        t0 = time.perf_counter()
-        state.greedy(feed).tolist()
-        dt = time.perf_counter() - t0
-        state.crop(len(feed))
-        return dt
-
     out = {}
     with torch.inference_mode():
         d_state = runner.drafter.state
@@ -451,7 +444,7 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
         for name, state in steps:
             state.reset()
             state.greedy(ids, last_only=True)
-            out[f"{name}_step_s"] = statistics.median(timed(state, [ids[-1]]) for _ in range(reps))
+            out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
         prefills = []
         for _ in range(3):
             d_state.reset()
@@ -460,7 +453,7 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
             prefills.append(time.perf_counter() - t0)
         out["draft_prefill_s"] = statistics.median(prefills)
         for n in (runner.k, runner.k + 1):
-            out[f"target_verify_{n}_s"] = statistics.median(timed(runner.t_state, list(ids[-n:])) for _ in range(reps))
+            out[f"target_verify_{n}_s"] = statistics.median(runner.t_state.timed_forward(ids[-n:]) for _ in range(reps))
     return out
 
 

@@ -18,34 +18,19 @@ documents under ``RUNS_DIR`` named by a hash of their parameters, computed once,
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-from pathlib import Path
 
 import torch
 
 from . import adaptive, codesign, protocol, tables
-from .book import Params, _digest, _named, obtain, pair
+from .bench import _median as median
+from .book import Params, _named, cached_document, obtain, pair
 
 #: The new modes of the chapter (all deferred: the thesis' best schedule on every machine it measured).
 BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "ngram_deferred",
                 "hybrid_deferred", "flash_deferred_hk", "flash_deferred_ck", "sample_dense", "sample_flash")
 #: Agreement an adaptive margin may lose against the fixed default, on the calibration states.
 MARGIN_TOLERANCE = 0.005
-
-
-def _cached(p: Params, kind: str, key: dict, compute):
-    path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{_digest(key)}.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    doc = compute()
-    doc["key"] = key
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-    return doc
 
 
 def _calibration_cfg(p: Params):
@@ -78,7 +63,7 @@ def _target_outputs(p: Params) -> dict:
             rows.append({"question_id": q.question_id, "category": q.category, "prompt_ids": ids, "tokens": gen.tokens})
         return {"sequences": rows}
 
-    return _cached(p, "calibration", key, compute)
+    return cached_document(p, "calibration", key, compute)
 
 
 def calibration(p: Params) -> dict:
@@ -118,7 +103,7 @@ def margin_curve(p: Params, cal: dict | None = None) -> dict:
             rows.append({"margin": m, "mean_probes": mean, **q, "head_ms": codesign.head_ms(a, c["states"])})
         return {"rows": rows, "n_probes": head.n_probes, "n_clusters": head.n_clusters, "states": int(c["states"].shape[0])}
 
-    return _cached(p, "margins", key, compute)
+    return cached_document(p, "margins", key, compute)
 
 
 def tuned_margin(curve: dict) -> float:
@@ -177,7 +162,7 @@ def codesign_sweep(p: Params, cal: dict | None = None) -> dict:
                 "default": {"clusters": default.n_clusters, "probes": default.n_probes},
                 "corpus": corpus, "states": int(c["states"].shape[0])}
 
-    return _cached(p, "codesign", key, compute)
+    return cached_document(p, "codesign", key, compute)
 
 
 def best_codesign(doc: dict) -> dict:
@@ -230,14 +215,6 @@ def per_category_speedups(runs: dict[str, object], mode_of: dict[str, str]) -> "
     return pd.DataFrame(rows)
 
 
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-__all__ = ["BEYOND_MODES", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign", "beyond_run",
-           "k_sweep_runs", "codesign_run", "per_category_speedups"]
-
 
 # --- the chapter's tables ----------------------------------------------------------------------------------------
 
@@ -266,14 +243,14 @@ def mode_table(run, modes=None):
         per = [r["decode_tokens_per_s"] / base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"] for r in rs
                if r["decode_tokens_per_s"] and base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"]]
         drafted = [d for r in rs for d in r.get("drafted_per_round", [])]
+        lookups = [r.get("lookup_rounds", r.get("lookup_matched")) for r in rs]  # hybrid / prompt lookup only
         row = {"Mode": LABELS.get(m, m), "Against": LABELS[base_mode], "Decode Tok/s": t["decode_tokens_per_s"],
                "Speedup (pooled)": t["decode_tokens_per_s"] / b["decode_tokens_per_s"] if m != base_mode else 1.0,
                "Speedup (median per sample)": median(per) if m != base_mode else 1.0,
                "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
                "Mean K": statistics.fmean(drafted) if drafted else None,
                "Mean probes": median(r.get("mean_probes") for r in rs),
-               "Lookup rounds": (sum(r.get("lookup_rounds", r.get("lookup_matched", 0)) for r in rs) / max(1, sum(r.get("rounds", 0) for r in rs))
-                                 if any("lookup_tried" in r or "lookup_rounds" in r for r in rs) else None)}
+               "Lookup rounds": sum(lookups) / sum(r["rounds"] for r in rs) if None not in lookups else None}
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -289,8 +266,132 @@ def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, 
     return best_k, best
 
 
+def sampling_check(p: Params) -> tuple[dict, str]:
+    """The sampling check's result and where it comes from: the saved output of ``thesis-lib sampling-check``
+    named by ``SAMPLING_CHECK_FILE``, or (without one) the check run here at ``SAMPLING_DELTA``."""
+    import json
+
+    from . import distcheck
+    from .book import ROOT
+
+    if p.sampling_check_file and (ROOT / p.sampling_check_file).is_file():
+        check = json.loads((ROOT / p.sampling_check_file).read_text(encoding="utf-8"))
+        return check, f"`thesis-lib sampling-check --delta {check['delta']}` ({p.sampling_check_file})"
+    pair_ = distcheck.tiny_pair()
+    rows = [distcheck.run_case(pair_, c, d, s, delta=p.sampling_delta) for c in range(len(distcheck.CASES))
+            for d in ("dense", "flash") for s in ("ordinary", "deferred")]
+    check = {"delta": p.sampling_delta, "alpha": 1e-3, "power": 0.99, "configurations": rows,
+             "negative_control": distcheck.run_always_accept(pair_, delta=p.sampling_delta)}
+    check["ok"] = all(r["ok"] for r in rows) and not check["negative_control"]["ok"]
+    return check, f"this notebook, delta = {p.sampling_delta}"
+
+
+def _warp(sampler: dict) -> str:
+    return (f"T={sampler['temperature']}" + (f", top-k {sampler['top_k']}" if sampler.get("top_k") else "")
+            + (f", top-p {sampler['top_p']}" if sampler.get("top_p") else ""))
+
+
+def sampling_table(check: dict):
+    """Table 6.1: one row per configuration of the sampling check."""
+    import pandas as pd
+
+    return pd.DataFrame([{"Draft": r["draft"], "Schedule": r["schedule"], "Warp": _warp(r["sampler"]),
+                          "Tokens": r["tokens"], "K": r["k"], "Draws": r["draws"], "Cells": r["cells"],
+                          "Max |z|": r["max_abs_z"], "Critical z": r["critical_z"], "Power": r["power"],
+                          "Acceptance": r["acceptance"], "Verdict": "ok" if r["ok"] else "FAIL"}
+                         for r in check["configurations"]])
+
+
+def margin_table(curve: dict):
+    """Table 6.3: adaptive probing over margins, the fixed default first."""
+    import pandas as pd
+
+    return pd.DataFrame([{"Margin": "fixed" if r["margin"] is None else r["margin"], "Mean probes": r["mean_probes"],
+                          "Agreement with dense": r["agreement"], "Per-token acceptance": r["alpha"],
+                          "Head (ms)": r["head_ms"]} for r in curve["rows"]])
+
+
+def default_row(doc: dict) -> dict | None:
+    """The co-design sweep's row of the default FlashHead setting."""
+    d = doc["default"]
+    return next((r for r in doc["rows"] if r["clusters"] == d["clusters"] and r["probes"] == d["probes"]), None)
+
+
+def nearest_freq(doc: dict, row: dict | None) -> dict | None:
+    """The truncated head nearest to ``row``'s candidate count (specials it already ranks are not added twice,
+    so exact equality is rare)."""
+    if row is None or not doc["freq"]:
+        return None
+    return min(doc["freq"], key=lambda f: abs(f["candidates"] - row["candidates"]))
+
+
+def codesign_table(doc: dict):
+    """Table 6.4: FlashHead at every (C, p), the truncated heads, the dense head."""
+    import pandas as pd
+
+    def row(head, r, **kw):
+        return {"Head": head, "C": kw.get("clusters"), "b": kw.get("cluster_size"), "Probes": kw.get("probes"),
+                "Candidates": kw.get("candidates"), "Agreement": r["agreement"], "Per-token acceptance": r["alpha"],
+                "Head (ms)": r["head_ms"], "Best K": r["k"], "Predicted Tok/s": r["tokens_per_s"],
+                "Pareto": kw.get("pareto", "")}
+
+    df = pd.DataFrame([row("FlashHead", r, **r, pareto="yes" if r in doc["front"] else "") for r in doc["rows"]]
+                      + [row("Frequency-truncated", r, candidates=r["candidates"]) for r in doc["freq"]]
+                      + [row("Dense", doc["dense"])])
+    for col in ("C", "b", "Probes", "Candidates", "Best K"):
+        df[col] = df[col].astype("Int64")  # whole numbers, blank where a head has none
+    return df
+
+
+def category_table(p: Params, run, sweep: dict, co):
+    """Table 6.6: per category, the FlashHead draft at each fixed K, the adaptive-K modes, the lookup drafters
+    and the co-designed FlashHead, plus a last row with the best fixed K of each column. Returns the table and
+    :func:`best_fixed_k`'s ({category: K}, {category: speedup})."""
+    import pandas as pd
+
+    fixed = {f"FlashHead, K = {k}": r for k, r in sorted({**sweep, p.k: run}.items())}
+    others = {"FlashHead, K heuristic": (run, "flash_deferred_hk"), "FlashHead, K cost model": (run, "flash_deferred_ck"),
+              "Prompt lookup": (run, "ngram_deferred"), "Prompt lookup + FlashHead": (run, "hybrid_deferred"),
+              "Co-designed FlashHead": (co, "flash_deferred")}
+    table = per_category_speedups({**fixed, **{k: r for k, (r, _) in others.items()}},
+                                  {**{k: "flash_deferred" for k in fixed}, **{k: m for k, (_, m) in others.items()}})
+    best_k, best = best_fixed_k(sweep, run)
+    table = pd.concat([table, pd.DataFrame([{"Setting": BEST_FIXED_ROW, **best}])], ignore_index=True)
+    return table, best_k, best
+
+
+BEST_FIXED_ROW = "best fixed K (per column)"
+
+
+def verdict_table(category: "object", modes: "object", best_fixed_all: float):
+    """Table 6.7: every adaptive or co-designed configuration's overall speedup and its ratio to the
+    thesis-style configuration at its best fixed K, best first."""
+    import pandas as pd
+
+    rows = category[~category.Setting.str.startswith("FlashHead, K =") & (category.Setting != BEST_FIXED_ROW)]
+    speed = rows.set_index("Setting")["all"]
+    pooled = modes.set_index("Mode")["Speedup (pooled)"]
+    speed = pd.concat([speed, pd.Series({"FlashHead, adaptive probes": float(pooled[LABELS["adaflash_deferred"]]),
+                                         "Frequency-truncated head": float(pooled[LABELS["freq_deferred"]])})])
+    ratio = (speed / best_fixed_all).sort_values(ascending=False)
+    return pd.DataFrame({"Configuration": ratio.index, "Speedup over target-only": speed[ratio.index].values,
+                         "vs thesis-style (best fixed K)": ratio.values})
+
+
+def draft_share(run, mode: str) -> float:
+    """The draft proposal's share of a mode's decode time."""
+    t = tables.totals(run.of(mode))
+    return t["propose_s"] / t["decode_s"]
+
+
 def head_share(run, mode: str, head_ms: float) -> float:
     """The draft head's share of a mode's decode time: drafted tokens x one head call / decode time."""
     rs = run.of(mode)
     drafted = sum(r.get("drafted", 0) for r in rs)
     return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)
+
+
+__all__ = ["BEYOND_MODES", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
+           "beyond_run", "k_sweep_runs", "codesign_run", "per_category_speedups", "mode_table", "best_fixed_k",
+           "sampling_check", "sampling_table", "margin_table", "default_row", "nearest_freq", "codesign_table",
+           "category_table", "verdict_table", "draft_share", "head_share"]

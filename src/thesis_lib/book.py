@@ -119,6 +119,8 @@ class Params:
     temperature: float = 0.7
     top_k: int | None = 20
     top_p: float | None = 0.8
+    sampling_check_file: str | None = "data/reference/sampling-check-d0.01.json"
+    sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True
 
@@ -257,17 +259,28 @@ def model_bench(p: Params) -> dict:
                "state_tokens": p.state_tokens, "head_reps": p.head_reps, "step_reps": p.step_reps,
                "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "flash_path": p.flash_path,
                "kmeans_iterations": p.kmeans_iterations}
-    path = Path(p.runs_dir) / f"{p.set_name}-model-bench-{_digest(doc_key)}.json"
+
+    def compute():
+        from .results import environment
+
+        _, draft, head = pair(p)
+        probes = sorted(set(modelbench.default_probe_list(head.n_clusters)) | {head.n_probes})
+        doc = modelbench.run(draft, head, prompts, probes=probes, state_tokens=p.state_tokens, head_reps=p.head_reps,
+                             step_reps=p.step_reps, progress=p.progress)
+        doc["environment"] = environment(("draft", draft))
+        return doc
+
+    return cached_document(p, "model-bench", doc_key, compute)
+
+
+def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
+    """A JSON result under ``RUNS_DIR`` named by the parameter set, its kind and a hash of ``key``: read back
+    if there, else ``compute()``d, given its key and written atomically."""
+    path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{_digest(key)}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
-    _, draft, head = pair(p)
-    probes = sorted(set(modelbench.default_probe_list(head.n_clusters)) | {head.n_probes})
-    doc = modelbench.run(draft, head, prompts, probes=probes, state_tokens=p.state_tokens, head_reps=p.head_reps,
-                         step_reps=p.step_reps, progress=p.progress)
-    doc["key"] = doc_key
-    from .results import environment
-
-    doc["environment"] = environment(("draft", draft))
+    doc = compute()
+    doc["key"] = key
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
     tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")

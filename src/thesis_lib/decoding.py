@@ -144,20 +144,26 @@ def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
                     eos_ids: Sequence[int] = (), clock: PhaseClock | None = None) -> Generation:
     """Target-only greedy decoding with a KV cache; prefill and first token are timed apart (TTFT)."""
     _check(max_new_tokens, prompt_ids)
+    return target_only(target, prompt_ids, lambda ids: int(target.greedy(ids, last_only=True)), mode="baseline",
+                       max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock)
+
+
+def target_only(target: ModelState, prompt_ids: Sequence[int], next_token, *, mode: str, max_new_tokens: int,
+                eos_ids: Sequence[int] = (), clock: PhaseClock | None = None) -> Generation:
+    """The one-token-per-forward loop of target-only decoding, greedy or sampled: ``next_token(ids) -> int``
+    feeds ``ids`` to the target and chooses the token after them (argmax, or a draw)."""
     clock = clock or PhaseClock([target.device])
     eos = frozenset(eos_ids)
-    stats = DecodeStats(mode="baseline")
+    stats = DecodeStats(mode=mode)
     target.reset()
     t0 = clock.now()
-    # 1. prefill the prompt; the first token is the argmax at its last position
+    # 1. prefill the prompt; the first token is chosen at its last position
     with clock.phase(PREFILL):
-        tok = target.greedy(prompt_ids, last_only=True)
-        out = [int(tok)]
+        out = [next_token(prompt_ids)]
     t1 = clock.now()
-    # 2. decode one token per target forward
+    # 2. decode one token per target forward (a host sync each: the loop needs the token to test for EOS)
     while len(out) < max_new_tokens and out[-1] not in eos:
-        tok = target.greedy(tok, last_only=True)
-        out.append(int(tok))  # host sync: the loop needs the token to test for EOS
+        out.append(next_token([out[-1]]))
         stats.append_calls += 1  # every decode step appends one token to the cache (the thesis' count)
     return _finish(stats, out, eos, clock, t0, t1)
 

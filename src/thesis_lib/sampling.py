@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 
 import torch
 
-from .decoding import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, _check, _emit, _finish
+from .decoding import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, _check, _emit, _finish, target_only
 from .errors import ConfigError
 from .drafters import ModelDrafter
 from .heads import DenseGreedyHead
@@ -152,18 +152,8 @@ def sample_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
     _check(max_new_tokens, prompt_ids)
     sampler.check()
     head = DenseGreedyHead.from_model(target.model, getattr(target.head, "vocab_limit", None))
-    clock = clock or PhaseClock([target.device])
-    eos = frozenset(eos_ids)
-    stats = DecodeStats(mode="baseline_sample")
-    target.reset()
-    t0 = clock.now()
-    with clock.phase(PREFILL):
-        out = [_draw(_target_probs(target, head, prompt_ids, sampler)[-1], generator)]
-    t1 = clock.now()
-    while len(out) < max_new_tokens and out[-1] not in eos:
-        out.append(_draw(_target_probs(target, head, [out[-1]], sampler)[-1], generator))
-        stats.append_calls += 1
-    return _finish(stats, out, eos, clock, t0, t1)
+    return target_only(target, prompt_ids, lambda ids: _draw(_target_probs(target, head, ids, sampler)[-1], generator),
+                       mode="baseline_sample", max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock)
 
 
 @torch.inference_mode()

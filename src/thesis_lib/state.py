@@ -18,6 +18,8 @@ default on CPU) cost about the same for any block of 1 to 8 tokens, so they get 
 
 from __future__ import annotations
 
+import time
+
 from typing import Sequence
 
 import torch
@@ -67,6 +69,15 @@ class ModelState:
         """Feed ``ids``; return the greedy next token after each fed position (``[S]``, or ``[1]`` if ``last_only``)."""
         h = self.hidden(ids)
         return self.head(h[-1:] if last_only else h)
+
+    def timed_forward(self, ids: Sequence[int]) -> float:
+        """Seconds of one greedy forward over ``ids`` after the cached prefix (tokens read back to the host, so
+        the time includes the device's work), then the cache as it was: a cost probe."""
+        t0 = time.perf_counter()
+        self.greedy(list(ids)).tolist()
+        dt = time.perf_counter() - t0
+        self.crop(len(ids))
+        return dt
 
     def crop(self, remove: int) -> None:
         """Discard the last ``remove`` cached positions (transformers 5: ``crop`` takes a negative count)."""
