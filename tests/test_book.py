@@ -137,6 +137,15 @@ def test_chapter_6_glue(smoke_book):
     assert g["winner_ratio"] > 0 and g["target_met"] in ("meets", "does not meet")
     assert (g["winner_ratio"] >= 1.10) == (g["target_met"] == "meets")
     assert "this run (smoke)" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
+    # section 6.6: the confidence stop, tuned by the walk, run end to end; the clairvoyant bound beats every policy
+    assert 0 < g["tau"] < 1 and 1 <= g["sim_best_fixed_k"] <= 5
+    assert g["sim_oracle_ratio"] >= max(1.0, g["sim_tau_ratio"]) - 1e-9
+    assert g["sim_oracle_lookup_ratio"] >= g["sim_oracle_ratio"] - 1e-9 and g["bench_oracle_ratio"] >= 1 - 1e-9
+    assert g["sim_oracle_free_draft_ratio"] >= g["sim_oracle_free_head_ratio"] >= g["sim_oracle_ratio"] - 1e-9
+    assert g["conf_lossless"] == "every sample equals target-only greedy output"
+    assert min(g["sp_conf_flash"], g["sp_conf_hybrid"], g["sp_conf_thesis"], g["walk_sk_model"], g["walk_sk_run"]) > 0
+    assert math.isclose(g["rel_lo_share"] + g["rel_mid_share"] + g["rel_hi_share"], 100, rel_tol=1e-9)
+    assert "block ends at an unsure token" in g["confidence_table"] and "Rounds (model / run)" in g["walk_table"]
 
 
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):

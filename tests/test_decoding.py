@@ -263,3 +263,92 @@ def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_
     assert cheap.alpha < 0.1
     with pytest.raises(ConfigError):
         adaptive.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), deferred=st.booleans(),
+       stop=st.sampled_from([0.2, 0.5, 0.9]), draft=st.sampled_from(["close", "loose"]))
+def test_confidence_stopped_blocks_are_lossless(tiny_models, prompt, k, max_new, deferred, stop, draft):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    ref = greedy_generate(target, prompt, max_new_tokens=max_new)
+    drafter = ModelDrafter(tiny_models[("f64", "qwen2", draft)], vocab_limit=TINY_VOCAB, stop_below=stop)
+    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    assert spec.tokens == ref.tokens
+    check_stats(spec, k, max_new)
+
+
+def test_confidence_stop_ends_a_block_at_the_first_unsure_token(tiny_models):
+    model = tiny_models[("f64", "qwen2", "loose")]
+    plain = ModelDrafter(model, vocab_limit=TINY_VOCAB)
+    plain.begin([1, 5, 9, 2, 7])
+    block = plain.propose(8)
+    # the draft's own probabilities of its 8 greedy tokens, one forward over the prompt and the block
+    with torch.inference_mode():
+        logits = model(torch.tensor([[1, 5, 9, 2, 7] + block[:-1]])).logits[0, 4:, :TINY_VOCAB].double()
+    probs = torch.softmax(logits, -1).amax(-1).tolist()
+    assert [int(t) for t in logits.argmax(-1)] == block
+    tau = sorted(probs)[3]  # a threshold some of the block's tokens fall below
+    first_low = next(i for i, p in enumerate(probs) if p < tau)
+    stopper = ModelDrafter(model, vocab_limit=TINY_VOCAB, stop_below=tau)
+    stopper.begin([1, 5, 9, 2, 7])
+    assert stopper.propose(8) == block[:first_low + 1]  # the unsure token is still proposed, then the block ends
+    assert stopper.stopped_early == 1
+    stopper.observe(first_low + 1, 3)  # all accepted: the last proposal and the bonus token wait to be fed
+    assert stopper.pending == [block[first_low], 3]
+    assert stopper.state.length == 5 + first_low
+
+
+def test_confidence_stop_needs_a_probability_and_a_head_that_gives_one(tiny_models):
+    from thesis_lib.rivals import TruncatedHead
+
+    model = tiny_models[("f64", "qwen2", "loose")]
+    for bad in (0.0, 1.0, -0.5, 2):
+        with pytest.raises(ConfigError, match="stop_below"):
+            ModelDrafter(model, vocab_limit=TINY_VOCAB, stop_below=bad)
+    head = TruncatedHead(model.get_output_embeddings().weight, range(20))
+    with pytest.raises(ConfigError, match="no confidence"):
+        ModelDrafter(model, head=head, vocab_limit=TINY_VOCAB, stop_below=0.5)
+
+
+class _BadDrafter:
+    name = "bad"
+
+    def __init__(self, n):
+        self.n = n
+
+    def begin(self, context):
+        pass
+
+    def propose(self, k):
+        return [1] * (self.n if self.n is not None else k + 1)
+
+    def observe(self, accepted, final_token):
+        pass
+
+
+@pytest.mark.parametrize("n", [0, None])
+def test_a_drafter_proposing_too_few_or_too_many_tokens_is_an_error(tiny_models, n):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    with pytest.raises(RuntimeError, match="proposed"):
+        speculative_generate(target, _BadDrafter(n), [1, 5, 9], k=3, max_new_tokens=10, deferred=True)
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 10), max_new=st.integers(1, 40), deferred=st.booleans())
+def test_unpadded_hybrid_with_confidence_stops_is_lossless(tiny_models, prompt, k, max_new, deferred):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    ref = greedy_generate(target, prompt + prompt, max_new_tokens=max_new)
+    model = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB, stop_below=0.5)
+    hybrid = HybridDrafter(model, pad=False)
+    spec = speculative_generate(target, hybrid, prompt + prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    assert spec.tokens == ref.tokens
+    check_stats(spec, k, max_new)
+    assert hybrid.lookup_rounds + hybrid.model_rounds == spec.stats.rounds
+
+
+def test_unpadded_lookup_proposes_only_what_matched():
+    d = NgramDrafter(pad=False)
+    d.begin([2, 5, 6, 7, 8, 1, 4, 5, 6])
+    assert d.propose(6) == [7, 8, 1, 4, 5, 6]
+    d.observe(0, 3)
+    assert d.propose(4) == [3]  # no match: one guess, not a padded block

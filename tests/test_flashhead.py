@@ -193,6 +193,27 @@ def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes,
     assert torch.equal(fast(h), got)  # a batch of positions gives the same as one at a time
 
 
+@pytest.mark.parametrize("n_probes", [2, 17])
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+def test_greedy_confidence_is_the_candidate_softmax_of_the_greedy_token(tiny_models, tiny_clusterings, n_probes, path):
+    model = tiny_models[("f32", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], n_probes=n_probes, path=path, centroid_dtype="float32")
+    h = torch.randn(16, 64, generator=torch.Generator().manual_seed(3)) * 3
+    tokens, probs = head.greedy_confidence(h)
+    assert torch.equal(tokens, head(h))
+    for i in range(16):  # the softmax over this position's candidates (probed clusters + specials), by hand
+        scores, ids = head._candidate_scores(h[i], head.top_clusters(h[i : i + 1], reference=False)[0])
+        p = torch.softmax(scores.double(), -1)
+        assert ids[p.argmax()] == tokens[i]
+        assert probs[i].item() == pytest.approx(p.max().item(), rel=1e-4)
+    if n_probes == 17:  # every cluster probed: the dense head's softmax
+        dense = DenseGreedyHead.from_model(model, TINY_VOCAB)
+        d_tok, d_prob = dense.greedy_confidence(h)
+        assert torch.equal(d_tok, tokens)
+        torch.testing.assert_close(d_prob, probs, rtol=1e-4, atol=1e-6)
+        assert torch.allclose(d_prob, torch.softmax(dense.logits(h).double(), -1).amax(-1).float(), rtol=1e-5)
+
+
 def test_ties_go_to_the_lowest_token_id(tiny_clusterings):
     w = torch.randn(272, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     w[200] = w[37]  # two identical rows: always tied

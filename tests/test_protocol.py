@@ -305,12 +305,12 @@ def test_bench_cli_help_and_fail_fast(tmp_path, capsys):
 
 BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "hybrid_deferred",
                 "ngram_deferred", "flash_deferred_hk", "flash_deferred_ck", "dense_ordinary_ck",
-                "sample_dense", "sample_flash")
+                "flash_deferred_sk", "hybrid_deferred_sk", "dense_ordinary_sk", "sample_dense", "sample_flash")
 
 
 def test_beyond_modes_run_through_the_protocol(pair_dir, tmp_path, cache):
     cfg = _config(pair_dir, tmp_path / "runs", name="beyond", modes=BEYOND_MODES, adaptive_margin=0.05,
-                  freq_calibration=1, freq_tokens_generated=6, freq_tokens=40, k_max=6, **FLASH)
+                  freq_calibration=1, freq_tokens_generated=6, freq_tokens=40, k_max=6, stop_below=0.5, **FLASH)
     run = protocol.run(cfg, progress=False)
     by = {m: [r for r in run.samples if r["mode"] == m] for m in BEYOND_MODES + ("sample_baseline",)}
     assert all(len(rs) == 3 for rs in by.values())  # sample_baseline joins because sampling modes need it
@@ -324,6 +324,10 @@ def test_beyond_modes_run_through_the_protocol(pair_dir, tmp_path, cache):
     assert all(r["lookup_rounds"] + r["model_rounds"] == r["rounds"] for r in by["hybrid_deferred"])
     assert all(r["lookup_tried"] == r["rounds"] for r in by["ngram_deferred"])
     assert any(len(set(r["drafted_per_round"])) > 1 for r in by["flash_deferred_hk"])
+    for m in ("flash_deferred_sk", "hybrid_deferred_sk", "dense_ordinary_sk"):  # K is only a cap: k_max = 6
+        assert all(max(r["drafted_per_round"]) <= 6 for r in by[m]), m
+        assert sum(r["stopped_early"] for r in by[m]) > 0, m  # some blocks ended at an unsure token
+    assert any(len(set(r["drafted_per_round"])) > 1 for r in by["flash_deferred_sk"])
     env = run.environment
     assert {str(n) for n in env["k_costs"]["verify_s"]} == {str(n) for n in range(1, 8)}  # 1 .. k_max + 1 tokens
     assert env["beyond"]["freq"]["tokens"] == 40 and env["beyond"]["adaflash"]["margin"] == 0.05
@@ -345,7 +349,10 @@ def test_beyond_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monke
            dict(modes=("baseline", "freq_deferred"), freq_tokens=0),
            dict(modes=("baseline", "flash_deferred_ck"), k_max=2),  # k_max < K
            dict(modes=("baseline", "sample_dense"), temperature=0.0),
-           dict(modes=("baseline", "sample_dense"), top_p=1.5)]
+           dict(modes=("baseline", "sample_dense"), top_p=1.5),
+           dict(modes=("baseline", "flash_deferred_sk")),  # no stop_below
+           dict(modes=("baseline", "flash_deferred_sk"), stop_below=1.0),
+           dict(modes=("baseline", "ngram_deferred_sk"), stop_below=0.5)]  # a lookup has no confidence
     for kw in bad:
         with pytest.raises(ConfigError):
             protocol.run(_config(pair_dir, tmp_path / "runs", **{**FLASH, **kw}), progress=False)

@@ -44,8 +44,12 @@ from .state import ModelState
 #: ngram: prompt lookup, no draft model; adaflash: FlashHead with adaptive probes; freq: the frequency-truncated
 #: head; hybrid: prompt lookup where the text repeats, the FlashHead draft elsewhere (issue 6).
 DRAFTS = ("dense", "flash", "shared", "ngram", "adaflash", "freq", "hybrid")
-#: Block-length policies other than the fixed K, as mode suffixes (``flash_deferred_ck``).
-K_SUFFIXES = {"hk": "heuristic", "ck": "cost"}
+#: Block-length policies other than the fixed K, as mode suffixes (``flash_deferred_ck``). ``sk``: the draft
+#: stops its block at its first token below the confidence threshold ``stop_below``, at most ``k_max``
+#: tokens (lookup blocks of the hybrid: what matched, up to ``k_max``).
+K_SUFFIXES = {"hk": "heuristic", "ck": "cost", "sk": "confidence"}
+#: Drafts whose head gives a confidence (``sk`` modes).
+CONFIDENCE_DRAFTS = ("dense", "flash", "hybrid")
 PEER_MODES = ("hf_greedy", "hf_assisted")
 SPEC_MODES = (tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
               + tuple(f"{d}_{s}_{x}" for d in DRAFTS for s in ("ordinary", "deferred") for x in K_SUFFIXES))
@@ -135,6 +139,7 @@ class Runner:
     k_max: int = 12
     k_costs: dict | None = None
     seed: int = 0
+    stop_below: float | None = None
 
     def __post_init__(self):
         self.eos = self.target.eos_ids
@@ -157,6 +162,18 @@ class Runner:
         if self.flash_head is not None:
             self.drafters["hybrid"] = HybridDrafter(cls(self.draft.model, head=self.flash_head, vocab_limit=limit,
                                                         name="hybrid"))
+        #: the ``sk`` modes' drafters: same heads, a block that ends at the first unsure token
+        self.confident_drafters = {}
+        if self.stop_below is not None:
+            for name, head in (("dense", None), ("flash", self.flash_head)):
+                if name == "flash" and head is None:
+                    continue
+                self.confident_drafters[name] = ModelDrafter(self.draft.model, head=head, vocab_limit=limit,
+                                                             name=name, stop_below=self.stop_below)
+            if self.flash_head is not None:
+                self.confident_drafters["hybrid"] = HybridDrafter(
+                    ModelDrafter(self.draft.model, head=self.flash_head, vocab_limit=limit, name="hybrid",
+                                 stop_below=self.stop_below), pad=False)
         self.sample_drafters = {}
         if self.sampler is not None:
             from .sampling import SamplingModelDrafter
@@ -186,15 +203,19 @@ class Runner:
         elif draft == "sample":
             gen = self._sample(schedule, ids)
         else:
-            drafter = self.drafters.get(draft)
+            confident = k_policy_of(mode) == "confidence"
+            drafter = (self.confident_drafters if confident else self.drafters).get(draft)
             if drafter is None:
-                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...))" +
+                                  (f" and a confidence threshold (stop_below) with a draft of "
+                                   f"{', '.join(CONFIDENCE_DRAFTS)}." if confident else "."))
             state = getattr(drafter, "state", None)  # a prompt-lookup drafter has no model
             clock = PhaseClock([self.t_state.device, state.device if state is not None else self.t_state.device])
             if self.profile:
                 drafter.clock = clock
             before = _counters(drafter)
-            gen = speculative_generate(self.t_state, drafter, ids, k=self.k, schedule=schedule, clock=clock,
+            gen = speculative_generate(self.t_state, drafter, ids, k=self.k_max if confident else self.k,
+                                       schedule=schedule, clock=clock,
                                        k_policy=self._k_policy(mode, draft, schedule, ids), **common)
             gen.extra.update({k: v - before[k] for k, v in _counters(drafter).items()})
             if "probes_used" in gen.extra:
@@ -207,7 +228,7 @@ class Runner:
         from . import adaptive
 
         policy = k_policy_of(mode)
-        if policy == "fixed":
+        if policy in ("fixed", "confidence"):  # confidence: the drafter ends its blocks itself
             return None
         if policy == "cost" and self.k_costs is None:  # measured once, at the first prompt that needs it
             models = {n: d for n, d in self.drafters.items() if n in ("dense", "flash", "adaflash", "freq")}
@@ -267,7 +288,7 @@ class Runner:
 def _counters(drafter) -> dict:
     """What a drafter counts about itself (prompt lookups, model rounds, probes used), for the record."""
     out = {}
-    for name in ("matched", "rounds", "lookup_rounds", "model_rounds"):
+    for name in ("matched", "rounds", "lookup_rounds", "model_rounds", "stopped_early"):
         if hasattr(drafter, name):
             out[{"matched": "lookup_matched", "rounds": "lookup_tried"}.get(name, name)] = getattr(drafter, name)
     head = getattr(getattr(drafter, "state", None), "head", None)

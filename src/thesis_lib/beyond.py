@@ -14,6 +14,11 @@ documents under ``RUNS_DIR`` named by a hash of their parameters, computed once,
 - :func:`beyond_run`: every new mode against the thesis-style draft in one interleaved benchmark run.
 - :func:`k_sweep_runs`: the FlashHead deferred draft at fixed K per ``BEYOND_K_SWEEP`` on the same prompts, for
   the best fixed K per prompt category; :func:`codesign_run`: the co-designed setting end to end.
+- :func:`lookahead` / :func:`policy_simulation`: the draft's lookahead on the calibration outputs and every
+  block-length policy walked over it (:mod:`thesis_lib.lookahead`): fixed K, the confidence stop over
+  ``STOP_BELOW_GRID`` (tuned here), the clairvoyant bounds; :func:`confidence_run`: the tuned confidence stop
+  end to end beside the thesis-style draft; :func:`run_lookahead` / :func:`walk_check`: the walk repeated on
+  that run's own prompts and set against what it measured.
 """
 
 from __future__ import annotations
@@ -170,6 +175,133 @@ def best_codesign(doc: dict) -> dict:
     return max(doc["rows"], key=lambda r: r["tokens_per_s"])
 
 
+def lookahead(p: Params) -> dict:
+    """The FlashHead draft's greedy lookahead (``k_max`` tokens, with its head's probabilities) and the lookup's
+    proposal at every position of the target's output on the calibration prompts (cached JSON; see
+    :mod:`thesis_lib.lookahead`)."""
+    from . import lookahead as la
+
+    doc = _target_outputs(p)
+    key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
+           "depth": p.k_max, "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "dtype": p.dtype}
+
+    def compute():
+        _, draft, head = pair(p)
+        seqs = [(s["prompt_ids"], s["tokens"]) for s in doc["sequences"]]
+        rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
+                                  progress=p.progress)
+        for r, s in zip(rows, doc["sequences"]):
+            r["category"] = s["category"]
+        return {"rows": rows, "depth": p.k_max}
+
+    return cached_document(p, "lookahead", key, compute)
+
+
+#: The confidence run's modes: the thesis-style draft at the main K beside the two confidence-stopped drafts.
+CONFIDENCE_MODES = ("baseline", "flash_deferred", "flash_deferred_sk", "hybrid_deferred_sk")
+
+
+def policy_simulation(p: Params, look: dict | None = None, doc: dict | None = None) -> dict:
+    """Block-length policies walked over the calibration lookahead with the co-design sweep's measured costs
+    (the FlashHead draft at its default setting): fixed K = 1..``k_max``, the confidence threshold over
+    ``stop_below_grid`` (alone and with the free lookup), and the clairvoyant oracle (alone, with the lookup,
+    with a free head, with a free draft). Speedups are over the modelled target-only time. The tuned
+    threshold (``tuned_stop_below``) is the grid's best without the lookup."""
+    from . import lookahead as la
+
+    look = look or lookahead(p)
+    doc = doc or codesign_sweep(p)
+    costs, head_ms_ = doc["costs"], default_row(doc)["head_ms"]
+    rows, verify = look["rows"], costs["verify_ms"]
+    step = costs["body_ms"] + head_ms_
+    target_ms = sum(len(r["target"]) - 1 for r in rows) * la.verify_cost(verify)(1)
+
+    def entry(res: dict, **kw) -> dict:
+        out = {**kw, "speedup": target_ms / res["ms"]}
+        if "rounds" in res and res["rounds"]:
+            out.update(mean_block=res["drafted"] / res["rounds"], accepted_share=res["accepted"] / res["drafted"])
+        return out
+
+    fixed = [entry(la.simulate(rows, la.fixed_policy(k), step_ms=step, verify_ms=verify), k=k)
+             for k in range(1, p.k_max + 1)]
+    thresholds = [entry(la.simulate(rows, la.threshold_policy(t, p.k_max), step_ms=step, verify_ms=verify,
+                                    lookup=lookup), stop_below=t, lookup=lookup)
+                  for lookup in (False, True) for t in p.stop_below_grid]
+    oracles = {name: entry(la.oracle(rows, step_ms=s, verify_ms=verify, k_max=p.k_max, lookup=lk))
+               for name, s, lk in (("oracle", step, False), ("oracle_lookup", step, True),
+                                   ("oracle_free_head", costs["body_ms"], False), ("oracle_free_draft", 0.0, False))}
+    best_fixed = max(fixed, key=lambda r: r["speedup"])
+    tuned = max((r for r in thresholds if not r["lookup"]), key=lambda r: r["speedup"])
+    # how well the draft's probability of its next token predicts that the target keeps it
+    first = [(r["probs"][t][0], r["tokens"][t][0] == r["target"][t]) for r in rows for t in range(len(r["target"]))]
+    reliability = []
+    for lo, hi in ((0.0, 0.5), (0.5, 0.9), (0.9, 1.01)):
+        sel = [ok for prob, ok in first if lo <= prob < hi]
+        reliability.append({"from": lo, "to": min(hi, 1.0), "share": len(sel) / len(first),
+                            "accepted": sum(sel) / len(sel) if sel else float("nan")})
+    return {"fixed": fixed, "thresholds": thresholds, "oracles": oracles, "best_fixed": best_fixed,
+            "tuned_stop_below": tuned["stop_below"], "step_ms": step, "head_ms": head_ms_, "verify_ms": verify,
+            "reliability": reliability,
+            "target_step_ms": la.verify_cost(verify)(1), "positions": sum(len(r["target"]) for r in rows)}
+
+
+def run_lookahead(p: Params, run) -> dict:
+    """The same lookahead on a finished run's prompts and its baseline's greedy outputs (cached JSON): to check
+    the walk against what the run measured, never to tune anything."""
+    from . import lookahead as la
+    from .prompts import encode, load_prompts, prompt_text
+
+    qs = {q.question_id: q for q in load_prompts(run.config["prompt_file"])}
+    base = [r for r in run.of("baseline") if r["iteration"] == 0]
+    key = {"run": run.name, "depth": p.k_max, "outputs": [r["tokens"] for r in base]}
+
+    def compute():
+        target, draft, head = pair(p)
+        seqs = [(encode(target.tokenizer, prompt_text(qs[r["question_id"]], run.config.get("turns", 1)),
+                        chat=run.config.get("chat", True)), r["tokens"]) for r in base]
+        rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
+                                  progress=p.progress)
+        for row, r in zip(rows, base):
+            row["question_id"], row["category"] = r["question_id"], r["category"]
+        return {"rows": rows, "depth": p.k_max, "run": run.name}
+
+    return cached_document(p, "run-lookahead", key, compute)
+
+
+def walk_check(sim: dict, look: dict, run, stop_below: float):
+    """Table 6.9: the walk against the measured run, per mode on the run's own prompts: rounds, drafted and
+    accepted tokens, and the speedup ratio to the thesis-style mode, modelled and measured."""
+    import pandas as pd
+
+    from . import lookahead as la
+
+    cap = int(look["depth"])
+    policies = {"flash_deferred": (la.fixed_policy(run.config["k"]), False),
+                "flash_deferred_sk": (la.threshold_policy(stop_below, cap), False),
+                "hybrid_deferred_sk": (la.threshold_policy(stop_below, cap), True)}
+    verify = sim["verify_ms"]
+    modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=verify, lookup=lk)
+                for m, (pol, lk) in policies.items()}
+    pooled = mode_table(run).set_index("Mode")["Speedup (pooled)"]
+    rows = []
+    for m, sim_m in modelled.items():
+        rs = [r for r in run.of(m) if r["iteration"] == 0]
+        rows.append({"Mode": LABELS[m],
+                     "Rounds (model / run)": f"{sim_m['rounds']} / {sum(r['rounds'] for r in rs)}",
+                     "Drafted (model / run)": f"{sim_m['drafted']} / {sum(sum(r['drafted_per_round']) for r in rs)}",
+                     "Accepted (model / run)": f"{sim_m['accepted']} / {sum(sum(r['accepted_per_round']) for r in rs)}",
+                     "vs thesis-style, modelled": modelled["flash_deferred"]["ms"] / sim_m["ms"],
+                     "vs thesis-style, measured": float(pooled[LABELS[m]] / pooled[LABELS["flash_deferred"]])})
+    return pd.DataFrame(rows)
+
+
+def confidence_run(p: Params, stop_below: float):
+    """The confidence-stopped drafts (FlashHead, and the unpadded lookup + FlashHead hybrid) beside the
+    thesis-style FlashHead deferred draft at the main K and the baseline, one interleaved run."""
+    cfg = p.bench(modes=CONFIDENCE_MODES, stop_below=stop_below, k_max=p.k_max, costs=False)
+    return obtain(_named(cfg, p.set_name, "confidence"), p)
+
+
 def beyond_run(p: Params, margin: float):
     """Every new mode of the chapter beside the thesis-style FlashHead deferred draft, one interleaved run."""
     cfg = p.bench(modes=tuple(p.beyond_modes), adaptive_margin=margin, adaptive_min_probes=p.adaptive_min_probes,
@@ -223,7 +355,8 @@ LABELS = {"flash_deferred": "FlashHead, fixed probes and K (thesis-style)", "ada
           "hybrid_deferred": "Prompt lookup + FlashHead draft", "flash_deferred_hk": "FlashHead, K heuristic (+2/-1)",
           "flash_deferred_ck": "FlashHead, K from the cost model", "sample_dense": "Sampling, dense draft",
           "sample_flash": "Sampling, FlashHead draft", "sample_baseline": "Sampling, target only",
-          "baseline": "Target only (greedy)"}
+          "baseline": "Target only (greedy)", "flash_deferred_sk": "FlashHead, block ends at an unsure token",
+          "hybrid_deferred_sk": "Prompt lookup + FlashHead, block ends at an unsure token"}
 
 
 def mode_table(run, modes=None):
@@ -343,16 +476,20 @@ def codesign_table(doc: dict):
     return df
 
 
-def category_table(p: Params, run, sweep: dict, co):
-    """Table 6.6: per category, the FlashHead draft at each fixed K, the adaptive-K modes, the lookup drafters
-    and the co-designed FlashHead, plus a last row with the best fixed K of each column. Returns the table and
-    :func:`best_fixed_k`'s ({category: K}, {category: speedup})."""
+def category_table(p: Params, run, sweep: dict, co, conf=None):
+    """Table 6.6: per category, the FlashHead draft at each fixed K, the adaptive-K modes, the lookup drafters,
+    the co-designed FlashHead and (with the confidence run ``conf``) the confidence-stopped drafts, plus a last
+    row with the best fixed K of each column. Returns the table and :func:`best_fixed_k`'s ({category: K},
+    {category: speedup})."""
     import pandas as pd
 
     fixed = {f"FlashHead, K = {k}": r for k, r in sorted({**sweep, p.k: run}.items())}
     others = {"FlashHead, K heuristic": (run, "flash_deferred_hk"), "FlashHead, K cost model": (run, "flash_deferred_ck"),
               "Prompt lookup": (run, "ngram_deferred"), "Prompt lookup + FlashHead": (run, "hybrid_deferred"),
               "Co-designed FlashHead": (co, "flash_deferred")}
+    if conf is not None:
+        others.update({CONFIDENCE_ROWS["flash_deferred_sk"]: (conf, "flash_deferred_sk"),
+                       CONFIDENCE_ROWS["hybrid_deferred_sk"]: (conf, "hybrid_deferred_sk")})
     table = per_category_speedups({**fixed, **{k: r for k, (r, _) in others.items()}},
                                   {**{k: "flash_deferred" for k in fixed}, **{k: m for k, (_, m) in others.items()}})
     best_k, best = best_fixed_k(sweep, run)
@@ -361,10 +498,44 @@ def category_table(p: Params, run, sweep: dict, co):
 
 
 BEST_FIXED_ROW = "best fixed K (per column)"
+CONFIDENCE_ROWS = {"flash_deferred_sk": "FlashHead, confidence stop", "hybrid_deferred_sk": "Prompt lookup + FlashHead, confidence stop"}
+
+
+def policy_table(sim: dict):
+    """Table 6.7: the simulated block-length policies on the calibration prompts: the best fixed K, the tuned
+    confidence threshold (alone and with the free lookup), and the clairvoyant bounds; speedup over the
+    modelled target-only time and the ratio to the best fixed K (every threshold is in Figure 6.4)."""
+    import pandas as pd
+
+    best, tau = sim["best_fixed"]["speedup"], sim["tuned_stop_below"]
+    rows = [{"Policy": f"fixed K = {sim['best_fixed']['k']} (the best fixed K)", **_sim_cols(sim["best_fixed"], best)}]
+    for r in sim["thresholds"]:
+        if r["stop_below"] == tau:
+            name = "confidence stop" + (" + free lookup" if r["lookup"] else "")
+            rows.append({"Policy": f"{name}, tau = {tau:g} (tuned)", **_sim_cols(r, best)})
+    for key, name in (("oracle", "clairvoyant K (bound)"), ("oracle_lookup", "clairvoyant K + free lookup (bound)"),
+                      ("oracle_free_head", "clairvoyant K, head free (bound)"),
+                      ("oracle_free_draft", "clairvoyant K, draft free (bound)")):
+        rows.append({"Policy": name, **_sim_cols(sim["oracles"][key], best)})
+    return pd.DataFrame(rows)
+
+
+def oracle_ratio(sim: dict, look: dict, k: int) -> float:
+    """On another lookahead (a run's prompts): the clairvoyant bound over fixed K = ``k``, at the same costs."""
+    from . import lookahead as la
+
+    kw = dict(step_ms=sim["step_ms"], verify_ms=sim["verify_ms"])
+    return (la.simulate(look["rows"], la.fixed_policy(k), **kw)["ms"]
+            / la.oracle(look["rows"], k_max=int(look["depth"]), **kw)["ms"])
+
+
+def _sim_cols(r: dict, best: float) -> dict:
+    return {"Modelled speedup": r["speedup"], "vs best fixed K": r["speedup"] / best,
+            "Mean block": r.get("mean_block"), "Accepted share": r.get("accepted_share")}
 
 
 def verdict_table(category: "object", modes: "object", best_fixed_all: float):
-    """Table 6.7: every adaptive or co-designed configuration's overall speedup and its ratio to the
+    """Table 6.10: every adaptive or co-designed configuration's overall speedup and its ratio to the
     thesis-style configuration at its best fixed K, best first."""
     import pandas as pd
 
@@ -391,7 +562,7 @@ def head_share(run, mode: str, head_ms: float) -> float:
     return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)
 
 
-__all__ = ["BEYOND_MODES", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
+__all__ = ["BEYOND_MODES", "CONFIDENCE_MODES", "lookahead", "policy_simulation", "confidence_run", "run_lookahead", "walk_check", "oracle_ratio", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
            "beyond_run", "k_sweep_runs", "codesign_run", "per_category_speedups", "mode_table", "best_fixed_k",
-           "sampling_check", "sampling_table", "margin_table", "default_row", "nearest_freq", "codesign_table",
+           "sampling_check", "sampling_table", "policy_table", "CONFIDENCE_ROWS", "margin_table", "default_row", "nearest_freq", "codesign_table",
            "category_table", "verdict_table", "draft_share", "head_share"]

@@ -116,6 +116,7 @@ class Params:
     adaptive_min_probes: int = 8
     codesign_cluster_sizes: list = field(default_factory=lambda: [64, 32, 16])
     k_max: int = 12
+    stop_below_grid: list = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
     temperature: float = 0.7
     top_k: int | None = 20
     top_p: float | None = 0.8

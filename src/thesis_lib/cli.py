@@ -248,7 +248,7 @@ def _beyond_args(args) -> dict:
         return {}
     return dict(k_max=args.k_max, adaptive_margin=args.adaptive_margin, adaptive_min_probes=args.adaptive_min_probes,
                 freq_tokens=args.freq_tokens, freq_calibration=args.freq_calibration, temperature=args.temperature,
-                top_k=args.top_k or None, top_p=None if args.top_p == 1 else args.top_p)
+                top_k=args.top_k or None, top_p=None if args.top_p == 1 else args.top_p, stop_below=args.stop_below)
 
 
 def _run_protocol(args, profile: bool) -> int:
@@ -445,8 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--replace", action="store_true", help="move an existing run folder aside (<name>.old-N) and start afresh")
         _add_flash_args(p)
         if name == "bench":
-            g = p.add_argument_group("beyond the thesis (modes adaflash_*, freq_*, *_hk, *_ck, sample_*)")
+            g = p.add_argument_group("beyond the thesis (modes adaflash_*, freq_*, *_hk, *_ck, *_sk, sample_*)")
             g.add_argument("--k-max", type=int, default=12, help="largest K of the adaptive-K modes (default: 12)")
+            g.add_argument("--stop-below", type=float, default=None,
+                           help="*_sk: a draft block ends at the first token whose draft probability is below this")
             g.add_argument("--adaptive-margin", type=float, default=None,
                            help="adaflash: probe the clusters within this centroid-score margin (x |h|) of the best")
             g.add_argument("--adaptive-min-probes", type=int, default=1, help="adaflash: at least this many probes")

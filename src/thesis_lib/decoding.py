@@ -288,6 +288,9 @@ def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int]
         # 1. draft proposal: y_1..y_kk
         with clock.phase(PROPOSE, draft_device):
             y = drafter.propose(kk)
+        if not 1 <= len(y) <= kk:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {len(y)} tokens; expected 1..{kk}")
+        kk = len(y)  # a drafter may stop a block early (drafters.ModelDrafter's stop_below)
         if not deferred:
             next_known()
         # 2. target verification

@@ -3,7 +3,8 @@
 The verify loop in ``decoding`` only sees this protocol:
 
 - ``begin(context)``: a new sequence; ``context`` is the prompt plus the first emitted token;
-- ``propose(k) -> list[int]``: up to ``k`` greedy proposals continuing everything emitted so far;
+- ``propose(k) -> list[int]``: 1 to ``k`` greedy proposals continuing everything emitted so far (fewer than
+  ``k`` only where the drafter chose to stop early);
 - ``observe(accepted, final_token)``: the target accepted the first ``accepted`` proposals and emitted
   ``final_token`` after them (its correction, or the bonus token after a fully accepted block).
 
@@ -11,6 +12,11 @@ The verify loop in ``decoding`` only sees this protocol:
 default :class:`~thesis_lib.heads.DenseGreedyHead` it is the thesis' dense draft; passing a FlashHead head
 gives the FlashHead draft with the same body (and, with a FlashHead checkpoint's body and the dense head,
 the thesis' "dense shared" control).
+
+With ``stop_below`` a model drafter ends its block at the first token whose probability under its own head
+is below that threshold (that token is still proposed: its draft step is paid, and one more token in the
+verify batch costs little). The block length then follows the draft's confidence token by token, at most
+``k``; ``stopped_early`` counts the blocks it cut.
 
 Tokens the draft has not yet run through its body wait in ``pending`` and are fed at the start of the next
 proposal: the prompt on the first round, then the target's final token (plus the draft's own last proposal
@@ -24,6 +30,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from .errors import ConfigError
 from .state import ModelState
 
 
@@ -40,9 +47,18 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A draft model proposing greedily with its body, KV cache and a (dense or FlashHead) head."""
 
-    def __init__(self, model, head: torch.nn.Module | None = None, vocab_limit: int | None = None, name: str = "dense"):
+    def __init__(self, model, head: torch.nn.Module | None = None, vocab_limit: int | None = None, name: str = "dense",
+                 stop_below: float | None = None):
         self.state = ModelState(model, head=head, vocab_limit=vocab_limit)
         self.name = name
+        if stop_below is not None:
+            if not 0 < stop_below < 1:
+                raise ConfigError(f"stop_below is a probability threshold in (0, 1), got {stop_below!r}.")
+            if not hasattr(self.state.head, "greedy_confidence"):
+                raise ConfigError(f"the {name} draft's head ({type(self.state.head).__name__}) gives no "
+                                  "confidence, so it cannot stop a block early.")
+        self.stop_below = stop_below
+        self.stopped_early = 0
         self.pending: list[int] = []
         self._proposed: list[int] = []
 
@@ -61,6 +77,8 @@ class ModelDrafter:
         feed: Sequence[int] | torch.Tensor = self.pending
         self.pending = []
         drafted = []
+        if self.stop_below is not None:
+            return self._propose_confident(feed, k)
         for _ in range(k):
             tok = self.state.greedy(feed, last_only=True)  # [1]
             drafted.append(tok)
@@ -68,6 +86,20 @@ class ModelDrafter:
         # The k-th proposal was never fed, so the cache holds the first k-1 proposals.
         self._proposed = torch.cat(drafted).tolist()
         return self._proposed
+
+    def _propose_confident(self, feed, k: int) -> list[int]:
+        """Draft until a token's probability is below ``stop_below`` (included) or ``k`` tokens: one host
+        read per token, the price of deciding as it goes."""
+        drafted = []
+        for _ in range(k):
+            tok, prob = self.state.head.greedy_confidence(self.state.hidden(feed)[-1:])
+            drafted.append(int(tok[0]))
+            if float(prob[0]) < self.stop_below:
+                break
+            feed = tok
+        self.stopped_early += len(drafted) < k
+        self._proposed = drafted
+        return drafted
 
     def observe(self, accepted: int, final_token: int) -> None:
         k = len(self._proposed)
@@ -85,13 +117,14 @@ class NgramDrafter:
     """Prompt lookup: proposes the tokens that followed the most recent earlier occurrence of the sequence's
     last n tokens (n from ``max_ngram`` down to ``min_ngram``), with no draft model at all (the zero-cost
     reference drafter of issue 6). Where no n-gram matches, or the match runs out before ``k`` tokens, the
-    block is padded by repeating its last token (the verify loop expects exactly ``k`` proposals; the target
-    simply rejects what does not fit). ``matched`` counts rounds that found a match."""
+    block is padded by repeating its last token to ``k`` proposals (a fixed K, as the thesis' loop has; the
+    target simply rejects what does not fit); with ``pad=False`` the block is what matched (at least one
+    token). ``matched`` counts rounds that found a match."""
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, name: str = "ngram"):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, name: str = "ngram", pad: bool = True):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
-        self.max_ngram, self.min_ngram, self.name = max_ngram, min_ngram, name
+        self.max_ngram, self.min_ngram, self.name, self.pad = max_ngram, min_ngram, name, pad
         self.history: list[int] = []
         self._proposed: list[int] = []
         self.matched = self.rounds = 0
@@ -118,7 +151,7 @@ class NgramDrafter:
         self.rounds += 1
         self.matched += bool(found)
         block = found or self.history[-1:]
-        self._proposed = block + [block[-1]] * (k - len(block))
+        self._proposed = block + [block[-1]] * (k - len(block)) if self.pad else block
         return self._proposed
 
     def observe(self, accepted: int, final_token: int) -> None:
@@ -133,10 +166,14 @@ class HybridDrafter:
     drafter): a round whose last ``min_ngram``..``max_ngram`` tokens occurred before proposes what followed
     them, at no draft cost; other rounds ask the model. Tokens the model did not draft itself are fed to its
     cache on its next proposal, as the target's final token always is. ``lookup_rounds`` /
-    ``model_rounds`` count where the proposals came from."""
+    ``model_rounds`` count where the proposals came from. ``pad=False``: a lookup block is what matched, not
+    padded to ``k`` (with a model that stops early, so that K is only a cap: lookups then propose up to K
+    tokens for free)."""
 
-    def __init__(self, model: ModelDrafter, *, min_ngram: int = 2, max_ngram: int = 3, name: str = "hybrid"):
+    def __init__(self, model: ModelDrafter, *, min_ngram: int = 2, max_ngram: int = 3, name: str = "hybrid",
+                 pad: bool = True):
         self.model = model
+        self.pad = pad
         self.ngram = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.name = name
         self._from_lookup = False
@@ -145,6 +182,10 @@ class HybridDrafter:
     @property
     def state(self):
         return self.model.state
+
+    @property
+    def stopped_early(self) -> int:
+        return self.model.stopped_early
 
     def begin(self, context: Sequence[int]) -> None:
         self.model.begin(context)
@@ -156,7 +197,7 @@ class HybridDrafter:
         self._from_lookup = bool(found)
         if found:
             self.lookup_rounds += 1
-            block = found + [found[-1]] * (k - len(found))
+            block = found + [found[-1]] * (k - len(found)) if self.pad else found
         else:
             self.model_rounds += 1
             block = self.model.propose(k)

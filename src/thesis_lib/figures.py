@@ -376,6 +376,31 @@ def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, 
     return fig
 
 
+def policy_curve(sim: dict):
+    """Block-length policies on the calibration lookahead: modelled speedup against the confidence threshold
+    (alone and with the free lookup) and against fixed K, the oracle bounds and the best fixed K as lines."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9.0, 3.4), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+    for lookup, color, name in ((False, COLORS["flash"], "confidence stop"), (True, COLORS["target"], "+ free lookup")):
+        pts = [r for r in sim["thresholds"] if r["lookup"] == lookup]
+        ax.plot([r["stop_below"] for r in pts], [r["speedup"] for r in pts], marker="o", color=color, label=name)
+    fixed = sim["fixed"]
+    bx.plot([r["k"] for r in fixed], [r["speedup"] for r in fixed], marker="s", color=COLORS["draft"], label="fixed K")
+    for a in (ax, bx):
+        for key, ls, name in (("oracle", "--", "clairvoyant K"), ("oracle_lookup", ":", "clairvoyant K + lookup")):
+            a.axhline(sim["oracles"][key]["speedup"], color="black", ls=ls, lw=1, label=name if a is ax else None)
+        a.axhline(sim["best_fixed"]["speedup"], color=COLORS["draft"], lw=0.8, ls="-.",
+                  label="best fixed K" if a is ax else None)
+        a.axhline(1, color="grey", lw=0.8)
+    ax.axvline(sim["tuned_stop_below"], color="grey", ls=":", lw=1)
+    ax.set_xlabel("stop below draft probability tau"), ax.set_ylabel("modelled decode speedup")
+    bx.set_xlabel("fixed block length K")
+    from matplotlib.ticker import MaxNLocator
+
+    bx.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=7, loc="lower center")
+    return fig
+
+
 def category_bars(table, value_name: str = "decode speedup over target-only"):
     """Grouped bars: one group per prompt category, one bar per setting (rows of ``table``)."""
     import numpy as np

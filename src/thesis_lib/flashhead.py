@@ -88,6 +88,21 @@ def _greedy_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.T
     return _select(scores, ids, sentinel)
 
 
+def _confidence_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
+                      tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor, special_ids: torch.Tensor,
+                      n_probes: int, sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_greedy_fused` plus the softmax probability of the chosen token among the candidates."""
+    s = h.shape[0]
+    cs = torch.matmul(h.to(centroids.dtype), centroids.T)
+    top = torch.topk(cs, n_probes, dim=-1).indices
+    hw = h.to(weight_perm.dtype)
+    logits = (weight_perm[top] * hw[:, None, None, :]).sum(-1).float() + slot_bias[top]
+    sp = torch.matmul(hw, special_w.T).float() + special_b
+    scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
+    ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
+    return _select(scores, ids, sentinel), torch.exp(scores.amax(dim=-1) - torch.logsumexp(scores, dim=-1))
+
+
 @dataclass
 class FlashHeadSample:
     """One sampled token and the exact distribution it was drawn from (over ``candidates``; zero elsewhere)."""
@@ -159,6 +174,7 @@ class FlashHead(nn.Module):
         self.path = path
         self.always_scored_outliers = 0  # set by flashhead_for when outlier tokens join the special list
         self._compiled = None
+        self._compiled_conf = None
         self._active_path = None
 
     def extra_repr(self) -> str:
@@ -190,6 +206,24 @@ class FlashHead(nn.Module):
         self._active_path = "eager"
         return _greedy_fused(hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens,
                              self.special_weight, self.special_bias, self.special_ids, self.n_probes, self.vocab_size)
+
+    def greedy_confidence(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden: [S, D] -> (token ids [S], probability [S])``: the greedy token and the probability the
+        softmax over the candidates (probed clusters and specials) gives it. The same path as ``forward``
+        (compiled where that works), so the tokens are the greedy head's."""
+        args = (hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens, self.special_weight,
+                self.special_bias, self.special_ids, self.n_probes, self.vocab_size)
+        if self.path in ("auto", "compiled"):
+            try:
+                if self._compiled_conf is None:
+                    self._compiled_conf = torch.compile(_confidence_fused, dynamic=False)
+                return self._compiled_conf(*args)
+            except Exception as e:  # as in forward: no C++ compiler / triton
+                if self.path == "compiled":
+                    raise
+                warnings.warn(f"FlashHead: torch.compile failed ({type(e).__name__}: {e}); using the eager path.")
+                self.path = "eager"
+        return _confidence_fused(*args)
 
     def _run_compiled(self, hidden: torch.Tensor) -> torch.Tensor:
         if self._compiled is None:

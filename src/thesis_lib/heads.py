@@ -8,6 +8,11 @@ the convention FlashHead's greedy head follows too.
 
 The FlashHead head (``thesis_lib.flashhead``) has the same call signature, so a drafter can swap one head
 for the other without touching the transformer body.
+
+``greedy_confidence(hidden) -> (tokens, probs)`` also gives the probability the head's softmax puts on its
+greedy token (for FlashHead: the softmax over its candidates). A drafter that stops a block at a token it is
+unsure of (:class:`thesis_lib.drafters.ModelDrafter`'s ``stop_below``) uses it; :func:`top_probability` is
+the shared formula.
 """
 
 from __future__ import annotations
@@ -48,3 +53,14 @@ class DenseGreedyHead(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden: [S, D] -> token ids [S]``"""
         return self.logits(hidden).argmax(dim=-1)
+
+    def greedy_confidence(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden: [S, D] -> (token ids [S], softmax probability of each [S])``."""
+        logits = self.logits(hidden).float()
+        return logits.argmax(dim=-1), top_probability(logits)
+
+
+def top_probability(scores: torch.Tensor) -> torch.Tensor:
+    """``softmax(scores).max(-1)`` without forming the softmax: ``exp(max - logsumexp)``, float32."""
+    scores = scores.float()
+    return torch.exp(scores.amax(dim=-1) - torch.logsumexp(scores, dim=-1))

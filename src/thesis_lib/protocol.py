@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import models
-from .bench import FLASH_MODES, PROFILE_DRAFTS, THESIS_MODES, Runner, check_modes, execute, split_mode, summarize
+from .bench import (CONFIDENCE_DRAFTS, FLASH_MODES, PROFILE_DRAFTS, THESIS_MODES, Runner, check_modes, execute,
+                    k_policy_of, split_mode, summarize)
 from .decoding import SCHEDULES
 from .errors import ConfigError
 from .prompts import TURNS, Prompt, load_prompts, select
@@ -77,6 +78,8 @@ class BenchConfig:
     temperature: float = 0.7
     top_k: int | None = 20
     top_p: float | None = 0.8
+    # draft-confidence block ends (modes *_sk): the draft's probability below which a block stops
+    stop_below: float | None = None
 
     def __post_init__(self):
         if isinstance(self.modes, str):
@@ -176,7 +179,7 @@ class BenchConfig:
 
 #: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
-                "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p")
+                "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below")
 
 
 def profile_modes(schedule: str = "ordinary") -> tuple[str, ...]:
@@ -227,6 +230,15 @@ def check_beyond(cfg) -> None:
             raise ConfigError("No calibration prompts are left for the frequency head: the run measures them all.")
     if "sample" in drafts:
         cfg.sampler().check()
+    confident = [m for m in cfg.modes if k_policy_of(m) == "confidence"]
+    if confident:
+        if cfg.stop_below is None or not 0 < cfg.stop_below < 1:
+            raise ConfigError(f"The modes {', '.join(confident)} need stop_below, a probability in (0, 1) "
+                              f"(got {cfg.stop_below!r}).")
+        bad = [m for m in confident if split_mode(m)[0] not in CONFIDENCE_DRAFTS]
+        if bad:
+            raise ConfigError(f"{', '.join(bad)}: only the drafts {', '.join(CONFIDENCE_DRAFTS)} can stop a block "
+                              "on their confidence.")
 
 
 def token_counts(cfg, draft, *, progress: bool = True):
@@ -306,7 +318,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         head = flash_head(cfg, draft)
     extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
-                    extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed,
+                    extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
                     sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}

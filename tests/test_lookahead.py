@@ -1,0 +1,139 @@
+"""The lookahead walk (thesis_lib.lookahead) against the real decoding loop on tiny float64 models: the recorded
+continuations are the draft's, and a simulated policy has exactly the rounds, drafted and accepted tokens
+the loop has."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from thesis_lib import lookahead as la
+from thesis_lib.decoding import greedy_generate, speculative_generate
+from thesis_lib.drafters import HybridDrafter, ModelDrafter
+from thesis_lib.errors import ConfigError
+from thesis_lib.heads import DenseGreedyHead
+from thesis_lib.state import ModelState
+
+from conftest import TINY_VOCAB
+
+HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+DEPTH = 6
+#: Costs that make every round's choice matter (draft steps are not free, bigger verifies cost more).
+STEP_MS, VERIFY_MS = 3.0, {1: 10.0, 2: 12.0, 3: 13.0, 4: 15.0, 5: 15.5, 6: 17.0, 7: 18.0}
+
+
+def _draft(tiny_models):
+    model = tiny_models[("f64", "qwen2", "loose")]
+    return model, DenseGreedyHead.from_model(model, TINY_VOCAB)
+
+
+def _sequences(tiny_models, prompts, n):
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    return [(p, greedy_generate(target, p, max_new_tokens=n).tokens) for p in prompts]
+
+
+PROMPTS = [[1, 5, 9, 2, 7], [3, 3, 4, 3, 3, 4, 3], [200, 17, 45, 200, 17, 45, 200, 17]]
+
+
+@pytest.fixture(scope="module")
+def rows(tiny_models):
+    model, head = _draft(tiny_models)
+    return la.draft_lookahead(model, head, _sequences(tiny_models, PROMPTS, 30), depth=DEPTH,
+                              vocab_limit=TINY_VOCAB, progress=False)
+
+
+def test_recorded_continuations_are_the_drafts_from_scratch(tiny_models, rows):
+    model, _ = _draft(tiny_models)
+    for (prompt, out), r in zip(_sequences(tiny_models, PROMPTS, 30), rows):
+        assert r["target"] == out and len(r["tokens"]) == len(out)
+        for t in range(0, len(out), 3):
+            ids = prompt + out[:t]
+            fresh = ModelDrafter(model, vocab_limit=TINY_VOCAB)
+            fresh.begin(ids)
+            assert r["tokens"][t] == fresh.propose(DEPTH)
+            with torch.inference_mode():
+                logits = model(torch.tensor([ids + r["tokens"][t][:-1]])).logits[0, len(ids) - 1:, :TINY_VOCAB]
+            expect = torch.softmax(logits.double(), -1).amax(-1).tolist()
+            assert r["probs"][t] == pytest.approx(expect, rel=1e-5)  # computed in float32
+
+
+def test_the_lookup_proposal_is_recorded(tiny_models, rows):
+    from thesis_lib.drafters import NgramDrafter
+
+    # the third prompt repeats itself: its last three tokens (45, 200, 17) occurred before, followed by them
+    assert rows[2]["lookup"][0] == [45, 200, 17]
+    for (prompt, out), r in zip(_sequences(tiny_models, PROMPTS, 30), rows):
+        for t in range(len(out)):
+            d = NgramDrafter(min_ngram=2, max_ngram=3, pad=False)
+            d.begin(prompt + out[:t])
+            assert r["lookup"][t] == d.lookup(DEPTH)
+
+
+def _loop_totals(gens):
+    return {"rounds": sum(g.stats.rounds for g in gens), "drafted": sum(sum(g.stats.drafted) for g in gens),
+            "accepted": sum(sum(g.stats.accepted) for g in gens)}
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_a_fixed_k_walk_has_the_loops_rounds(tiny_models, rows, k):
+    model, _ = _draft(tiny_models)
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    gens = [speculative_generate(target, ModelDrafter(model, vocab_limit=TINY_VOCAB), p, k=k, max_new_tokens=30,
+                                 deferred=True) for p in PROMPTS]
+    sim = la.simulate(rows, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS)
+    assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
+    assert sim["tokens"] == sum(len(g.tokens) - 1 for g in gens)
+
+
+@pytest.mark.parametrize("tau", [0.3, 0.6, 0.9])
+@pytest.mark.parametrize("lookup", [False, True])
+def test_a_threshold_walk_has_the_loops_rounds(tiny_models, rows, tau, lookup):
+    model, _ = _draft(tiny_models)
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    gens = []
+    for p in PROMPTS:
+        d = ModelDrafter(model, vocab_limit=TINY_VOCAB, stop_below=tau)
+        if lookup:
+            d = HybridDrafter(d, pad=False)
+        gens.append(speculative_generate(target, d, p, k=DEPTH, max_new_tokens=30, deferred=True))
+    sim = la.simulate(rows, la.threshold_policy(tau, DEPTH), step_ms=STEP_MS, verify_ms=VERIFY_MS, lookup=lookup)
+    assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
+
+
+@HYP
+@given(k=st.integers(1, DEPTH), tau=st.floats(0.05, 0.95), step=st.floats(0.0, 20.0), lookup=st.booleans())
+def test_no_policy_beats_the_oracle(rows, k, tau, step, lookup):
+    best = la.oracle(rows, step_ms=step, verify_ms=VERIFY_MS, k_max=DEPTH, lookup=lookup)["ms"]
+    for policy in (la.fixed_policy(k), la.threshold_policy(tau, DEPTH)):
+        assert best <= la.simulate(rows, policy, step_ms=step, verify_ms=VERIFY_MS, lookup=lookup)["ms"] + 1e-9
+    plain_target = sum(len(r["target"]) - 1 for r in rows) * VERIFY_MS[1]
+    assert best <= plain_target + 1e-9
+    if lookup:  # more choices can only help
+        assert best <= la.oracle(rows, step_ms=step, verify_ms=VERIFY_MS, k_max=DEPTH)["ms"] + 1e-9
+
+
+def test_free_perfect_drafting_makes_the_oracle_draft_whole_blocks(rows):
+    # with free draft steps and verifies as cheap as one target step, the oracle's time is one verify per
+    # round, and it never takes more rounds than tokens
+    flat = {n: 10.0 for n in range(1, DEPTH + 2)}
+    o = la.oracle(rows, step_ms=0.0, verify_ms=flat, k_max=DEPTH)
+    assert o["ms"] < 10.0 * o["tokens"]
+
+
+def test_verify_cost_pads_to_the_cheapest_larger_size():
+    cost = la.verify_cost({1: 10, 2: 30, 3: 20, 5: 25})
+    assert [cost(n) for n in (1, 2, 3, 4, 5)] == [10, 20, 20, 25, 25]
+    with pytest.raises(ConfigError, match="no verify cost"):
+        cost(6)
+
+
+def test_bad_policy_and_depth_are_refused(tiny_models):
+    with pytest.raises(ConfigError):
+        la.fixed_policy(0)
+    with pytest.raises(ConfigError):
+        la.threshold_policy(1.0, 4)
+    model, head = _draft(tiny_models)
+    with pytest.raises(ConfigError, match="depth"):
+        la.draft_lookahead(model, head, [([1, 2], [3])], depth=0, progress=False)
