@@ -146,6 +146,7 @@ def test_chapter_6_glue(smoke_book):
     assert min(g["sp_conf_flash"], g["sp_conf_hybrid"], g["sp_conf_thesis"], g["walk_sk_model"], g["walk_sk_run"]) > 0
     assert math.isclose(g["rel_lo_share"] + g["rel_mid_share"] + g["rel_hi_share"], 100, rel_tol=1e-9)
     assert "block ends at an unsure token" in g["confidence_table"] and "Rounds (model / run)" in g["walk_table"]
+    assert min(g[f"walk_{t}_{k}_{w}"] for t in ("fl", "sk", "hy") for k in ("draft", "verify") for w in ("model", "run")) >= 0
 
 
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):

@@ -85,6 +85,12 @@ def test_a_fixed_k_walk_has_the_loops_rounds(tiny_models, rows, k):
     sim = la.simulate(rows, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS)
     assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
     assert sim["tokens"] == sum(len(g.tokens) - 1 for g in gens)
+    # the time is the rounds' draft steps and verify forwards (and the one-token tail forwards)
+    assert sim["draft_ms"] == pytest.approx(STEP_MS * sim["drafted"])
+    assert sim["ms"] == pytest.approx(sim["draft_ms"] + sim["verify_ms"])
+    tails = sum(g.stats.tail_tokens for g in gens)
+    assert sim["verify_ms"] == pytest.approx(sum(VERIFY_MS[d + 1] for g in gens for d in g.stats.drafted)
+                                             + tails * VERIFY_MS[1])
 
 
 @pytest.mark.parametrize("tau", [0.3, 0.6, 0.9])

@@ -270,7 +270,8 @@ def run_lookahead(p: Params, run) -> dict:
 
 def walk_check(sim: dict, look: dict, run, stop_below: float):
     """Table 6.9: the walk against the measured run, per mode on the run's own prompts: rounds, drafted and
-    accepted tokens, and the speedup ratio to the thesis-style mode, modelled and measured."""
+    accepted tokens, seconds drafting and verifying, and the speedup ratio to the thesis-style mode, modelled
+    and measured."""
     import pandas as pd
 
     from . import lookahead as la
@@ -290,9 +291,22 @@ def walk_check(sim: dict, look: dict, run, stop_below: float):
                      "Rounds (model / run)": f"{sim_m['rounds']} / {sum(r['rounds'] for r in rs)}",
                      "Drafted (model / run)": f"{sim_m['drafted']} / {sum(sum(r['drafted_per_round']) for r in rs)}",
                      "Accepted (model / run)": f"{sim_m['accepted']} / {sum(sum(r['accepted_per_round']) for r in rs)}",
+                     "Draft s (model / run)": f"{sim_m['draft_ms'] / 1000:.1f} / {_phase(rs, 'draft_propose'):.1f}",
+                     "Verify s (model / run)": f"{sim_m['verify_ms'] / 1000:.1f} / {_phase(rs, 'target_verify'):.1f}",
                      "vs thesis-style, modelled": modelled["flash_deferred"]["ms"] / sim_m["ms"],
                      "vs thesis-style, measured": float(pooled[LABELS[m]] / pooled[LABELS["flash_deferred"]])})
     return pd.DataFrame(rows)
+
+
+def walk_pair(table, column: str, mode: str) -> tuple[float, float]:
+    """(modelled, measured) of a "model / run" column of :func:`walk_check`'s table, for one mode."""
+    model, run = table.set_index("Mode")[column][LABELS[mode]].split(" / ")
+    return float(model), float(run)
+
+
+def _phase(records, name: str) -> float:
+    """Seconds a phase of the decoding loop took, summed over records."""
+    return sum((r.get("phase_s") or {}).get(name, 0.0) for r in records)
 
 
 def confidence_run(p: Params, stop_below: float):
@@ -562,7 +576,7 @@ def head_share(run, mode: str, head_ms: float) -> float:
     return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)
 
 
-__all__ = ["BEYOND_MODES", "CONFIDENCE_MODES", "lookahead", "policy_simulation", "confidence_run", "run_lookahead", "walk_check", "oracle_ratio", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
+__all__ = ["BEYOND_MODES", "CONFIDENCE_MODES", "lookahead", "policy_simulation", "confidence_run", "run_lookahead", "walk_check", "walk_pair", "oracle_ratio", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
            "beyond_run", "k_sweep_runs", "codesign_run", "per_category_speedups", "mode_table", "best_fixed_k",
            "sampling_check", "sampling_table", "policy_table", "CONFIDENCE_ROWS", "margin_table", "default_row", "nearest_freq", "codesign_table",
            "category_table", "verdict_table", "draft_share", "head_share"]

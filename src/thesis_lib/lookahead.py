@@ -115,11 +115,12 @@ def threshold_policy(tau: float, cap: int):
 
 
 def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, lookup: bool = False) -> dict:
-    """Walk each output with ``policy(tokens, probs) -> k``; returns modelled decode ms, tokens after the first,
-    rounds, drafted and accepted tokens. With ``lookup`` a position with a lookup match proposes that block
-    (cut to the policy's k) at no draft cost, as the unpadded hybrid drafter does."""
+    """Walk each output with ``policy(tokens, probs) -> k``; returns modelled decode ms (``ms``, of which
+    ``draft_ms`` drafting and ``verify_ms`` the target's forwards), tokens after the first, rounds, drafted and
+    accepted tokens. With ``lookup`` a position with a lookup match proposes that block (cut to the policy's k)
+    at no draft cost, as the unpadded hybrid drafter does."""
     cost = verify_cost(verify_ms)
-    total = {"ms": 0.0, "tokens": 0, "rounds": 0, "drafted": 0, "accepted": 0}
+    total = {"ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "tokens": 0, "rounds": 0, "drafted": 0, "accepted": 0}
     for r in rows:
         out, n_tok = r["target"], len(r["target"])
         t = 1
@@ -127,6 +128,7 @@ def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, l
             rem = n_tok - t
             if rem == 1:
                 total["ms"] += cost(1)
+                total["verify_ms"] += cost(1)
                 break
             look = r["lookup"][t] if lookup else []
             if look:
@@ -137,6 +139,8 @@ def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, l
                 draft_steps = len(y)
             n = _accepted(y, out[t:])
             total["ms"] += draft_steps * step_ms + cost(len(y) + 1)
+            total["draft_ms"] += draft_steps * step_ms
+            total["verify_ms"] += cost(len(y) + 1)
             total["rounds"] += 1
             total["drafted"] += len(y)
             total["accepted"] += n
