@@ -165,15 +165,13 @@ class Runner:
         #: the ``sk`` modes' drafters: same heads, a block that ends at the first unsure token
         self.confident_drafters = {}
         if self.stop_below is not None:
-            for name, head in (("dense", None), ("flash", self.flash_head)):
-                if name == "flash" and head is None:
-                    continue
-                self.confident_drafters[name] = ModelDrafter(self.draft.model, head=head, vocab_limit=limit,
-                                                             name=name, stop_below=self.stop_below)
+            def confident(name, head=None):
+                return ModelDrafter(self.draft.model, head=head, vocab_limit=limit, name=name,
+                                    stop_below=self.stop_below)
+            self.confident_drafters["dense"] = confident("dense")
             if self.flash_head is not None:
-                self.confident_drafters["hybrid"] = HybridDrafter(
-                    ModelDrafter(self.draft.model, head=self.flash_head, vocab_limit=limit, name="hybrid",
-                                 stop_below=self.stop_below), pad=False)
+                self.confident_drafters["flash"] = confident("flash", self.flash_head)
+                self.confident_drafters["hybrid"] = HybridDrafter(confident("hybrid", self.flash_head), pad=False)
         self.sample_drafters = {}
         if self.sampler is not None:
             from .sampling import SamplingModelDrafter

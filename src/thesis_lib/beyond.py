@@ -179,22 +179,27 @@ def lookahead(p: Params) -> dict:
     """The FlashHead draft's greedy lookahead (``k_max`` tokens, with its head's probabilities) and the lookup's
     proposal at every position of the target's output on the calibration prompts (cached JSON; see
     :mod:`thesis_lib.lookahead`)."""
-    from . import lookahead as la
-
     doc = _target_outputs(p)
     key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
            "depth": p.k_max, "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "dtype": p.dtype}
 
     def compute():
-        _, draft, head = pair(p)
         seqs = [(s["prompt_ids"], s["tokens"]) for s in doc["sequences"]]
-        rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
-                                  progress=p.progress)
-        for r, s in zip(rows, doc["sequences"]):
-            r["category"] = s["category"]
-        return {"rows": rows, "depth": p.k_max}
+        return {"rows": _lookahead_rows(p, seqs, [{"category": s["category"]} for s in doc["sequences"]]),
+                "depth": p.k_max}
 
     return cached_document(p, "lookahead", key, compute)
+
+
+def _lookahead_rows(p: Params, seqs: list, labels: list[dict]) -> list[dict]:
+    """The FlashHead draft's lookahead (depth ``k_max``) over ``(prompt_ids, target tokens)``, each row
+    labelled."""
+    from . import lookahead as la
+
+    _, draft, head = pair(p)
+    rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
+                              progress=p.progress)
+    return [{**row, **label} for row, label in zip(rows, labels)]
 
 
 #: The confidence run's modes: the thesis-style draft at the main K beside the two confidence-stopped drafts.
@@ -211,9 +216,9 @@ def policy_simulation(p: Params, look: dict | None = None, doc: dict | None = No
 
     look = look or lookahead(p)
     doc = doc or codesign_sweep(p)
-    costs, head_ms_ = doc["costs"], default_row(doc)["head_ms"]
+    costs = doc["costs"]
     rows, verify = look["rows"], costs["verify_ms"]
-    step = costs["body_ms"] + head_ms_
+    step = costs["body_ms"] + default_row(doc)["head_ms"]
     target_ms = sum(len(r["target"]) - 1 for r in rows) * la.verify_cost(verify)(1)
 
     def entry(res: dict, **kw) -> dict:
@@ -232,6 +237,7 @@ def policy_simulation(p: Params, look: dict | None = None, doc: dict | None = No
                                    ("oracle_free_head", costs["body_ms"], False), ("oracle_free_draft", 0.0, False))}
     best_fixed = max(fixed, key=lambda r: r["speedup"])
     tuned = max((r for r in thresholds if not r["lookup"]), key=lambda r: r["speedup"])
+    tuned_lookup = next(r for r in thresholds if r["lookup"] and r["stop_below"] == tuned["stop_below"])
     # how well the draft's probability of its next token predicts that the target keeps it
     first = [(r["probs"][t][0], r["tokens"][t][0] == r["target"][t]) for r in rows for t in range(len(r["target"]))]
     reliability = []
@@ -240,15 +246,13 @@ def policy_simulation(p: Params, look: dict | None = None, doc: dict | None = No
         reliability.append({"from": lo, "to": min(hi, 1.0), "share": len(sel) / len(first),
                             "accepted": sum(sel) / len(sel) if sel else float("nan")})
     return {"fixed": fixed, "thresholds": thresholds, "oracles": oracles, "best_fixed": best_fixed,
-            "tuned_stop_below": tuned["stop_below"], "step_ms": step, "head_ms": head_ms_, "verify_ms": verify,
-            "reliability": reliability,
-            "target_step_ms": la.verify_cost(verify)(1), "positions": sum(len(r["target"]) for r in rows)}
+            "tuned": tuned, "tuned_lookup": tuned_lookup, "tuned_stop_below": tuned["stop_below"], "step_ms": step,
+            "verify_ms": verify, "reliability": reliability, "positions": sum(len(r["target"]) for r in rows)}
 
 
 def run_lookahead(p: Params, run) -> dict:
     """The same lookahead on a finished run's prompts and its baseline's greedy outputs (cached JSON): to check
     the walk against what the run measured, never to tune anything."""
-    from . import lookahead as la
     from .prompts import encode, load_prompts, prompt_text
 
     qs = {q.question_id: q for q in load_prompts(run.config["prompt_file"])}
@@ -256,14 +260,11 @@ def run_lookahead(p: Params, run) -> dict:
     key = {"run": run.name, "depth": p.k_max, "outputs": [r["tokens"] for r in base]}
 
     def compute():
-        target, draft, head = pair(p)
+        target, _, _ = pair(p)
         seqs = [(encode(target.tokenizer, prompt_text(qs[r["question_id"]], run.config.get("turns", 1)),
                         chat=run.config.get("chat", True)), r["tokens"]) for r in base]
-        rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
-                                  progress=p.progress)
-        for row, r in zip(rows, base):
-            row["question_id"], row["category"] = r["question_id"], r["category"]
-        return {"rows": rows, "depth": p.k_max, "run": run.name}
+        labels = [{"question_id": r["question_id"], "category": r["category"]} for r in base]
+        return {"rows": _lookahead_rows(p, seqs, labels), "depth": p.k_max, "run": run.name}
 
     return cached_document(p, "run-lookahead", key, compute)
 
@@ -296,6 +297,12 @@ def walk_check(sim: dict, look: dict, run, stop_below: float):
                      "vs thesis-style, modelled": modelled["flash_deferred"]["ms"] / sim_m["ms"],
                      "vs thesis-style, measured": float(pooled[LABELS[m]] / pooled[LABELS["flash_deferred"]])})
     return pd.DataFrame(rows)
+
+
+def best_mode(table, modes) -> str:
+    """Of ``modes``, the one with the highest pooled speedup in a :func:`mode_table`."""
+    pooled = table.set_index("Mode")["Speedup (pooled)"]
+    return max(modes, key=lambda m: float(pooled[LABELS[m]]))
 
 
 def walk_pair(table, column: str, mode: str) -> tuple[float, float]:
@@ -523,10 +530,8 @@ def policy_table(sim: dict):
 
     best, tau = sim["best_fixed"]["speedup"], sim["tuned_stop_below"]
     rows = [{"Policy": f"fixed K = {sim['best_fixed']['k']} (the best fixed K)", **_sim_cols(sim["best_fixed"], best)}]
-    for r in sim["thresholds"]:
-        if r["stop_below"] == tau:
-            name = "confidence stop" + (" + free lookup" if r["lookup"] else "")
-            rows.append({"Policy": f"{name}, tau = {tau:g} (tuned)", **_sim_cols(r, best)})
+    for key, name in (("tuned", "confidence stop"), ("tuned_lookup", "confidence stop + free lookup")):
+        rows.append({"Policy": f"{name}, tau = {tau:g} (tuned)", **_sim_cols(sim[key], best)})
     for key, name in (("oracle", "clairvoyant K (bound)"), ("oracle_lookup", "clairvoyant K + free lookup (bound)"),
                       ("oracle_free_head", "clairvoyant K, head free (bound)"),
                       ("oracle_free_draft", "clairvoyant K, draft free (bound)")):
@@ -576,7 +581,7 @@ def head_share(run, mode: str, head_ms: float) -> float:
     return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)
 
 
-__all__ = ["BEYOND_MODES", "CONFIDENCE_MODES", "lookahead", "policy_simulation", "confidence_run", "run_lookahead", "walk_check", "walk_pair", "oracle_ratio", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
+__all__ = ["BEYOND_MODES", "CONFIDENCE_MODES", "lookahead", "policy_simulation", "confidence_run", "run_lookahead", "walk_check", "walk_pair", "best_mode", "oracle_ratio", "calibration", "margin_curve", "tuned_margin", "codesign_sweep", "best_codesign",
            "beyond_run", "k_sweep_runs", "codesign_run", "per_category_speedups", "mode_table", "best_fixed_k",
            "sampling_check", "sampling_table", "policy_table", "CONFIDENCE_ROWS", "margin_table", "default_row", "nearest_freq", "codesign_table",
            "category_table", "verdict_table", "draft_share", "head_share"]

@@ -113,6 +113,11 @@ class ModelDrafter:
         self._proposed = []
 
 
+def _padded(block: list[int], k: int) -> list[int]:
+    """``block`` repeated at its last token up to ``k`` proposals (a fixed K; the target rejects the rest)."""
+    return block + [block[-1]] * (k - len(block))
+
+
 class NgramDrafter:
     """Prompt lookup: proposes the tokens that followed the most recent earlier occurrence of the sequence's
     last n tokens (n from ``max_ngram`` down to ``min_ngram``), with no draft model at all (the zero-cost
@@ -151,7 +156,7 @@ class NgramDrafter:
         self.rounds += 1
         self.matched += bool(found)
         block = found or self.history[-1:]
-        self._proposed = block + [block[-1]] * (k - len(block)) if self.pad else block
+        self._proposed = _padded(block, k) if self.pad else block
         return self._proposed
 
     def observe(self, accepted: int, final_token: int) -> None:
@@ -197,7 +202,7 @@ class HybridDrafter:
         self._from_lookup = bool(found)
         if found:
             self.lookup_rounds += 1
-            block = found + [found[-1]] * (k - len(found)) if self.pad else found
+            block = _padded(found, k) if self.pad else found
         else:
             self.model_rounds += 1
             block = self.model.propose(k)

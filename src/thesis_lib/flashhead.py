@@ -38,6 +38,7 @@ from torch import nn
 
 from .clustering import Clustering, ClusteringAssetError, _bf16_fast
 from .errors import ConfigError
+from .heads import top_probability
 
 PATHS = ("auto", "compiled", "eager", "reference")
 
@@ -73,10 +74,10 @@ def _select(scores: torch.Tensor, ids: torch.Tensor, sentinel: int) -> torch.Ten
     return torch.where(scores == best, ids, torch.full_like(ids, sentinel)).amin(dim=-1)
 
 
-def _greedy_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
-                  tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor, special_ids: torch.Tensor,
-                  n_probes: int, sentinel: int) -> torch.Tensor:
-    """The whole greedy head as one function (compiled by ``torch.compile`` on the fast path)."""
+def _candidates_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
+                      tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor,
+                      special_ids: torch.Tensor, n_probes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fast path's candidate scores and their token ids, ``[S, p * b + ns]`` each."""
     s = h.shape[0]
     cs = torch.matmul(h.to(centroids.dtype), centroids.T)  # [S, C]
     top = torch.topk(cs, n_probes, dim=-1).indices  # [S, p]
@@ -85,22 +86,23 @@ def _greedy_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.T
     sp = torch.matmul(hw, special_w.T).float() + special_b  # [S, ns]
     scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
     ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
+    return scores, ids
+
+
+def _greedy_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
+                  sentinel: int) -> torch.Tensor:
+    """The whole greedy head as one function (compiled by ``torch.compile`` on the fast path)."""
+    scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
+                                    n_probes)
     return _select(scores, ids, sentinel)
 
 
-def _confidence_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
-                      tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor, special_ids: torch.Tensor,
-                      n_probes: int, sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _confidence_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
+                      sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_greedy_fused` plus the softmax probability of the chosen token among the candidates."""
-    s = h.shape[0]
-    cs = torch.matmul(h.to(centroids.dtype), centroids.T)
-    top = torch.topk(cs, n_probes, dim=-1).indices
-    hw = h.to(weight_perm.dtype)
-    logits = (weight_perm[top] * hw[:, None, None, :]).sum(-1).float() + slot_bias[top]
-    sp = torch.matmul(hw, special_w.T).float() + special_b
-    scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
-    ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
-    return _select(scores, ids, sentinel), torch.exp(scores.amax(dim=-1) - torch.logsumexp(scores, dim=-1))
+    scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
+                                    n_probes)
+    return _select(scores, ids, sentinel), top_probability(scores)
 
 
 @dataclass
@@ -192,46 +194,34 @@ class FlashHead(nn.Module):
     # ---------------------------------------------------------------- greedy
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden: [S, D] -> token ids [S]`` (greedy)."""
-        path = self.path
-        if path == "reference":
+        if self.path == "reference":
             return self.reference(hidden)
-        if path in ("auto", "compiled"):
-            try:
-                return self._run_compiled(hidden)
-            except Exception as e:  # compilation needs a C++ compiler (CPU) or triton (GPU)
-                if path == "compiled":
-                    raise
-                warnings.warn(f"FlashHead: torch.compile failed ({type(e).__name__}: {e}); using the eager path.")
-                self.path = path = "eager"
-        self._active_path = "eager"
-        return _greedy_fused(hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens,
-                             self.special_weight, self.special_bias, self.special_ids, self.n_probes, self.vocab_size)
+        return self._fast(_greedy_fused, "_compiled", hidden)
 
     def greedy_confidence(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden: [S, D] -> (token ids [S], probability [S])``: the greedy token and the probability the
         softmax over the candidates (probed clusters and specials) gives it. The same path as ``forward``
         (compiled where that works), so the tokens are the greedy head's."""
+        return self._fast(_confidence_fused, "_compiled_conf", hidden)
+
+    def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor):
+        """``fn`` on the fast path: compiled (kept in ``compiled_attr``) where ``path`` allows and compilation
+        works, else eager; an "auto" head that fails to compile stays eager from then on."""
         args = (hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens, self.special_weight,
                 self.special_bias, self.special_ids, self.n_probes, self.vocab_size)
         if self.path in ("auto", "compiled"):
             try:
-                if self._compiled_conf is None:
-                    self._compiled_conf = torch.compile(_confidence_fused, dynamic=False)
-                return self._compiled_conf(*args)
-            except Exception as e:  # as in forward: no C++ compiler / triton
+                if getattr(self, compiled_attr) is None:
+                    setattr(self, compiled_attr, torch.compile(fn, dynamic=False))
+                self._active_path = "compiled"
+                return getattr(self, compiled_attr)(*args)
+            except Exception as e:  # compilation needs a C++ compiler (CPU) or triton (GPU)
                 if self.path == "compiled":
                     raise
                 warnings.warn(f"FlashHead: torch.compile failed ({type(e).__name__}: {e}); using the eager path.")
                 self.path = "eager"
-        return _confidence_fused(*args)
-
-    def _run_compiled(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self._compiled is None:
-            self._compiled = torch.compile(_greedy_fused, dynamic=False)
-        self._active_path = "compiled"
-        return self._compiled(hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens,
-                              self.special_weight, self.special_bias, self.special_ids, self.n_probes,
-                              self.vocab_size)
+        self._active_path = "eager"
+        return fn(*args)
 
     @property
     def active_path(self) -> str | None:
