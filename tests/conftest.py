@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thesis_lib import tiny
+from thesis_lib.models import tiny
 
 TINY_VOCAB = 259  # the tiny tokenizer's size; the models have 272 embedding rows (padding)
 
@@ -21,7 +21,7 @@ def tiny_models():
     loose, independent."""
     import copy
 
-    from thesis_lib.cpu_packing import pack_linears
+    from thesis_lib.models.packing import pack_linears
 
     out = {}
     for dtype, tag in ((torch.float32, "f32"), (torch.float64, "f64")):
@@ -46,6 +46,6 @@ def tiny_models():
 @pytest.fixture(scope="session")
 def real_pair():
     """The embedded Qwen2.5-Coder 1.5B target and 0.5B draft (converted once into the model cache)."""
-    from thesis_lib import models
+    from thesis_lib.models import loading
 
-    return models.load_pair(progress=False)
+    return loading.load_pair(progress=False)

@@ -9,26 +9,29 @@ from collections import Counter
 import pytest
 import torch
 
-from thesis_lib import adaptive, cli, clustering, codesign, rivals, tiny
+from thesis_lib import cli
+from thesis_lib.analysis import codesign
+from thesis_lib.heads import adaptive, clustering, truncated
+from thesis_lib.models import tiny
 from thesis_lib.errors import ConfigError
-from thesis_lib.flashhead import FlashHead
-from thesis_lib.heads import DenseGreedyHead
-from thesis_lib.state import ModelState
-from thesis_lib.theory import expected_emitted
+from thesis_lib.decoding.policies import expected_emitted
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.heads.flashhead import FlashHead
 
 
 def test_truncated_head_scores_only_its_tokens_and_breaks_ties_low():
     w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
-    head = rivals.TruncatedHead(w, [3, 2, 1], vocab_limit=5)
+    head = truncated.TruncatedHead(w, [3, 2, 1], vocab_limit=5)
     h = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     assert head(h).tolist() == [2, 1]  # 2 and 3 tie: the lower id; token 4 would win row 2 but is not scored
     assert head.candidates_per_step() == 3
     with pytest.raises(ConfigError):
-        rivals.TruncatedHead(w, [7, 9], vocab_limit=5)
+        truncated.TruncatedHead(w, [7, 9], vocab_limit=5)
 
 
 def test_ranked_tokens_put_counted_tokens_first_then_ids():
-    assert rivals.ranked_tokens(Counter({5: 3, 2: 3, 7: 9, 99: 1}), 8) == [7, 2, 5, 0, 1, 3, 4, 6]
+    assert truncated.ranked_tokens(Counter({5: 3, 2: 3, 7: 9, 99: 1}), 8) == [7, 2, 5, 0, 1, 3, 4, 6]
 
 
 @pytest.fixture(scope="module")

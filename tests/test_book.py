@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from thesis_lib import book, browser, reference, tables, theory
+from thesis_lib.analysis import reference, tables, theory
+from thesis_lib.book import browser, build, execute, params
 from thesis_lib.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
@@ -19,7 +20,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
 
 def glued(name: str) -> dict:
     """The values a notebook glued (text/plain, literal-evaluated) in the smoke build."""
-    nb = json.loads((book.build_dir("smoke") / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((execute.build_dir("smoke") / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
     out = {}
     for cell in nb["cells"]:
         for o in cell.get("outputs", []):
@@ -44,8 +45,8 @@ def smoke_book(tmp_path_factory):
     old = os.environ.get("THESIS_LIB_CACHE")
     os.environ["THESIS_LIB_CACHE"] = str(tmp / "cache")
     try:
-        fates = book.execute("smoke", recompute=True, overrides={"RUNS_DIR": str(tmp / "runs")}, progress=False)
-        html = book.build("smoke", progress=False)  # unchanged parameters: reuses the executions above
+        fates = execute.execute("smoke", recompute=True, overrides={"RUNS_DIR": str(tmp / "runs")}, progress=False)
+        html = build.build("smoke", progress=False)  # unchanged parameters: reuses the executions above
     finally:
         if old is None:
             os.environ.pop("THESIS_LIB_CACHE")
@@ -56,13 +57,13 @@ def smoke_book(tmp_path_factory):
 
 def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
     fates, _, tmp = smoke_book
-    assert fates == {n: "executed" for n in book.NOTEBOOKS}
+    assert fates == {n: "executed" for n in execute.NOTEBOOKS}
     runs = sorted(p.name for p in (tmp / "runs").iterdir())
     assert any("-bench-" in r for r in runs) and any("-profile-" in r for r in runs)
     assert sum("-sweep-k" in r for r in runs) == 2 and any(r.endswith(".json") and "model-bench" in r for r in runs)
     assert any("-beyond-" in r for r in runs) and any("-codesign-" in r for r in runs)
-    for n in book.NOTEBOOKS:  # papermill's injected parameters are folded away in the book
-        cells = json.loads((book.build_dir("smoke") / "notebooks" / f"{n}.ipynb").read_text(encoding="utf-8"))["cells"]
+    for n in execute.NOTEBOOKS:  # papermill's injected parameters are folded away in the book
+        cells = json.loads((execute.build_dir("smoke") / "notebooks" / f"{n}.ipynb").read_text(encoding="utf-8"))["cells"]
         injected = [c for c in cells if "injected-parameters" in c["metadata"].get("tags", [])]
         assert len(injected) == 1 and "hide-input" in injected[0]["metadata"]["tags"], n
 
@@ -114,7 +115,7 @@ def test_chapter_5_and_explorer_glue(smoke_book):
     assert math.isclose(g["thesis_flash_head_share"], 100 * reference.value("4.8", "The head-only ceiling is low", "Value"))
     e = glued("explorer")
     assert e["explorer_lossless"] is True and e["explorer_head_ms"] > 0
-    nb = json.loads((book.build_dir("smoke") / "notebooks" / "explorer.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((execute.build_dir("smoke") / "notebooks" / "explorer.ipynb").read_text(encoding="utf-8"))
     assert nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]  # saved widget state
 
 
@@ -155,7 +156,7 @@ def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_
     assert browser.static_external_urls(html) == []
     if browser.chromium_path() is None:
         pytest.skip("no Chromium on this machine (make test installs Debian's chromium where it can)")
-    out = book.ROOT / "build" / "smoke" / "screenshots"
+    out = params.ROOT / "build" / "smoke" / "screenshots"
     report = browser.check(html, out)
     bad = {p: e for p, e in report["pages"].items() if not e["ok"]}
     assert report["ok"], bad
@@ -167,16 +168,16 @@ def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_
 
 
 def test_reused_when_nothing_changed_and_bad_input_fails_first(smoke_book, monkeypatch):
-    assert set(book.execute("smoke", progress=False).values()) == {"reused"}
+    assert set(execute.execute("smoke", progress=False).values()) == {"reused"}
     import papermill
 
     monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("no notebook may run"))
     with pytest.raises(ConfigError, match="Unknown parameter set"):
-        book.execute("no-such-set")
+        execute.execute("no-such-set")
     with pytest.raises(ConfigError, match="Unknown notebook"):
-        book.execute("smoke", only=["ch9"])
+        execute.execute("smoke", only=["ch9"])
     with pytest.raises(ConfigError, match="K must be"):
-        book.execute("smoke", overrides={"K": 0})
+        execute.execute("smoke", overrides={"K": 0})
 
 
 # --- the thesis' numbers -------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def test_theory_formulas():
 
 
 def test_param_count_matches_a_real_model():
-    from thesis_lib import tiny
+    from thesis_lib.models import tiny
 
     for arch in ("qwen2", "qwen3"):
         m = tiny.tiny_model(arch, seed=0)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from thesis_lib import cli, tiny
+from thesis_lib import cli
+from thesis_lib.models import tiny
 
 
 @pytest.mark.parametrize("argv, message", [

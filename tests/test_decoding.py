@@ -7,10 +7,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import HybridDrafter, ModelDrafter, NgramDrafter
+from thesis_lib.decoding.drafters import HybridDrafter, ModelDrafter, NgramDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
-from thesis_lib.state import ModelState
 
 from conftest import TINY_VOCAB
 
@@ -229,15 +229,15 @@ def test_hybrid_drafter_uses_lookup_only_where_text_repeats(tiny_models):
 
 @pytest.mark.parametrize("policy", ["heuristic", "cost"])
 def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
-    from thesis_lib import adaptive
+    from thesis_lib.decoding import policies
 
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     drafter = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB)
     prompt = [1, 5, 9, 2, 7]
     ref = greedy_generate(target, prompt, max_new_tokens=60)
     verify = {n: 1.0 + 0.05 * n for n in range(1, 14)}
-    pol = (adaptive.HeuristicK(2) if policy == "heuristic"
-           else adaptive.CostModelK(2, draft_step_s=0.2, verify_s=verify, k_max=12))
+    pol = (policies.HeuristicK(2) if policy == "heuristic"
+           else policies.CostModelK(2, draft_step_s=0.2, verify_s=verify, k_max=12))
     spec = speculative_generate(target, drafter, prompt, k=2, max_new_tokens=60, deferred=True, k_policy=pol)
     assert spec.tokens == ref.tokens
     d, a = spec.stats.drafted, spec.stats.accepted
@@ -250,11 +250,11 @@ def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
 
 
 def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_high():
-    from thesis_lib import adaptive
+    from thesis_lib.decoding import policies
 
     verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
-    cheap = adaptive.CostModelK(4, draft_step_s=0.01, verify_s=verify, k_max=12)
-    dear = adaptive.CostModelK(4, draft_step_s=0.5, verify_s=verify, k_max=12)
+    cheap = policies.CostModelK(4, draft_step_s=0.01, verify_s=verify, k_max=12)
+    dear = policies.CostModelK(4, draft_step_s=0.5, verify_s=verify, k_max=12)
     assert cheap.best_k(0.9) > dear.best_k(0.9) >= 1
     assert cheap.best_k(0.95) >= cheap.best_k(0.5)
     assert dear.best_k(0.05) == 1
@@ -262,7 +262,7 @@ def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_
         cheap.update(0, 4)  # every first draft rejected: alpha falls
     assert cheap.alpha < 0.1
     with pytest.raises(ConfigError):
-        adaptive.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)
+        policies.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)
 
 
 @HYP
@@ -299,7 +299,7 @@ def test_confidence_stop_ends_a_block_at_the_first_unsure_token(tiny_models):
 
 
 def test_confidence_stop_needs_a_probability_and_a_head_that_gives_one(tiny_models):
-    from thesis_lib.rivals import TruncatedHead
+    from thesis_lib.heads.truncated import TruncatedHead
 
     model = tiny_models[("f64", "qwen2", "loose")]
     for bad in (0.0, 1.0, -0.5, 2):

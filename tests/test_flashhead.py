@@ -10,13 +10,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thesis_lib import clustering as cl
-from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import ModelDrafter
-from thesis_lib.errors import ConfigError
-from thesis_lib.flashhead import FlashHead, check_probes, special_token_ids
-from thesis_lib.heads import DenseGreedyHead
-from thesis_lib.state import ModelState
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.errors import ClusteringAssetError, ConfigError
+from thesis_lib.heads import assets
+from thesis_lib.heads import clustering as cl
+from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.heads.flashhead import FlashHead, check_probes, special_token_ids
 
 from conftest import TINY_VOCAB
 
@@ -94,14 +95,14 @@ def test_assets_round_trip_in_embedls_format(tiny_clusterings, tmp_path):
     from safetensors.torch import load_file
 
     clus = tiny_clusterings[20]
-    cl.save_assets(clus, tmp_path / "flash_head_assets")
-    tensors = load_file(str(tmp_path / "flash_head_assets" / cl.CACHE_FILE))
+    assets.save_assets(clus, tmp_path / "flash_head_assets")
+    tensors = load_file(str(tmp_path / "flash_head_assets" / assets.CACHE_FILE))
     assert set(tensors) == {"centroids", "cluster_assignments"}
     assert tensors["centroids"].shape == (64, 20)  # [hidden, C]: one column per centroid
     assert tensors["cluster_assignments"].shape == (272,)
-    config = json.loads((tmp_path / "flash_head_assets" / cl.CONFIG_FILE).read_text())
+    config = json.loads((tmp_path / "flash_head_assets" / assets.CONFIG_FILE).read_text())
     assert config == {"format": "safetensors", "vocab_size": 272, "hidden_size": 64}
-    back = cl.load_assets(tmp_path, vocab_size=272, hidden_size=64)  # the parent folder works too
+    back = assets.load_assets(tmp_path, vocab_size=272, hidden_size=64)  # the parent folder works too
     assert torch.equal(back.assignments, clus.assignments) and torch.equal(back.centroids, clus.centroids)
 
 
@@ -112,54 +113,54 @@ def test_official_style_assets_load(tmp_path):
     folder = tmp_path / "flash_head_assets"
     folder.mkdir()
     save_file({"centroids": torch.randn(1, 1, 64, 17), "cluster_assignments": torch.arange(272) % 17},
-              str(folder / cl.CACHE_FILE))
-    (folder / cl.CONFIG_FILE).write_text(json.dumps({"format": "safetensors", "vocab_size": 272, "hidden_size": 64}))
-    c = cl.load_assets(folder, vocab_size=272, hidden_size=64)
+              str(folder / assets.CACHE_FILE))
+    (folder / assets.CONFIG_FILE).write_text(json.dumps({"format": "safetensors", "vocab_size": 272, "hidden_size": 64}))
+    c = assets.load_assets(folder, vocab_size=272, hidden_size=64)
     assert c.n_clusters == 17 and c.hidden_size == 64 and c.vocab_size == 272
 
 
 def test_assets_that_do_not_fit_are_refused(tiny_clusterings, tmp_path, tiny_models):
-    cl.save_assets(tiny_clusterings[17], tmp_path)
-    with pytest.raises(cl.ClusteringAssetError, match="vocab_size=272"):
-        cl.load_assets(tmp_path, vocab_size=300, hidden_size=64)
-    with pytest.raises(cl.ClusteringAssetError, match="hidden_size=64"):
-        cl.load_assets(tmp_path, vocab_size=272, hidden_size=32)
+    assets.save_assets(tiny_clusterings[17], tmp_path)
+    with pytest.raises(ClusteringAssetError, match="vocab_size=272"):
+        assets.load_assets(tmp_path, vocab_size=300, hidden_size=64)
+    with pytest.raises(ClusteringAssetError, match="hidden_size=64"):
+        assets.load_assets(tmp_path, vocab_size=272, hidden_size=32)
     other = tiny_models[("f32", "qwen2", "independent")]  # hidden 32
-    with pytest.raises(cl.ClusteringAssetError, match="272 x 64"):
+    with pytest.raises(ClusteringAssetError, match="272 x 64"):
         FlashHead(head_weight(other), tiny_clusterings[17])
 
 
 def test_corrupt_assets_are_detected(tiny_clusterings, tmp_path):
-    cl.save_assets(tiny_clusterings[17], tmp_path)
-    f = tmp_path / cl.CACHE_FILE
+    assets.save_assets(tiny_clusterings[17], tmp_path)
+    f = tmp_path / assets.CACHE_FILE
     data = bytearray(f.read_bytes())
     data[-5] ^= 0xFF
     f.write_bytes(bytes(data))
-    with pytest.raises(cl.ClusteringAssetError, match="corrupt"):
-        cl.load_assets(tmp_path, vocab_size=272, hidden_size=64)
+    with pytest.raises(ClusteringAssetError, match="corrupt"):
+        assets.load_assets(tmp_path, vocab_size=272, hidden_size=64)
     # without our sidecar the bytes still have to parse
-    (tmp_path / cl.SIDECAR_FILE).unlink()
+    (tmp_path / assets.SIDECAR_FILE).unlink()
     f.write_bytes(b"not a safetensors file")
-    with pytest.raises(cl.ClusteringAssetError, match="cannot read"):
-        cl.load_assets(tmp_path, vocab_size=272, hidden_size=64)
+    with pytest.raises(ClusteringAssetError, match="cannot read"):
+        assets.load_assets(tmp_path, vocab_size=272, hidden_size=64)
 
 
 def test_cache_reuses_and_rebuilds_a_corrupt_entry(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path))
     w = head_weight(tiny_models[("f32", "qwen2", "target")])
     logs = []
-    first = cl.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
-    folder = cl.cache_folder(cl.head_sha256(w), 17, 0, 4, first.info["similarity_dtype"] == "bfloat16")
-    assert (folder / cl.CACHE_FILE).is_file()
-    again = cl.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
+    first = assets.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
+    folder = assets.cache_folder(assets.head_sha256(w), 17, 0, 4, first.info["similarity_dtype"] == "bfloat16")
+    assert (folder / assets.CACHE_FILE).is_file()
+    again = assets.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
     assert torch.equal(again.assignments, first.assignments) and not logs  # read back, not rebuilt
-    (folder / cl.CACHE_FILE).write_bytes(b"truncated")
-    rebuilt = cl.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
+    (folder / assets.CACHE_FILE).write_bytes(b"truncated")
+    rebuilt = assets.cached_clustering(w, 17, iterations=4, progress=False, log=logs.append)
     assert logs and "rebuilding" in logs[0]
     assert torch.equal(rebuilt.assignments, first.assignments)
-    assert cl.load_assets(folder, vocab_size=272, hidden_size=64).n_clusters == 17  # sound again
+    assert assets.load_assets(folder, vocab_size=272, hidden_size=64).n_clusters == 17  # sound again
     # another head (other bytes) gets another entry
-    assert cl.head_sha256(w) != cl.head_sha256(w + 1e-3)
+    assert assets.head_sha256(w) != assets.head_sha256(w + 1e-3)
 
 
 # ----------------------------------------------------------------------------------------------- greedy head
@@ -347,7 +348,7 @@ def test_flashhead_draft_with_all_probes_accepts_like_the_dense_draft(tiny_model
 
 
 def test_quality_curve_agreement_equals_recall(tiny_models, tiny_clusterings):
-    from thesis_lib.modelbench import quality_curve
+    from thesis_lib.bench.modelbench import quality_curve
 
     model = tiny_models[("f64", "qwen2", "target")]
     head = _head(model, tiny_clusterings[17], path="eager", centroid_dtype="float64")
@@ -363,7 +364,7 @@ def test_quality_curve_agreement_equals_recall(tiny_models, tiny_clusterings):
 
 
 def test_outlier_tokens_are_the_worst_fitting_and_always_scored(tiny_models, tiny_clusterings):
-    from thesis_lib.flashhead import outlier_tokens
+    from thesis_lib.heads.flashhead import outlier_tokens
 
     model = tiny_models[("f64", "qwen2", "target")]
     w, clus = head_weight(model), tiny_clusterings[17]
@@ -390,9 +391,9 @@ def test_outlier_tokens_are_the_worst_fitting_and_always_scored(tiny_models, tin
 def test_hidden_states_file_is_reused_only_for_the_same_inputs(tmp_path, tok):
     from types import SimpleNamespace
 
-    from thesis_lib import tiny
-    from thesis_lib.modelbench import cached_hidden_states
-    from thesis_lib.prompts import Prompt
+    from thesis_lib.bench.modelbench import cached_hidden_states
+    from thesis_lib.bench.prompts import Prompt
+    from thesis_lib.models import tiny
 
     lm = SimpleNamespace(model=tiny.tiny_model(seed=0), tokenizer=tok, vocab_limit=TINY_VOCAB, eos_ids=[258],
                          info={}, spec="tiny")

@@ -9,12 +9,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thesis_lib import lookahead as la
-from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import HybridDrafter, ModelDrafter
+from thesis_lib.analysis import lookahead as la
+from thesis_lib.decoding.drafters import HybridDrafter, ModelDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
-from thesis_lib.heads import DenseGreedyHead
-from thesis_lib.state import ModelState
+from thesis_lib.heads.dense import DenseGreedyHead
 
 from conftest import TINY_VOCAB
 
@@ -60,7 +60,7 @@ def test_recorded_continuations_are_the_drafts_from_scratch(tiny_models, rows):
 
 
 def test_the_lookup_proposal_is_recorded(tiny_models, rows):
-    from thesis_lib.drafters import NgramDrafter
+    from thesis_lib.decoding.drafters import NgramDrafter
 
     # the third prompt repeats itself: its last three tokens (45, 200, 17) occurred before, followed by them
     assert rows[2]["lookup"][0] == [45, 200, 17]

@@ -7,10 +7,10 @@ import copy
 import pytest
 import torch
 
-from thesis_lib.cpu_packing import PackedLinear, is_packed, pack_linears
-from thesis_lib.decoding import greedy_generate
-from thesis_lib.heads import DenseGreedyHead
-from thesis_lib.state import CPU_BUCKETS, ModelState
+from thesis_lib.decoding.greedy import greedy_generate
+from thesis_lib.decoding.state import CPU_BUCKETS, ModelState
+from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.models.packing import PackedLinear, is_packed, pack_linears
 
 from conftest import TINY_VOCAB
 

@@ -10,7 +10,8 @@ from http.server import HTTPServer, SimpleHTTPRequestHandler
 
 import pytest
 
-from thesis_lib import cli, prompts
+from thesis_lib import cli
+from thesis_lib.bench import prompts
 from thesis_lib.errors import ConfigError
 
 

@@ -8,12 +8,15 @@ import json
 
 import pytest
 
-from thesis_lib import bench, cli, models, protocol, results, tables, tiny
-from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import ModelDrafter
+from thesis_lib import cli
+from thesis_lib.analysis import diagnostics, tables
+from thesis_lib.bench import metrics, modes, protocol, runs
+from thesis_lib.decoding.clocks import PhaseClock
+from thesis_lib.decoding.drafters import DRAFT_PHASES, ModelDrafter, ProfiledDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError, ThesisLibError
-from thesis_lib.profiling import DRAFT_PHASES, PhaseClock, ProfiledDrafter
-from thesis_lib.state import ModelState
+from thesis_lib.models import loading, tiny
 
 THESIS_4_5 = ["Mode", "Decode Tok/s", "TTFT (ms)", "Acceptance", "Decode total (ms)", "Draft propose (ms)",
               "Base verify (ms)", "Finalize (ms)"]
@@ -95,7 +98,7 @@ def test_bad_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monkeypa
     def no_loading(*a, **k):
         raise AssertionError("a model was loaded before the checks")
 
-    monkeypatch.setattr(models, "load_pair", no_loading)
+    monkeypatch.setattr(loading, "load_pair", no_loading)
     cases = [
         (dict(k=0), "K must be"),
         (dict(max_new_tokens=0), "max_new_tokens"),
@@ -118,7 +121,7 @@ def test_bad_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monkeypa
 def test_run_folder_is_never_overwritten_and_resumes_after_an_interruption(pair_dir, tmp_path, monkeypatch, cache):
     cfg = _config(pair_dir, tmp_path / "runs", name="r1")
     folder = cfg.path
-    real_append = results.Run.append
+    real_append = runs.Run.append
     calls = {"n": 0}
 
     def flaky_append(self, record):
@@ -127,10 +130,10 @@ def test_run_folder_is_never_overwritten_and_resumes_after_an_interruption(pair_
         calls["n"] += 1
         real_append(self, record)
 
-    monkeypatch.setattr(results.Run, "append", flaky_append)
+    monkeypatch.setattr(runs.Run, "append", flaky_append)
     with pytest.raises(KeyboardInterrupt):
         protocol.run(cfg, progress=False)
-    monkeypatch.setattr(results.Run, "append", real_append)
+    monkeypatch.setattr(runs.Run, "append", real_append)
     lines = (folder / "samples.jsonl").read_text().splitlines()
     assert len(lines) == 4 and not (folder / "summary.json").exists()
     with open(folder / "samples.jsonl", "a") as f:
@@ -147,7 +150,7 @@ def test_run_folder_is_never_overwritten_and_resumes_after_an_interruption(pair_
     new_lines = (folder / "samples.jsonl").read_text().splitlines()
     assert new_lines[:4] == lines  # the finished samples are kept byte for byte
     assert len(new_lines) == 3 * 3  # 3 prompts x 3 modes, each once; the torn line is gone
-    keys = [bench.sample_key(json.loads(line)) for line in new_lines]
+    keys = [metrics.sample_key(json.loads(line)) for line in new_lines]
     assert len(set(keys)) == len(keys)
     assert all(r["matches_baseline"] for r in run.samples)
     assert run.summary["baseline"]["samples"] == 3
@@ -156,7 +159,7 @@ def test_run_folder_is_never_overwritten_and_resumes_after_an_interruption(pair_
 
     # an uninterrupted run of the same configuration produces the same tokens
     fresh = protocol.run(_config(pair_dir, tmp_path / "runs", name="r2"), progress=False)
-    repro = tables.reproducibility(run, fresh)
+    repro = diagnostics.reproducibility(run, fresh)
     assert (repro["Identical tokens"] == repro["Samples"]).all()
     assert (repro["Identical acceptance"] == repro["Samples"]).all()
 
@@ -187,7 +190,7 @@ def thesis_run(pair_dir, tmp_path_factory):
     old = os.environ.get("THESIS_LIB_CACHE")
     os.environ["THESIS_LIB_CACHE"] = str(root / "cache")
     try:
-        cfg = _config(pair_dir, root / "runs", name="thesis", modes=bench.THESIS_MODES, costs=True, **FLASH)
+        cfg = _config(pair_dir, root / "runs", name="thesis", modes=modes.THESIS_MODES, costs=True, **FLASH)
         run = protocol.run(cfg, progress=False)
         target, draft = pair_dir
         prof_cfg = protocol.BenchConfig.profiled(name="prof", out=str(root / "runs"), target=target, draft=draft,
@@ -236,15 +239,15 @@ def test_tables_have_the_thesis_layout_and_recompute_from_the_samples(thesis_run
         assert row["Draft ms/decode tok"] * row["Draft path Tok/s"] == pytest.approx(1000)
         assert 0 < row["Draft path share"] < 1
 
-    peers = tables.peers_table(run)
+    peers = diagnostics.peers_table(run)
     assert list(peers["Identical to baseline"]) == [3, 3, 3, 3]
-    pipe = tables.pipelined_table(run)
+    pipe = diagnostics.pipelined_table(run)
     assert len(pipe) == 2 and (pipe["A Tok/s"] > 0).all()
-    ratios = tables.ratio_table(run)
+    ratios = diagnostics.ratio_table(run)
     assert ratios.loc[ratios["Mode"] == "Baseline", "Median ratio vs baseline"].item() == 1.0
-    hist = tables.accepted_lengths(run)
+    hist = diagnostics.accepted_lengths(run)
     assert list(hist.columns) == ["Mode"] + [f"accepted {i}" for i in range(4)]
-    ver = tables.verification_table(run)
+    ver = diagnostics.verification_table(run)
     assert (ver["Zero-accept rounds"] + ver["Full-accept rounds"] <= ver["Rounds"]).all()
     with pytest.raises(ConfigError, match="not a profiled run"):
         tables.table_4_7(run)
@@ -343,7 +346,7 @@ def test_beyond_modes_run_through_the_protocol(pair_dir, tmp_path, cache):
 
 
 def test_beyond_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monkeypatch, cache):
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("weights loaded"))
     bad = [dict(modes=("baseline", "adaflash_deferred")),  # no margin
            dict(modes=("baseline", "adaflash_deferred"), adaptive_margin=-1.0),
            dict(modes=("baseline", "freq_deferred"), freq_tokens=0),

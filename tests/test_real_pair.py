@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from thesis_lib import models, prompts
-from thesis_lib.decoding import greedy_generate, speculative_generate
-from thesis_lib.drafters import ModelDrafter
-from thesis_lib.state import ModelState
+from thesis_lib.bench import prompts
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.models import specs
 
 pytestmark = pytest.mark.real
 
@@ -29,9 +30,9 @@ def _top2_gap(lm, ids):
 
 
 def test_embedded_models_are_the_pinned_files(real_pair):
-    for lm, spec in zip(real_pair, (models.DEFAULT_TARGET, models.DEFAULT_DRAFT)):
+    for lm, spec in zip(real_pair, (specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT)):
         info = json.loads((lm.path / "thesis_lib.json").read_text())
-        assert info["gguf_sha256"] == models.resolve(spec).embedded.sha256
+        assert info["gguf_sha256"] == specs.resolve(spec).embedded.sha256
     target, draft = real_pair
     assert target.tokenizer.get_vocab() == draft.tokenizer.get_vocab()
     assert target.model.config.num_hidden_layers == 28 and draft.model.config.num_hidden_layers == 24
@@ -60,8 +61,8 @@ def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair):
     """The FlashHead draft (our cached clustering of the real draft head, C = 9496, default 593 probes)."""
     import torch
 
-    from thesis_lib.flashhead import flashhead_for
-    from thesis_lib.heads import DenseGreedyHead
+    from thesis_lib.heads.dense import DenseGreedyHead
+    from thesis_lib.heads.flashhead import flashhead_for
 
     target, draft = real_pair
     head = flashhead_for(draft, progress=False)

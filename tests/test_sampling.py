@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from thesis_lib import distcheck, sampling
+from thesis_lib.analysis import distcheck
+from thesis_lib.decoding import sampling
+from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
-from thesis_lib.state import ModelState
 
 V = distcheck.VOCAB
 PROMPT = list(distcheck.PROMPT)

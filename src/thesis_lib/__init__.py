@@ -1,8 +1,11 @@
 """thesis-companion: speculative decoding with a dense or FlashHead draft, reproducibly.
 
-Modules, one idea each: ``models`` (specs, embedded pair, loading), ``heads`` (greedy token selection),
-``state`` (one model's KV cache), ``drafters`` (propose/observe), ``decoding`` (the loops), ``profiling``
-(phase clocks), ``prompts``, ``bench`` (benchmarks), ``tiny`` (tiny in-process models), ``cli``.
+Subpackages, each a layer that imports only from the layers before it:
+``models`` (specs, the embedded pair, loading, CPU kernels) <- ``heads`` (dense, FlashHead, clustering) <-
+``decoding`` (cache state, drafters, greedy and sampling loops, K policies, clocks) <- ``bench`` (prompts,
+modes, the protocol, run folders, model-only benchmarks) <- ``analysis`` (theory, the thesis' numbers, tables,
+co-design, lookahead, the sampling check) <- ``book`` (parameter sets, shared results, figures, widgets, the
+build) <- ``cli``. ``errors`` is shared by all.
 """
 
 __version__ = "0.1.0"

@@ -2,17 +2,18 @@
 
 - ``thesis-lib prepare``: assemble and convert the embedded models into the model cache (once).
 - ``thesis-lib generate``: one prompt, one mode; prints the text and the stats.
-- ``thesis-lib compare``: the first benchmark (``bench``): every mode on the demo prompts, interleaved,
+- ``thesis-lib compare``: the first benchmark (:mod:`thesis_lib.bench.execute`): every mode on the demo prompts, interleaved,
   a table of medians and ratios against target-only decoding; the last line of output is one JSON document.
 - ``thesis-lib cluster``: build (or find in the cache) a FlashHead clustering of a model's head.
-- ``thesis-lib model-bench``: the model-only measurements of the draft (``modelbench``): FlashHead quality
+- ``thesis-lib model-bench``: the model-only measurements of the draft (:mod:`thesis_lib.bench.modelbench`): FlashHead quality
   over probe counts, head latency (Tables 4.1/4.2) and decode-step latency (Tables 4.3/4.4).
-- ``thesis-lib bench``: the benchmark protocol (``protocol``): all modes of the thesis on the project's
+- ``thesis-lib bench``: the benchmark protocol (:mod:`thesis_lib.bench.protocol`): all modes of the thesis on the project's
   prompt set into a run folder (config, environment, one JSON line per sample, summary); resumable.
 - ``thesis-lib profile``: the diagnostic profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead
   drafts with the draft's body/head split; a run folder like ``bench``'s.
 - ``thesis-lib table``: the thesis' tables (4.5 to 4.11) and this project's extra tables from run folders.
-- ``thesis-lib sampling-check``: the empirical proof that speculative sampling is lossless (``distcheck``).
+- ``thesis-lib sampling-check``: the empirical proof that speculative sampling is lossless
+  (:mod:`thesis_lib.analysis.distcheck`).
 
 Errors the user can fix print as one message and exit with status 2, before any heavy work.
 """
@@ -27,13 +28,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import models
 from .errors import ConfigError, ThesisLibError
+from .models import specs
 
 
 def _add_pair_args(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
-    p.add_argument("--target", default=models.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
-    p.add_argument("--draft", default=models.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
+    p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
+    p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="device for both models, e.g. cpu, cuda:0 (default: %(default)s)")
     p.add_argument("--draft-device", default=None, help="device for the draft if it differs from --device")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
@@ -60,13 +61,13 @@ def _add_flash_args(p: argparse.ArgumentParser) -> None:
 
 def _check_flash_args(args, spec: str) -> None:
     """Probe/cluster counts checked against the model's config before any weights load."""
-    from .protocol import check_flash
+    from .bench.protocol import check_flash
 
     check_flash(_FlashArgs(args, spec))
 
 
 class _FlashArgs:
-    """The FlashHead fields of the CLI's namespace under the names ``protocol`` uses."""
+    """The FlashHead fields of the CLI's namespace under the names ``BenchConfig`` uses."""
 
     def __init__(self, args, draft: str):
         self.draft, self.probes, self.clusters, self.assets = draft, args.probes, args.clusters, args.assets
@@ -75,7 +76,7 @@ class _FlashArgs:
 
 
 def _flash_head(args, draft):
-    from .protocol import flash_head
+    from .bench.drafts import flash_head
 
     return flash_head(_FlashArgs(args, draft.spec), draft)
 
@@ -88,24 +89,24 @@ def _check_common(args) -> None:
 
 
 def cmd_prepare(args) -> int:
-    for spec in args.models or [models.DEFAULT_TARGET, models.DEFAULT_DRAFT]:
-        path = models.local_dir(spec)
+    for spec in args.models or [specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT]:
+        path = specs.local_dir(spec)
         print(f"{spec}: {path}")
     return 0
 
 
 def cmd_generate(args) -> int:
-    from .bench import Runner
-    from .prompts import encode
-
-    from .bench import FLASH_MODES, check_modes
+    from .bench.modes import FLASH_MODES, check_modes
+    from .bench.prompts import encode
+    from .bench.runner import Runner
+    from .models import loading
 
     _check_common(args)
     check_modes([args.mode])
     flash = args.mode in FLASH_MODES
     if flash:
         _check_flash_args(args, args.draft)
-    target, draft = models.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
+    target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
                                      dtype=args.dtype, pack=False if args.no_pack else None)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
                     flash_head=_flash_head(args, draft) if flash else None)
@@ -117,7 +118,7 @@ def cmd_generate(args) -> int:
 
 def _select_prompts(args) -> list:
     """The prompt source (default: the demo set), filtered by ``--categories`` and cut to ``--prompts``."""
-    from .prompts import demo_prompts, load_prompts, select
+    from .bench.prompts import demo_prompts, load_prompts, select
 
     prompts = load_prompts(args.prompt_file) if args.prompt_file else demo_prompts()
     return select(prompts, getattr(args, "categories", None), args.prompts)
@@ -131,7 +132,12 @@ def _new_out_path(args) -> Path | None:
 
 
 def cmd_compare(args) -> int:
-    from .bench import DEFAULT_MODES, FLASH_MODES, Runner, check_modes, compare, summarize
+    from .analysis import formatting
+    from .bench.execute import compare
+    from .bench.metrics import summarize
+    from .bench.modes import DEFAULT_MODES, FLASH_MODES, check_modes
+    from .bench.runner import Runner
+    from .models import loading
 
     _check_common(args)
     modes = check_modes(args.modes.split(",")) if args.modes else DEFAULT_MODES
@@ -141,7 +147,7 @@ def cmd_compare(args) -> int:
     if flash:
         _check_flash_args(args, args.draft)
 
-    target, draft = models.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
+    target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
                                      dtype=args.dtype, pack=False if args.no_pack else None)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
                     flash_head=_flash_head(args, draft) if flash else None)
@@ -158,7 +164,7 @@ def cmd_compare(args) -> int:
     summary = summarize(records)
     costs = {k: statistics.median(r["component_costs_s"][k] for r in records if r["mode"] == "baseline")
              for k in records[0]["component_costs_s"]}
-    _print_table(summary, costs, args)
+    print(formatting.summary_text(summary, costs, args.k, args.max_new_tokens))
     doc = {"target": args.target, "draft": args.draft, "k": args.k, "max_new_tokens": args.max_new_tokens,
            "prompts": [p.question_id for p in prompts], "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "threads": _threads(),
@@ -174,14 +180,15 @@ def cmd_compare(args) -> int:
 def cmd_cluster(args) -> int:
     import time
 
-    from .clustering import save_assets
-    from .flashhead import clustering_for
+    from .heads.assets import save_assets
+    from .heads.flashhead import clustering_for
+    from .models import loading
 
     _check_flash_args(args, args.model)
     export = Path(args.export) if args.export else None
     if export and export.exists():
         raise ConfigError(f"{export} exists; choose another --export folder (nothing is overwritten).")
-    loaded = models.load_model(args.model, pack=False)
+    loaded = loading.load_model(args.model, pack=False)
     t0 = time.perf_counter()
     clustering = clustering_for(loaded, assets=args.assets, n_clusters=args.clusters, n_probes=args.probes,
                                 seed=args.cluster_seed, iterations=args.kmeans_iterations)
@@ -196,8 +203,10 @@ def cmd_cluster(args) -> int:
 
 
 def cmd_model_bench(args) -> int:
-    from . import modelbench
-    from .results import cpu_name
+    from .analysis import formatting
+    from .bench import modelbench
+    from .models import loading
+    from .models.cpu import cpu_name
 
     parts = tuple(args.parts.split(","))
     bad = [p for p in parts if p not in modelbench.PARTS]
@@ -211,7 +220,7 @@ def cmd_model_bench(args) -> int:
         raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
     prompts = _select_prompts(args)
     out_path = _new_out_path(args)
-    loaded = models.load_model(args.draft, device=args.device, dtype=args.dtype, pack=False if args.no_pack else None)
+    loaded = loading.load_model(args.draft, device=args.device, dtype=args.dtype, pack=False if args.no_pack else None)
     head = _flash_head(args, loaded)
     doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
                          head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
@@ -219,7 +228,7 @@ def cmd_model_bench(args) -> int:
     doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=cpu_name(), threads=_threads(),
                prompts_used=[p.question_id for p in prompts])
-    _print_model_tables(doc)
+    print(formatting.model_bench_text(doc))
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         with open(out_path, "x", encoding="utf-8") as f:
@@ -229,7 +238,8 @@ def cmd_model_bench(args) -> int:
 
 
 def _bench_config(args, profile: bool):
-    from .protocol import BenchConfig, profile_modes
+    from .bench.modes import profile_modes
+    from .bench.protocol import BenchConfig
 
     modes = profile_modes(args.schedule) if profile else tuple(m for m in args.modes.split(",") if m)
     return BenchConfig(
@@ -252,16 +262,17 @@ def _beyond_args(args) -> dict:
 
 
 def _run_protocol(args, profile: bool) -> int:
-    from . import protocol, tables
+    from .analysis import formatting, tables
+    from .bench import protocol
 
     cfg = _bench_config(args, profile)
     run = protocol.run(cfg, resume=args.resume, replace=args.replace)
     costs = [r["component_costs_s"] for r in run.samples if r.get("component_costs_s") and r["mode"] == "baseline"]
     costs = {k: statistics.median(c[k] for c in costs) for k in costs[0]} if costs else {}
-    _print_table(run.summary, costs, args)
+    print(formatting.summary_text(run.summary, costs, args.k, args.max_new_tokens))
     for name, df in tables.available(run).items():
         print(f"Table {name}" if name[0].isdigit() else f"{name}:")
-        print(tables.to_markdown(df) + "\n")
+        print(formatting.to_markdown(df) + "\n")
     print(f"run folder: {run.path}")
     return 0
 
@@ -275,8 +286,8 @@ def cmd_profile(args) -> int:
 
 
 def cmd_table(args) -> int:
-    from . import tables
-    from .results import load_run
+    from .analysis import diagnostics, formatting, tables
+    from .bench.runs import load_run
 
     run = load_run(args.run)
     names = list(tables.TABLES) if args.table == "all" else args.table.split(",")
@@ -284,7 +295,7 @@ def cmd_table(args) -> int:
     if unknown:
         raise ConfigError(f"Unknown table(s) {', '.join(unknown)}; known: {', '.join(tables.TABLES)}, all.")
     if args.against:
-        frames = {"reproducibility": tables.reproducibility(run, load_run(args.against))}
+        frames = {"reproducibility": diagnostics.reproducibility(run, load_run(args.against))}
     elif args.table == "all":
         frames = tables.available(run)
     else:
@@ -295,66 +306,16 @@ def cmd_table(args) -> int:
             print(f"# {title}")
             print(df.to_csv(index=False), end="")
         elif args.format == "markdown":
-            print(f"{title}\n\n{tables.to_markdown(df)}\n")
+            print(f"{title}\n\n{formatting.to_markdown(df)}\n")
         else:
             print(f"{title}\n{df.to_string(index=False)}\n")
     return 0
-
-
-def _print_model_tables(doc: dict) -> None:
-    fh = doc["flashhead"]
-    print(f"\nFlashHead: C = {fh['n_clusters']}, b = {fh['cluster_size']}, n_probes = {fh['n_probes']}, "
-          f"{fh['candidates']} candidates per step; {doc['hidden_states']['n']} real hidden states")
-    for part, title in (("head", "Tables 4.1/4.2: single-step head latency"),
-                        ("step", "Tables 4.3/4.4: complete single-step decode latency")):
-        if part not in doc:
-            continue
-        print(f"\n{title}")
-        print(f"{'mode':<14}{'mean ms':>9}{'P50 ms':>9}{'P95 ms':>9}{'tok/s':>9}{'speedup':>9}")
-        for name, s in doc[part]["stats"].items():
-            sp = doc[part]["speedups"].get(name, {}).get("speedup_mean")
-            print(f"{name:<14}{s['mean_ms']:>9.3f}{s['p50_ms']:>9.3f}{s['p95_ms']:>9.3f}{s['tokens_per_s']:>9.1f}"
-                  f"{_fmt(sp, '.3f') if name != doc[part]['base'] else '1.000':>9}")
-        if part == "step":
-            st = doc["step"]
-            print(f"the dense head's share of the step: {100 * st['head_share_mean']:.1f} % (mean); a free head would "
-                  f"give at most {st['head_only_ceiling_mean']:.3f}x (mean), {st['head_only_ceiling_p50']:.3f}x (P50)")
-    if "quality" in doc:
-        print("\nquality over n_probes (agreement: the fast head's top-1 vs the dense head's)")
-        curve = {r["n_probes"]: r for r in doc.get("head_curve", [])}
-        print(f"{'n_probes':>9}{'cands':>8}{'agree %':>9}{'rec@1 %':>9}{'rec@5 %':>9}{'head ms':>9}{'x dense':>9}")
-        for r in doc["quality"]:
-            c = curve.get(r["n_probes"])
-            print(f"{r['n_probes']:>9}{r['candidates']:>8}{100 * r['agreement']:>9.2f}{100 * r['recall_top1_fast']:>9.2f}"
-                  f"{100 * r['recall_top5_fast']:>9.2f}{_fmt(c and c['flashhead']['p50_ms'], '.3f'):>9}"
-                  f"{_fmt(c and c['speedup_p50'], '.2f'):>9}")
-    print()
 
 
 def _threads() -> int:
     import torch
 
     return torch.get_num_threads()
-
-
-def _fmt(x, spec=".2f"):
-    return "-" if x is None else format(x, spec)
-
-
-def _print_table(summary: dict, costs: dict, args) -> None:
-    print(f"\nK = {args.k}, {args.max_new_tokens} new tokens, medians over prompts")
-    print("component costs (median over prompts): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in costs.items()))
-    head = f"{'mode':<16}{'decode tok/s':>13}{'x baseline':>11}{'e2e x base':>11}{'TTFT s':>8}{'accepted/drafted':>18}{'emitted/round':>15}{'pred/meas':>10}{'= baseline':>11}"
-    print(head)
-    print("-" * len(head))
-    for mode, s in summary.items():
-        print(f"{mode:<16}{_fmt(s['decode_tokens_per_s']):>13}{_fmt(s['speedup_vs_baseline'], '.3f'):>11}"
-              f"{_fmt(s['e2e_speedup_vs_baseline'], '.3f'):>11}"
-              f"{_fmt(s['ttft_s']):>8}{_fmt(s['acceptance'], '.3f'):>18}{_fmt(s['mean_emitted']):>15}"
-              f"{_fmt(s.get('predicted_over_measured'), '.3f'):>10}{s['matches_baseline']:>8}/{s['samples']}")
-    print("accepted/drafted: the thesis' acceptance rate; emitted/round: tau, counting the target's own token.")
-    print("pred/meas: decode tok/s predicted from the component costs over the measured value.")
-    print("e2e: all new tokens over TTFT + decode time (transformers' assisted loop emits its first draft block inside TTFT).\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -387,13 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("cluster", help="build (or find in the cache) a FlashHead clustering of a model's head")
-    p.add_argument("--model", default=models.DEFAULT_DRAFT, help="model spec (default: %(default)s)")
+    p.add_argument("--model", default=specs.DEFAULT_DRAFT, help="model spec (default: %(default)s)")
     p.add_argument("--export", default=None, help="also write the assets (Embedl's format) into this new folder")
     _add_flash_args(p)
     p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("model-bench", help="FlashHead quality, head latency and draft step latency (Tables 4.1-4.4)")
-    p.add_argument("--draft", default=models.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
+    p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="device (default: %(default)s)")
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
     p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
@@ -412,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flash_args(p)
     p.set_defaults(func=cmd_model_bench)
 
-    from .bench import ALL_MODES, THESIS_MODES
+    from .bench.modes import ALL_MODES, THESIS_MODES
 
     for name, helptext, func in (
             ("bench", "the benchmark protocol: every mode on the project's prompts into a run folder", cmd_bench),
@@ -491,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_sampling_check(args) -> int:
-    from . import distcheck
+    from .analysis import distcheck
 
     if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
         raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
@@ -527,12 +488,12 @@ def cmd_sampling_check(args) -> int:
 
 
 def cmd_book(args) -> int:
-    from . import book, browser
+    from .book import browser, build, execute, params
 
     t0 = time.perf_counter()
-    fates = book.execute(args.params, recompute=args.recompute, progress=True)
+    fates = execute.execute(args.params, recompute=args.recompute, progress=True)
     t1 = time.perf_counter()
-    html = book.build(args.params, recompute=False, progress=True)
+    html = build.build(args.params, recompute=False, progress=True)
     t2 = time.perf_counter()
     print(f"notebooks: {', '.join(f'{k} {v}' for k, v in fates.items())} ({t1 - t0:.0f} s); "
           f"book built in {t2 - t1:.0f} s")
@@ -544,7 +505,7 @@ def cmd_book(args) -> int:
             return 1
     print(f"open {html / 'index.html'}")
     print(json.dumps({"parameter_set": args.params, "notebooks": fates, "execute_s": round(t1 - t0, 1),
-                      "build_s": round(t2 - t1, 1), "html": str(html.relative_to(book.ROOT))}))
+                      "build_s": round(t2 - t1, 1), "html": str(html.relative_to(params.ROOT))}))
     return 0
 
 

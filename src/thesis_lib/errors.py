@@ -34,3 +34,7 @@ class TokenizerMismatchError(ThesisLibError):
 
 class ConfigError(ThesisLibError):
     """A parameter out of range (K < 1, max_new_tokens < 1, ...) or an inconsistent combination."""
+
+
+class ClusteringAssetError(ThesisLibError):
+    """FlashHead assets that do not fit the model (vocabulary or hidden size), or that cannot be read."""

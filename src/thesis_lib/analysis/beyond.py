@@ -1,0 +1,314 @@
+"""Chapter 6's tables and verdict ("Beyond the thesis", issue 6), computed from its runs and documents.
+
+Everything here reads results (run folders, the calibration and co-design documents, the lookahead) and
+turns them into the chapter's tables and the numbers its prose is glued to: the margin and co-design choices
+made on calibration prompts, the block-length policies walked over the lookahead (:func:`policy_simulation`)
+and checked against a measured run (:func:`walk_check`), speedups per mode and per prompt category, and the
+verdict table. How those results are obtained is :mod:`thesis_lib.book.experiments`'.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from ..bench.metrics import median
+from ..bench.modes import baseline_of
+from . import lookahead as la
+from .pooled import totals
+
+#: Agreement an adaptive margin may lose against the fixed default, on the calibration states.
+MARGIN_TOLERANCE = 0.005
+
+
+def tuned_margin(curve: dict) -> float:
+    """The margin with the fewest mean probes whose agreement is within MARGIN_TOLERANCE of the fixed default."""
+    fixed = curve["rows"][0]
+    ok = [r for r in curve["rows"][1:] if r["agreement"] >= fixed["agreement"] - MARGIN_TOLERANCE]
+    if not ok:
+        return max(r["margin"] for r in curve["rows"][1:])
+    return min(ok, key=lambda r: r["mean_probes"])["margin"]
+
+
+def best_codesign(doc: dict) -> dict:
+    """The setting with the highest predicted decode tok/s."""
+    return max(doc["rows"], key=lambda r: r["tokens_per_s"])
+
+
+def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid) -> dict:
+    """Block-length policies walked over the calibration lookahead with the co-design sweep's measured costs
+    (the FlashHead draft at its default setting): fixed K = 1..``k_max``, the confidence threshold over
+    ``stop_below_grid`` (alone and with the free lookup), and the clairvoyant oracle (alone, with the lookup,
+    with a free head, with a free draft). ``look`` is the calibration lookahead, ``doc`` the co-design sweep.
+    Speedups are over the modelled target-only time. The tuned threshold (``tuned_stop_below``) is the grid's
+    best without the lookup."""
+    costs = doc["costs"]
+    rows, verify = look["rows"], costs["verify_ms"]
+    step = costs["body_ms"] + default_row(doc)["head_ms"]
+    target_ms = sum(len(r["target"]) - 1 for r in rows) * la.verify_cost(verify)(1)
+
+    def entry(res: dict, **kw) -> dict:
+        out = {**kw, "speedup": target_ms / res["ms"]}
+        if "rounds" in res and res["rounds"]:
+            out.update(mean_block=res["drafted"] / res["rounds"], accepted_share=res["accepted"] / res["drafted"])
+        return out
+
+    fixed = [entry(la.simulate(rows, la.fixed_policy(k), step_ms=step, verify_ms=verify), k=k)
+             for k in range(1, k_max + 1)]
+    thresholds = [entry(la.simulate(rows, la.threshold_policy(t, k_max), step_ms=step, verify_ms=verify,
+                                    lookup=lookup), stop_below=t, lookup=lookup)
+                  for lookup in (False, True) for t in stop_below_grid]
+    oracles = {name: entry(la.oracle(rows, step_ms=s, verify_ms=verify, k_max=k_max, lookup=lk))
+               for name, s, lk in (("oracle", step, False), ("oracle_lookup", step, True),
+                                   ("oracle_free_head", costs["body_ms"], False), ("oracle_free_draft", 0.0, False))}
+    best_fixed = max(fixed, key=lambda r: r["speedup"])
+    tuned = max((r for r in thresholds if not r["lookup"]), key=lambda r: r["speedup"])
+    tuned_lookup = next(r for r in thresholds if r["lookup"] and r["stop_below"] == tuned["stop_below"])
+    # how well the draft's probability of its next token predicts that the target keeps it
+    first = [(r["probs"][t][0], r["tokens"][t][0] == r["target"][t]) for r in rows for t in range(len(r["target"]))]
+    reliability = []
+    for lo, hi in ((0.0, 0.5), (0.5, 0.9), (0.9, 1.01)):
+        sel = [ok for prob, ok in first if lo <= prob < hi]
+        reliability.append({"from": lo, "to": min(hi, 1.0), "share": len(sel) / len(first),
+                            "accepted": sum(sel) / len(sel) if sel else float("nan")})
+    return {"fixed": fixed, "thresholds": thresholds, "oracles": oracles, "best_fixed": best_fixed,
+            "tuned": tuned, "tuned_lookup": tuned_lookup, "tuned_stop_below": tuned["stop_below"], "step_ms": step,
+            "verify_ms": verify, "reliability": reliability, "positions": sum(len(r["target"]) for r in rows)}
+
+
+def walk_check(sim: dict, look: dict, run, stop_below: float):
+    """Table 6.9: the walk against the measured run, per mode on the run's own prompts: rounds, drafted and
+    accepted tokens, seconds drafting and verifying, and the speedup ratio to the thesis-style mode, modelled
+    and measured."""
+    cap = int(look["depth"])
+    policies = {"flash_deferred": (la.fixed_policy(run.config["k"]), False),
+                "flash_deferred_sk": (la.threshold_policy(stop_below, cap), False),
+                "hybrid_deferred_sk": (la.threshold_policy(stop_below, cap), True)}
+    verify = sim["verify_ms"]
+    modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=verify, lookup=lk)
+                for m, (pol, lk) in policies.items()}
+    pooled = mode_table(run).set_index("Mode")["Speedup (pooled)"]
+    rows = []
+    for m, sim_m in modelled.items():
+        rs = [r for r in run.of(m) if r["iteration"] == 0]
+        rows.append({"Mode": LABELS[m],
+                     "Rounds (model / run)": f"{sim_m['rounds']} / {sum(r['rounds'] for r in rs)}",
+                     "Drafted (model / run)": f"{sim_m['drafted']} / {sum(sum(r['drafted_per_round']) for r in rs)}",
+                     "Accepted (model / run)": f"{sim_m['accepted']} / {sum(sum(r['accepted_per_round']) for r in rs)}",
+                     "Draft s (model / run)": f"{sim_m['draft_ms'] / 1000:.1f} / {_phase(rs, 'draft_propose'):.1f}",
+                     "Verify s (model / run)": f"{sim_m['verify_ms'] / 1000:.1f} / {_phase(rs, 'target_verify'):.1f}",
+                     "vs thesis-style, modelled": modelled["flash_deferred"]["ms"] / sim_m["ms"],
+                     "vs thesis-style, measured": float(pooled[LABELS[m]] / pooled[LABELS["flash_deferred"]])})
+    return pd.DataFrame(rows)
+
+
+def best_mode(table, modes) -> str:
+    """Of ``modes``, the one with the highest pooled speedup in a :func:`mode_table`."""
+    pooled = table.set_index("Mode")["Speedup (pooled)"]
+    return max(modes, key=lambda m: float(pooled[LABELS[m]]))
+
+
+def walk_pair(table, column: str, mode: str) -> tuple[float, float]:
+    """(modelled, measured) of a "model / run" column of :func:`walk_check`'s table, for one mode."""
+    model, run = table.set_index("Mode")[column][LABELS[mode]].split(" / ")
+    return float(model), float(run)
+
+
+def _phase(records, name: str) -> float:
+    """Seconds a phase of the decoding loop took, summed over records."""
+    return sum((r.get("phase_s") or {}).get(name, 0.0) for r in records)
+
+
+def per_category_speedups(runs: dict[str, object], mode_of: dict[str, str]) -> "object":
+    """Pooled decode speedup over the same run's baseline, per prompt category and overall, for each labelled
+    (run, mode); a DataFrame with a row per label."""
+    rows = []
+    for label, run in runs.items():
+        mode = mode_of[label]
+        recs = run.of(mode)
+        base = {(r["iteration"], r["question_id"]): r for r in run.of("baseline")}
+        row = {"Setting": label}
+        for cat in sorted({r["category"] for r in recs}) + ["all"]:
+            rs = [r for r in recs if cat == "all" or r["category"] == cat]
+            bs = [base[(r["iteration"], r["question_id"])] for r in rs]
+            t = totals(rs)["decode_tokens_per_s"]
+            b = totals(bs)["decode_tokens_per_s"]
+            row[cat] = t / b if t and b else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+
+# --- the chapter's tables ----------------------------------------------------------------------------------------
+
+LABELS = {"flash_deferred": "FlashHead, fixed probes and K (thesis-style)", "adaflash_deferred": "FlashHead, adaptive probes",
+          "freq_deferred": "Frequency-truncated head", "ngram_deferred": "Prompt lookup (no draft model)",
+          "hybrid_deferred": "Prompt lookup + FlashHead draft", "flash_deferred_hk": "FlashHead, K heuristic (+2/-1)",
+          "flash_deferred_ck": "FlashHead, K from the cost model", "sample_dense": "Sampling, dense draft",
+          "sample_flash": "Sampling, FlashHead draft", "sample_baseline": "Sampling, target only",
+          "baseline": "Target only (greedy)", "flash_deferred_sk": "FlashHead, block ends at an unsure token",
+          "hybrid_deferred_sk": "Prompt lookup + FlashHead, block ends at an unsure token"}
+
+
+def mode_table(run, modes=None):
+    """Per mode: pooled decode tok/s, pooled and per-sample-median speedup over its baseline (greedy or
+    sampling), acceptance, mean emitted per round, and what the mode counted (probes, lookups, K)."""
+    rows = []
+    for m in modes or run.modes():
+        rs = run.of(m)
+        base_mode = baseline_of(m)
+        base = {(r["iteration"], r["question_id"]): r for r in run.of(base_mode)}
+        t = totals(rs)
+        b = totals([base[(r["iteration"], r["question_id"])] for r in rs])
+        per = [r["decode_tokens_per_s"] / base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"] for r in rs
+               if r["decode_tokens_per_s"] and base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"]]
+        drafted = [d for r in rs for d in r.get("drafted_per_round", [])]
+        lookups = [r.get("lookup_rounds", r.get("lookup_matched")) for r in rs]  # hybrid / prompt lookup only
+        row = {"Mode": LABELS.get(m, m), "Against": LABELS[base_mode], "Decode Tok/s": t["decode_tokens_per_s"],
+               "Speedup (pooled)": t["decode_tokens_per_s"] / b["decode_tokens_per_s"] if m != base_mode else 1.0,
+               "Speedup (median per sample)": median(per) if m != base_mode else 1.0,
+               "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
+               "Mean K": statistics.fmean(drafted) if drafted else None,
+               "Mean probes": median(r.get("mean_probes") for r in rs),
+               "Lookup rounds": sum(lookups) / sum(r["rounds"] for r in rs) if None not in lookups else None}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, dict]:
+    """Per category and overall, the fixed K with the highest pooled speedup of ``mode`` over the same run's
+    baseline, among the sweep's runs and the main run (at its own K). Returns ({category: K}, {category: speedup})."""
+    runs = {**{k: r for k, r in sweep.items()}, run.config["k"]: run}
+    table = per_category_speedups({k: r for k, r in runs.items()}, {k: mode for k in runs})
+    table = table.set_index("Setting")
+    best_k = {c: int(table[c].astype(float).idxmax()) for c in table.columns}
+    best = {c: float(table[c].max()) for c in table.columns}
+    return best_k, best
+
+
+def _warp(sampler: dict) -> str:
+    return (f"T={sampler['temperature']}" + (f", top-k {sampler['top_k']}" if sampler.get("top_k") else "")
+            + (f", top-p {sampler['top_p']}" if sampler.get("top_p") else ""))
+
+
+def sampling_table(check: dict):
+    """Table 6.1: one row per configuration of the sampling check."""
+    return pd.DataFrame([{"Draft": r["draft"], "Schedule": r["schedule"], "Warp": _warp(r["sampler"]),
+                          "Tokens": r["tokens"], "K": r["k"], "Draws": r["draws"], "Cells": r["cells"],
+                          "Max |z|": r["max_abs_z"], "Critical z": r["critical_z"], "Power": r["power"],
+                          "Acceptance": r["acceptance"], "Verdict": "ok" if r["ok"] else "FAIL"}
+                         for r in check["configurations"]])
+
+
+def margin_table(curve: dict):
+    """Table 6.3: adaptive probing over margins, the fixed default first."""
+    return pd.DataFrame([{"Margin": "fixed" if r["margin"] is None else r["margin"], "Mean probes": r["mean_probes"],
+                          "Agreement with dense": r["agreement"], "Per-token acceptance": r["alpha"],
+                          "Head (ms)": r["head_ms"]} for r in curve["rows"]])
+
+
+def default_row(doc: dict) -> dict | None:
+    """The co-design sweep's row of the default FlashHead setting."""
+    d = doc["default"]
+    return next((r for r in doc["rows"] if r["clusters"] == d["clusters"] and r["probes"] == d["probes"]), None)
+
+
+def nearest_freq(doc: dict, row: dict | None) -> dict | None:
+    """The truncated head nearest to ``row``'s candidate count (specials it already ranks are not added twice,
+    so exact equality is rare)."""
+    if row is None or not doc["freq"]:
+        return None
+    return min(doc["freq"], key=lambda f: abs(f["candidates"] - row["candidates"]))
+
+
+def codesign_table(doc: dict):
+    """Table 6.4: FlashHead at every (C, p), the truncated heads, the dense head."""
+    def row(head, r, **kw):
+        return {"Head": head, "C": kw.get("clusters"), "b": kw.get("cluster_size"), "Probes": kw.get("probes"),
+                "Candidates": kw.get("candidates"), "Agreement": r["agreement"], "Per-token acceptance": r["alpha"],
+                "Head (ms)": r["head_ms"], "Best K": r["k"], "Predicted Tok/s": r["tokens_per_s"],
+                "Pareto": kw.get("pareto", "")}
+
+    df = pd.DataFrame([row("FlashHead", r, **r, pareto="yes" if r in doc["front"] else "") for r in doc["rows"]]
+                      + [row("Frequency-truncated", r, candidates=r["candidates"]) for r in doc["freq"]]
+                      + [row("Dense", doc["dense"])])
+    for col in ("C", "b", "Probes", "Candidates", "Best K"):
+        df[col] = df[col].astype("Int64")  # whole numbers, blank where a head has none
+    return df
+
+
+def category_table(k: int, run, sweep: dict, co, conf=None):
+    """Table 6.6: per category, the FlashHead draft at each fixed K, the adaptive-K modes, the lookup drafters,
+    the co-designed FlashHead and (with the confidence run ``conf``) the confidence-stopped drafts, plus a last
+    row with the best fixed K of each column. Returns the table and :func:`best_fixed_k`'s ({category: K},
+    {category: speedup}). ``k`` is the main run's K."""
+    fixed = {f"FlashHead, K = {kk}": r for kk, r in sorted({**sweep, k: run}.items())}
+    others = {"FlashHead, K heuristic": (run, "flash_deferred_hk"), "FlashHead, K cost model": (run, "flash_deferred_ck"),
+              "Prompt lookup": (run, "ngram_deferred"), "Prompt lookup + FlashHead": (run, "hybrid_deferred"),
+              "Co-designed FlashHead": (co, "flash_deferred")}
+    if conf is not None:
+        others.update({CONFIDENCE_ROWS["flash_deferred_sk"]: (conf, "flash_deferred_sk"),
+                       CONFIDENCE_ROWS["hybrid_deferred_sk"]: (conf, "hybrid_deferred_sk")})
+    table = per_category_speedups({**fixed, **{k: r for k, (r, _) in others.items()}},
+                                  {**{k: "flash_deferred" for k in fixed}, **{k: m for k, (_, m) in others.items()}})
+    best_k, best = best_fixed_k(sweep, run)
+    table = pd.concat([table, pd.DataFrame([{"Setting": BEST_FIXED_ROW, **best}])], ignore_index=True)
+    return table, best_k, best
+
+
+BEST_FIXED_ROW = "best fixed K (per column)"
+CONFIDENCE_ROWS = {"flash_deferred_sk": "FlashHead, confidence stop", "hybrid_deferred_sk": "Prompt lookup + FlashHead, confidence stop"}
+
+
+def policy_table(sim: dict):
+    """Table 6.7: the simulated block-length policies on the calibration prompts: the best fixed K, the tuned
+    confidence threshold (alone and with the free lookup), and the clairvoyant bounds; speedup over the
+    modelled target-only time and the ratio to the best fixed K (every threshold is in Figure 6.4)."""
+    best, tau = sim["best_fixed"]["speedup"], sim["tuned_stop_below"]
+    rows = [{"Policy": f"fixed K = {sim['best_fixed']['k']} (the best fixed K)", **_sim_cols(sim["best_fixed"], best)}]
+    for key, name in (("tuned", "confidence stop"), ("tuned_lookup", "confidence stop + free lookup")):
+        rows.append({"Policy": f"{name}, tau = {tau:g} (tuned)", **_sim_cols(sim[key], best)})
+    for key, name in (("oracle", "clairvoyant K (bound)"), ("oracle_lookup", "clairvoyant K + free lookup (bound)"),
+                      ("oracle_free_head", "clairvoyant K, head free (bound)"),
+                      ("oracle_free_draft", "clairvoyant K, draft free (bound)")):
+        rows.append({"Policy": name, **_sim_cols(sim["oracles"][key], best)})
+    return pd.DataFrame(rows)
+
+
+def oracle_ratio(sim: dict, look: dict, k: int) -> float:
+    """On another lookahead (a run's prompts): the clairvoyant bound over fixed K = ``k``, at the same costs."""
+    kw = dict(step_ms=sim["step_ms"], verify_ms=sim["verify_ms"])
+    return (la.simulate(look["rows"], la.fixed_policy(k), **kw)["ms"]
+            / la.oracle(look["rows"], k_max=int(look["depth"]), **kw)["ms"])
+
+
+def _sim_cols(r: dict, best: float) -> dict:
+    return {"Modelled speedup": r["speedup"], "vs best fixed K": r["speedup"] / best,
+            "Mean block": r.get("mean_block"), "Accepted share": r.get("accepted_share")}
+
+
+def verdict_table(category: "object", modes: "object", best_fixed_all: float):
+    """Table 6.10: every adaptive or co-designed configuration's overall speedup and its ratio to the
+    thesis-style configuration at its best fixed K, best first."""
+    rows = category[~category.Setting.str.startswith("FlashHead, K =") & (category.Setting != BEST_FIXED_ROW)]
+    speed = rows.set_index("Setting")["all"]
+    pooled = modes.set_index("Mode")["Speedup (pooled)"]
+    speed = pd.concat([speed, pd.Series({"FlashHead, adaptive probes": float(pooled[LABELS["adaflash_deferred"]]),
+                                         "Frequency-truncated head": float(pooled[LABELS["freq_deferred"]])})])
+    ratio = (speed / best_fixed_all).sort_values(ascending=False)
+    return pd.DataFrame({"Configuration": ratio.index, "Speedup over target-only": speed[ratio.index].values,
+                         "vs thesis-style (best fixed K)": ratio.values})
+
+
+def draft_share(run, mode: str) -> float:
+    """The draft proposal's share of a mode's decode time."""
+    t = totals(run.of(mode))
+    return t["propose_s"] / t["decode_s"]
+
+
+def head_share(run, mode: str, head_ms: float) -> float:
+    """The draft head's share of a mode's decode time: drafted tokens x one head call / decode time."""
+    rs = run.of(mode)
+    drafted = sum(r.get("drafted", 0) for r in rs)
+    return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)

@@ -1,0 +1,136 @@
+"""Draft-head settings judged without a decoding run per setting: teacher-forced acceptance and the cost model
+(issue 6 items 2, 4 and 5).
+
+In greedy speculative decoding a draft token is accepted when it equals the target's greedy token after the
+same prefix, and that prefix is always the target's own output. So one forward of the draft over
+``prompt + target output`` (:func:`teacher_forced`) gives, at every position, the hidden state the draft
+would have there; any head applied to those states tells which positions it would get right
+(:func:`head_quality`): its per-token acceptance alpha, and its top-1 agreement with the dense head.
+
+With alpha, the head's measured latency and the measured body, verify and append costs, the speedup model of
+chapter 2 predicts decode tok/s for every block length (:func:`predict`); :func:`sweep` does that over
+clusters x probes (x K) and :func:`pareto` keeps the settings no other beats on both head latency and
+predicted speed. The prediction assumes independent acceptances and leaves out Python and cache work; the
+chapter checks it against measured runs before trusting it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+import torch
+
+from ..bench.timing import head_ms
+from ..decoding.policies import expected_emitted, measure_costs
+from ..decoding.state import ModelState
+from ..errors import ConfigError
+
+
+@torch.inference_mode()
+def teacher_forced(model, sequences: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                   vocab_limit: int | None = None, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """For each ``(prompt_ids, target_tokens)``: the draft's hidden states at the positions that predict
+    ``target_tokens`` (one forward over prompt + tokens[:-1]). Returns states ``[N, D]`` (float32), the
+    target tokens ``[N]`` and the sequence index of each row."""
+    from tqdm.auto import tqdm
+
+    state = ModelState(model, vocab_limit=vocab_limit)
+    hs, ts, owner = [], [], []
+    for i, (prompt, out) in enumerate(tqdm(sequences, desc="teacher-forced states", disable=not progress)):
+        if not out:
+            continue
+        state.reset()
+        h = state.hidden(list(prompt) + list(out[:-1]))
+        hs.append(h[len(prompt) - 1:].float().cpu())
+        ts.extend(int(t) for t in out)
+        owner.extend([i] * len(out))
+    if not hs:
+        raise ConfigError("No target tokens to teacher-force the draft on.")
+    return torch.cat(hs), torch.tensor(ts), owner
+
+
+@torch.inference_mode()
+def head_quality(head, states: torch.Tensor, targets: torch.Tensor, dense_tokens: torch.Tensor,
+                 chunk: int = 256) -> dict:
+    """Per-token acceptance (head token == target token) and top-1 agreement with the dense head."""
+    out = torch.cat([head(states[s:s + chunk]) for s in range(0, states.shape[0], chunk)]).cpu()
+    return {"alpha": float((out == targets).float().mean()), "agreement": float((out == dense_tokens).float().mean()),
+            "n": int(states.shape[0])}
+
+
+def predict(alpha: float, head_ms_: float, costs: dict, *, deferred: bool = True, k_max: int = 12) -> dict:
+    """Best block length and the decode tok/s the cost model predicts for a draft head of this per-token
+    acceptance and latency. ``costs``: ``body_ms`` (the draft step without its head), ``verify_ms`` (dict n ->
+    ms of the target's forward over n tokens), ``target_step_ms``."""
+    step = costs["body_ms"] + head_ms_
+    verify = costs["verify_ms"]
+
+    def tok_s(k: int) -> float:
+        t = k * step + (verify[k + 1] if deferred else verify[k] + verify[1])
+        return 1000 * float(expected_emitted(alpha, k)) / t
+
+    ks = [k for k in range(1, k_max + 1) if (k + 1) in verify]
+    best = max(ks, key=tok_s)
+    return {"k": best, "tokens_per_s": tok_s(best), "speedup": tok_s(best) * costs["target_step_ms"] / 1000,
+            "by_k": {k: tok_s(k) for k in ks}}
+
+
+def pareto(rows: Sequence[dict], *, cost: str = "head_ms", gain: str = "tokens_per_s") -> list[dict]:
+    """The rows that no other row beats on both ``cost`` (lower is better) and ``gain`` (higher is better)."""
+    front = []
+    for r in rows:
+        if not any(o[cost] <= r[cost] and o[gain] >= r[gain] and (o[cost] < r[cost] or o[gain] > r[gain])
+                   for o in rows):
+            front.append(r)
+    return sorted(front, key=lambda r: r[cost])
+
+
+def sweep(heads: dict[int, object], probes: dict[int, Sequence[int]], states: torch.Tensor, targets: torch.Tensor,
+          dense_tokens: torch.Tensor, costs: dict, *, deferred: bool = True, k_max: int = 12,
+          progress: bool = True) -> list[dict]:
+    """Clusters x probes: for each FlashHead (by cluster count) and probe count, quality, head latency and
+    the cost model's best K and decode tok/s. Sets each head's probe count as it goes (restored after)."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    todo = [(c, p) for c in heads for p in probes[c]]
+    for c, p in tqdm(todo, desc="co-design sweep", disable=not progress):
+        head = heads[c]
+        old = head.n_probes
+        head.with_probes(p)
+        q = head_quality(head, states, targets, dense_tokens)
+        ms = head_ms(head, states)
+        pred = predict(q["alpha"], ms, costs, deferred=deferred, k_max=k_max)
+        rows.append({"clusters": c, "probes": p, "cluster_size": head.cluster_size,
+                     "candidates": head.candidates_per_step(), "alpha": q["alpha"], "agreement": q["agreement"],
+                     "head_ms": ms, "k": pred["k"], "tokens_per_s": pred["tokens_per_s"],
+                     "speedup": pred["speedup"]})
+        head.with_probes(old)
+    return rows
+
+
+@torch.inference_mode()
+def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_head, *, k_max: int = 12,
+               reps: int = 5, vocab_limit: int | None = None) -> dict:
+    """Measured inputs of :func:`predict` at the context length of ``ids``: the draft body's step (a step
+    without head: the body's forward only), the dense head on one state, the target's forward over
+    n = 1 .. k_max + 1 tokens."""
+    d = ModelState(draft_model, vocab_limit=vocab_limit)
+    d.reset()
+    d.hidden(ids)
+    body = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        h = d.hidden([ids[-1]])
+        h.sum().item()
+        body.append(time.perf_counter() - t0)
+        d.crop(1)
+    c = measure_costs(target_state, {}, ids, k_max=k_max, reps=reps)
+    verify = {n: 1000 * s for n, s in c["verify_s"].items()}
+    return {"body_ms": 1000 * statistics.median(body), "dense_head_ms": head_ms(dense_head, h.float()),
+            "verify_ms": verify, "target_step_ms": verify[1]}
+
+
+__all__ = ["teacher_forced", "head_quality", "predict", "pareto", "sweep", "step_costs"]

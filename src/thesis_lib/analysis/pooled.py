@@ -1,0 +1,90 @@
+"""The thesis' pooled definitions over a run's samples, and per-sample ratios (thesis sections 4.4 to 4.6).
+
+- decode tok/s = all decode-phase tokens / all decode-phase time, pooled over the samples (the thesis'
+  Table 4.9 totals reproduce its tok/s this way); TTFT is the mean; "decode total" and the phase times are
+  sums over samples; acceptance = accepted / drafted pooled over all rounds; mean emitted = emitted tokens
+  per round (target token included);
+- because this machine is noisy, :func:`per_sample_ratios` adds what the thesis does not report: each
+  prompt's ratio against its own baseline (same prompt, same iteration), whose median and quartiles are the
+  numbers to quote.
+
+:data:`LABELS` are the thesis' names of the modes, used by every table.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ..bench.metrics import quantiles
+from ..bench.runs import Run, load_run
+from ..errors import ConfigError
+
+LABELS = {
+    "baseline": "Baseline", "dense_ordinary": "Dense draft", "flash_ordinary": "FlashHead draft",
+    "shared_ordinary": "Dense shared", "dense_deferred": "Dense deferred", "flash_deferred": "FlashHead deferred",
+    "shared_deferred": "Dense shared deferred", "dense_pipelined": "Dense pipelined",
+    "flash_pipelined": "FlashHead pipelined", "shared_pipelined": "Dense shared pipelined",
+    "ngram_ordinary": "Prompt-lookup draft", "ngram_deferred": "Prompt-lookup deferred",
+    "ngram_pipelined": "Prompt-lookup pipelined",
+    "hf_greedy": "transformers generate()", "hf_assisted": "transformers assisted generate()",
+}
+
+
+def as_run(run: Run | str | Path) -> Run:
+    """A run folder, read if given by its path."""
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def samples_of(run: Run, mode: str, table: str) -> list[dict]:
+    """The samples of ``mode``, or a clear error naming the table that needs them."""
+    rs = run.of(mode)
+    if not rs:
+        raise ConfigError(f"Run {run.name!r} has no samples of mode {mode} (Table {table} needs it; "
+                          f"the run has {', '.join(run.modes()) or 'none'}).")
+    return rs
+
+
+def decode_tokens(r: dict) -> int:
+    """Tokens produced after the first token of a sample (the decode phase's tokens)."""
+    return r.get("decode_tokens", r["new_tokens"] - r.get("first_emit", 1))
+
+
+def totals(rs: list[dict]) -> dict:
+    """The thesis' pooled quantities over a set of samples of one mode."""
+    decode_s = sum(r["decode_s"] for r in rs)
+    tokens = sum(decode_tokens(r) for r in rs)
+    drafted = sum(r.get("drafted", 0) for r in rs)
+    rounds = sum(r.get("rounds", 0) for r in rs)
+
+    def phase(name):
+        return sum(r.get("phase_s", {}).get(name, 0.0) for r in rs)
+
+    return {
+        "samples": len(rs), "decode_tokens": tokens, "decode_s": decode_s,
+        "decode_tokens_per_s": tokens / decode_s if decode_s else float("nan"),
+        "ttft_ms": 1000 * statistics.fmean(r["ttft_s"] for r in rs),
+        "acceptance": sum(r.get("accepted", 0) for r in rs) / drafted if drafted else float("nan"),
+        "mean_emitted": sum(r.get("emitted", 0) for r in rs) / rounds if rounds else float("nan"),
+        "propose_s": phase("draft_propose"), "verify_s": phase("target_verify"), "finalize_s": phase("finalize_align"),
+        "verify_calls": sum(r.get("verify_calls", 0) for r in rs),
+        "append_calls": sum(r.get("append_calls", 0) for r in rs),
+        "phases": {k: phase(k) for k in dict.fromkeys(k for r in rs for k in r.get("phase_s", {}))},
+    }
+
+
+def per_sample_ratios(run: Run, mode: str, against: str = "baseline", key: str = "decode_tokens_per_s") -> list[float]:
+    """Each sample's ``key`` over the same prompt and iteration's ``against`` sample."""
+    base = {(r.get("iteration", 0), r["question_id"]): r for r in run.of(against)}
+    out = []
+    for r in run.of(mode):
+        b = base.get((r.get("iteration", 0), r["question_id"]))
+        if b and r.get(key) and b.get(key):
+            out.append(r[key] / b[key])
+    return out
+
+
+def quartiles3(xs: list[float]) -> tuple[float, float, float]:
+    """P25, median, P75 (NaN without values), from the summary's quartile helper."""
+    q = quantiles(xs)
+    return (float("nan"),) * 3 if q is None else (q["p25"], q["p50"], q["p75"])

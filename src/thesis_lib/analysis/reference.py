@@ -1,0 +1,139 @@
+"""The thesis' own numbers (Tables 4.1 to 4.11), read from the one file they were transcribed into.
+
+What this module knows: ``data/thesis_reference.json`` (each table's title, section, index column, columns
+with their units, and rows as printed in the thesis); :func:`thesis_table` turns one table into a DataFrame
+with the layout of :mod:`thesis_lib.analysis.tables`; :func:`values` flattens every number into (table, row, column,
+unit, value) records; :func:`beside` stacks the thesis' table over ours, row by row, with a ``Source``
+column that names the hardware and models behind each row. Nothing here measures anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import ConfigError
+
+#: The data file, inside the package's repository (``data/`` beside ``src/``) or installed with the package.
+_CANDIDATES = (Path(__file__).resolve().parents[3] / "data" / "thesis_reference.json",
+               Path(__file__).resolve().parents[1] / "data" / "thesis_reference.json")
+
+TABLE_IDS = ("4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7", "4.8", "4.9", "4.10", "4.11")
+
+
+@lru_cache(maxsize=1)
+def document() -> dict:
+    for path in _CANDIDATES:
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    raise ConfigError("The thesis' numbers (data/thesis_reference.json) are not found beside the package.")
+
+
+def setup() -> dict:
+    """The thesis' target, draft, hardware and prompts, as the thesis states them."""
+    return dict(document()["setup"])
+
+
+def table_info(table: str) -> dict:
+    tables = document()["tables"]
+    if table not in tables:
+        raise ConfigError(f"The thesis has no Table {table}; it has {', '.join(tables)}.")
+    return tables[table]
+
+
+def thesis_table(table: str) -> pd.DataFrame:
+    """One of the thesis' tables, in the column layout of :mod:`thesis_lib.analysis.tables` (missing values are NaN)."""
+    info = table_info(table)
+    names = [info["index"]] + [c[0] for c in info["columns"]]
+    for row in info["rows"]:
+        if len(row) != len(names):
+            raise ConfigError(f"Table {table} row {row[0]!r} has {len(row)} cells, its header {len(names)}.")
+    return pd.DataFrame(info["rows"], columns=names)
+
+
+def units(table: str) -> dict[str, str]:
+    return {name: unit for name, unit in table_info(table)["columns"]}
+
+
+def values() -> pd.DataFrame:
+    """Every number of every table: one record per (table, row, column) with its unit."""
+    out = []
+    for table in TABLE_IDS:
+        info = table_info(table)
+        for row in info["rows"]:
+            label, cells = row[0], row[1:]
+            for (column, unit), value in zip(info["columns"], cells):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out.append({"table": table, "row": label, "column": column,
+                                "unit": row[-1] if unit == "as unit column" else unit, "value": value})
+    return pd.DataFrame(out)
+
+
+def value(table: str, row: str, column: str) -> float:
+    """One thesis number; a clear error if the table has no such cell."""
+    df = values()
+    hit = df[(df.table == table) & (df.row == row) & (df.column == column)]
+    if len(hit) != 1:
+        raise ConfigError(f"Table {table} has {len(hit)} cells at row {row!r}, column {column!r}.")
+    return float(hit.value.iloc[0])
+
+
+def beside(ours: pd.DataFrame, table: str, *, ours_label: str = "this run", thesis_label: str = "thesis") -> pd.DataFrame:
+    """The thesis' rows and ours, interleaved (thesis first), with a short ``Source`` column after the index
+    column; :func:`sources` is the caption that names the models and hardware behind each label.
+
+    ``ours`` must have the thesis' columns (the tables of :mod:`thesis_lib.analysis.tables` do)."""
+    theirs = thesis_table(table)
+    index = theirs.columns[0]
+    if list(ours.columns) != list(theirs.columns):
+        raise ConfigError(f"Table {table}: our columns {list(ours.columns)} differ from the thesis' {list(theirs.columns)}.")
+    keys = [index] + (["Quantity"] if "Quantity" in theirs.columns else [])
+    rest = [c for c in theirs.columns if c not in keys]
+    rows = []
+    for key in dict.fromkeys([*theirs[keys].itertuples(index=False), *ours[keys].itertuples(index=False)]):
+        for label, df in ((thesis_label, theirs), (ours_label, ours)):
+            hit = (df[keys] == pd.Series(tuple(key), index=keys)).all(axis=1)
+            for _, r in df[hit].iterrows():
+                rows.append({**{k: r[k] for k in keys}, "Source": label, **{c: r[c] for c in rest}})
+    return pd.DataFrame(rows)
+
+
+def sources(ours: str) -> str:
+    """Caption for a :func:`beside` table: what *thesis* and *this run* stand for (``ours``: models and
+    hardware of this run, e.g. :func:`thesis_lib.book.source_label`)."""
+    thesis = setup()["label"].removeprefix("thesis: ")
+    m = re.fullmatch(r"this run \(([^)]*)\): (.*)", ours)
+    ours = f"{m[2]} (parameter set {m[1]})" if m else ours
+    return f"thesis = {thesis}, as printed in the thesis; this run = {ours}"
+
+
+#: The thesis' headline findings, each as (claim, table, row, column): chapter 5 compares them with a run.
+FINDINGS = (
+    ("FlashHead speeds up the draft's head", "4.2", "Dense LM head vs. FlashHead", "Speedup"),
+    ("FlashHead speeds up a whole draft decode step", "4.4", "Dense model vs. Flash model", "Speedup"),
+    ("Speculative decoding (dense draft) beats target-only decoding", "4.6", "Baseline vs. dense draft", "Speedup"),
+    ("FlashHead draft vs dense draft, ordinary schedule", "4.6", "Dense draft vs. FlashHead draft", "Speedup"),
+    ("Deferred verification (dense draft) vs target-only", "4.10", "Base only vs. dense deferred", "Speedup"),
+    ("Deferred verification (FlashHead draft) vs target-only", "4.10", "Base only vs. FlashHead deferred", "Speedup"),
+    ("FlashHead draft vs dense draft, deferred schedule", "4.10", "Dense deferred vs. FlashHead deferred", "Speedup"),
+)
+
+
+def verdicts(ours: dict[str, float], per_sample: dict[str, float] | None = None) -> pd.DataFrame:
+    """Per finding: the thesis' speedup, this run's (pooled, as the thesis defines it, and where given the
+    median of per-sample ratios), and whether the direction (faster or not) agrees: *yes*, *no*, or *mixed*
+    when the pooled and per-sample numbers point different ways. Both dicts map ``"<table>|<row>"`` to a value."""
+    per_sample = per_sample or {}
+    rows = []
+    for claim, table, row, column in FINDINGS:
+        theirs = value(table, row, column)
+        mine, median = ours.get(f"{table}|{row}"), per_sample.get(f"{table}|{row}")
+        signs = {(v > 1.0) == (theirs > 1.0) for v in (mine, median) if v is not None and v == v}
+        agrees = "–" if not signs else ("mixed" if len(signs) == 2 else ("yes" if signs.pop() else "no"))
+        rows.append({"Finding": claim, "Table": table, "Thesis": theirs, "This run": mine,
+                     "This run, per-sample median": median, "Same direction": agrees})
+    return pd.DataFrame(rows)

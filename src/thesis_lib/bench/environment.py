@@ -1,0 +1,52 @@
+"""What a run records about where it ran: versions, hardware, threads, the git revision and the models (no
+paths of this machine)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from ..models.cpu import cpu_name
+
+
+def git_revision(start: Path | None = None) -> dict:
+    """The source tree's git commit and whether it had uncommitted changes (``{}`` outside a checkout)."""
+    cwd = start or Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return {}
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10)
+        return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def environment(*loaded, extra: dict | None = None) -> dict:
+    """Versions, hardware and models of this session (no paths of this machine)."""
+    import torch
+    import transformers
+
+    env = {
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if torch.cuda.is_available() else [],
+        "git": git_revision(),
+        "models": {},
+    }
+    for role, m in loaded:
+        info = {k: v for k, v in m.info.items() if k not in ("load_seconds",)}
+        env["models"][role] = {"spec": m.spec, "device": m.device, "dtype": m.dtype, **info}
+    env.update(extra or {})
+    return env

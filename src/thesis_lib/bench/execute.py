@@ -1,0 +1,127 @@
+"""The benchmark loop: every mode on the same prompts, interleaved (thesis section 3.7).
+
+:func:`execute` runs the measured set, prompts x iterations, after untimed warm-up rounds; on each prompt the
+modes run back to back and their order alternates from sample to sample, so drift of this shared machine
+does not favour one mode. It can skip samples already done (resuming a run) and hands every finished
+sample to a callback at once (the run folder writes it to disk). With ``costs`` the loop's building blocks
+are measured on each prompt right after its modes (:func:`component_costs`), so a sample's predicted speed
+and its measured one share the machine's state. Summaries and ratios are :mod:`~thesis_lib.bench.metrics`'.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from ..decoding.stats import Generation
+from ..errors import ConfigError
+from .metrics import predicted_tokens_per_s, sample_record
+from .modes import DEFAULT_MODES, SAMPLE_MODES, check_modes
+from .prompts import Prompt, encode, prompt_text
+from .runner import Runner
+
+
+def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
+            warmup: int = 1, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
+            progress: bool = True, done: dict[tuple, dict] | None = None,
+            on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """The measured set, prompts x iterations, every mode on each (order alternated), after ``warmup``
+    untimed rounds of every mode; returns the records of the samples run here (``done`` ones are skipped).
+
+    With ``costs``, the component costs are measured right after each sample's modes, on that prompt, and
+    each speculative record gets the decode tok/s they predict: prediction and measurement then share the
+    machine's state (this shared machine drifts by tens of percent over a long run)."""
+    from tqdm.auto import tqdm
+
+    modes = check_modes(modes)
+    if "baseline" not in modes:
+        modes = ("baseline", *modes)  # every ratio is taken against it
+    if any(m in SAMPLE_MODES for m in modes) and "sample_baseline" not in modes:
+        modes = (*modes, "sample_baseline")  # the sampling modes' ratios are taken against it
+    if not prompts:
+        raise ConfigError("No prompts selected.")
+    if iterations < 1 or warmup < 0:
+        raise ConfigError(f"iterations must be >= 1 and warmup >= 0 (got {iterations}, {warmup}).")
+    done = dict(done or {})
+    random.seed(seed)
+    torch.manual_seed(seed)
+    encoded = [encode(runner.target.tokenizer, prompt_text(p, turns), chat=chat) for p in prompts]
+    todo = [(it, i) for it in range(iterations) for i in range(len(prompts))
+            if any((it, prompts[i].question_id, m) not in done for m in modes)]
+    records: list[dict] = []
+    if not todo:
+        return records
+    n_warm = warmup * len(modes)
+    with tqdm(total=n_warm + len(todo) * len(modes), desc="bench", unit="gen", disable=not progress) as bar:
+        for w in range(warmup):
+            for mode in modes:
+                bar.set_postfix_str(f"warm-up {mode}")
+                runner.run(mode, encoded[w % len(encoded)])
+                bar.update()
+        for n, (it, i) in enumerate(todo):
+            prompt, ids = prompts[i], encoded[i]
+            sample = it * len(prompts) + i  # the order alternates by position in the measured set
+            order = list(modes) if sample % 2 == 0 else list(reversed(modes))
+            gens: dict[str, Generation] = {}
+            for mode in order:
+                if (it, prompt.question_id, mode) in done:
+                    bar.update()
+                    continue
+                bar.set_postfix_str(f"{prompt.question_id} #{it} {mode}")
+                gens[mode] = runner.run(mode, ids)
+                bar.update()
+            ref = gens["baseline"].tokens if "baseline" in gens else done[(it, prompt.question_id, "baseline")]["tokens"]
+            sampling_ref = None  # sampled text is random: it is not compared with greedy output
+            prompt_costs = component_costs(runner, ids, reps=3) if costs else None
+            for mode in modes:
+                if mode not in gens:
+                    continue
+                rec = sample_record(prompt, mode, gens[mode], sampling_ref if mode in SAMPLE_MODES else ref, iteration=it)
+                rec["run_order"] = order.index(mode)  # position of this mode in the sample's (alternated) order
+                if prompt_costs:
+                    rec["component_costs_s"] = prompt_costs
+                    rec["predicted_tokens_per_s"] = predicted_tokens_per_s(rec, prompt_costs)
+                records.append(rec)
+                if on_record:
+                    on_record(rec)
+    return records
+
+
+def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DEFAULT_MODES, *, chat: bool = True,
+            warmup: int = 1, progress: bool = True, costs: bool = True,
+            on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """``thesis-lib compare``: one iteration of :func:`execute`, records in memory (the protocol's run
+    folders, iterations and resuming are ``thesis-lib bench``)."""
+    return execute(runner, prompts, modes, warmup=warmup, chat=chat, costs=costs, progress=progress,
+                   on_record=on_record)
+
+
+def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dict[str, float]:
+    """Median seconds of the loop's building blocks at the prompt's context length (the terms of the
+    thesis' TPOT_spec model, section 2.2): one draft step, one target step, a target verify forward over
+    K and K + 1 tokens, and the draft's prefill of the prompt (which the loops do inside the first proposal,
+    so it falls in the decode phase); with a FlashHead draft also its step (``flash_draft_step_s``)."""
+    out = {}
+    with torch.inference_mode():
+        d_state = runner.drafter.state
+        steps = [("target", runner.t_state), ("draft", d_state)]
+        if runner.flash_drafter is not None:
+            steps.append(("flash_draft", runner.flash_drafter.state))
+        for name, state in steps:
+            state.reset()
+            state.greedy(ids, last_only=True)
+            out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
+        prefills = []
+        for _ in range(3):
+            d_state.reset()
+            t0 = time.perf_counter()
+            d_state.greedy(ids, last_only=True).tolist()
+            prefills.append(time.perf_counter() - t0)
+        out["draft_prefill_s"] = statistics.median(prefills)
+        for n in (runner.k, runner.k + 1):
+            out[f"target_verify_{n}_s"] = statistics.median(runner.t_state.timed_forward(ids[-n:]) for _ in range(reps))
+    return out

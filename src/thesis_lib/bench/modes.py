@@ -1,0 +1,93 @@
+"""The benchmark's modes: every way this library can decode a prompt, by name (thesis sections 3.3-3.7).
+
+A mode is ``baseline`` (this library's target-only greedy loop), ``<draft>_<schedule>`` for greedy
+speculative decoding, optionally with a block-length suffix, a ``sample_*`` mode, or a peer from transformers:
+
+- drafts: ``dense`` (the draft model with its dense head), ``flash`` (the same body with a FlashHead head),
+  ``shared`` (the thesis' "dense shared" control: the FlashHead draft's body with the dense head, run through
+  its own drafter; for the embedded pair the FlashHead draft reuses the dense draft's body, so this control
+  isolates code-path effects only), and beyond the thesis ``ngram`` (prompt lookup), ``adaflash``
+  (adaptive probes), ``freq`` (the frequency-truncated head) and ``hybrid`` (lookup + FlashHead draft);
+- schedules: ``ordinary`` (section 3.3), ``deferred`` (deferred final-token verification, section 3.6.2),
+  ``pipelined`` (the target's append overlapping the draft's next proposal, section 3.6.1);
+- suffixes ``_hk`` / ``_ck`` / ``_sk``: transformers' +2/-1 heuristic, the cost-model K, or a block that ends
+  at the draft's first unsure token;
+- ``sample_baseline`` / ``sample_dense`` / ``sample_flash``: target-only and speculative sampling;
+- ``hf_greedy``: transformers' ``generate()``, greedy, the peer of ``baseline``; ``hf_assisted``:
+  ``generate(assistant_model=...)`` with the same draft and a constant K (its adaptive schedule and
+  confidence threshold off), the peer of ``dense_ordinary``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..decoding.greedy import SCHEDULES
+from ..errors import ConfigError
+
+#: ngram: prompt lookup, no draft model; adaflash: FlashHead with adaptive probes; freq: the frequency-truncated
+#: head; hybrid: prompt lookup where the text repeats, the FlashHead draft elsewhere (issue 6).
+DRAFTS = ("dense", "flash", "shared", "ngram", "adaflash", "freq", "hybrid")
+#: Block-length policies other than the fixed K, as mode suffixes (``flash_deferred_ck``). ``sk``: the draft
+#: stops its block at its first token below the confidence threshold ``stop_below``, at most ``k_max``
+#: tokens (lookup blocks of the hybrid: what matched, up to ``k_max``).
+K_SUFFIXES = {"hk": "heuristic", "ck": "cost", "sk": "confidence"}
+#: Drafts whose head gives a confidence (``sk`` modes).
+CONFIDENCE_DRAFTS = ("dense", "flash", "hybrid")
+PEER_MODES = ("hf_greedy", "hf_assisted")
+SPEC_MODES = (tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
+              + tuple(f"{d}_{s}_{x}" for d in DRAFTS for s in ("ordinary", "deferred") for x in K_SUFFIXES))
+#: Speculative *sampling* (deferred schedule) and its reference, target-only sampling.
+SAMPLE_MODES = ("sample_baseline", "sample_dense", "sample_flash")
+ALL_MODES = ("baseline",) + SPEC_MODES + SAMPLE_MODES + PEER_MODES
+#: Drafts that need the FlashHead head (their own, or for their candidate count).
+FLASH_DRAFTS = ("flash", "adaflash", "freq", "hybrid")
+FLASH_MODES = tuple(m for m in SPEC_MODES if m.split("_")[0] in FLASH_DRAFTS) + ("sample_flash",)
+#: ``thesis-lib compare``'s default: no FlashHead (needs a clustering) and no pipelining.
+DEFAULT_MODES = ("baseline", "dense_ordinary", "dense_deferred") + PEER_MODES
+#: Every mode of the thesis' chapter 4 plus the peers: the benchmark protocol's default.
+THESIS_MODES = ("baseline", "dense_ordinary", "flash_ordinary", "dense_deferred", "flash_deferred",
+                "dense_pipelined", "flash_pipelined") + PEER_MODES
+#: The profiled run's modes (Table 4.7): dense draft, dense-shared control, FlashHead draft.
+PROFILE_DRAFTS = ("dense", "shared", "flash")
+
+
+def split_mode(mode: str) -> tuple[str, str]:
+    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")`` and ``("hf", ...)`` for the rest."""
+    if mode not in ALL_MODES:
+        raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
+    if mode in SPEC_MODES:
+        d, s = mode.split("_")[:2]
+        return d, s
+    if mode in SAMPLE_MODES:
+        return "sample", mode[len("sample_"):]
+    return ("baseline", "") if mode == "baseline" else ("hf", mode[3:])
+
+
+def k_policy_of(mode: str) -> str:
+    """``fixed``, or the block-length policy a mode's suffix names (``heuristic``, ``cost``)."""
+    return K_SUFFIXES.get(mode.rsplit("_", 1)[-1], "fixed") if mode in SPEC_MODES else "fixed"
+
+
+def baseline_of(mode: str) -> str:
+    """The mode a mode's speed is compared with: target-only sampling for sampling modes, else greedy."""
+    return "sample_baseline" if mode in SAMPLE_MODES else "baseline"
+
+
+def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
+    modes = tuple(modes)
+    unknown = [m for m in modes if m not in ALL_MODES]
+    if unknown:
+        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
+    if not modes:
+        raise ConfigError("No modes selected.")
+    if len(set(modes)) != len(modes):
+        raise ConfigError(f"A mode is listed twice: {', '.join(modes)}.")
+    return modes
+
+
+def profile_modes(schedule: str = "ordinary") -> tuple[str, ...]:
+    """The profiled run's modes (Table 4.7): baseline plus dense, dense-shared and FlashHead drafts."""
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"Unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
+    return ("baseline",) + tuple(f"{d}_{schedule}" for d in PROFILE_DRAFTS)

@@ -1,0 +1,285 @@
+"""The benchmark protocol (thesis section 3.7): one configuration in, one run folder out.
+
+:class:`BenchConfig` names everything that decides a measurement: models, devices, precision, K, max new
+tokens, modes, FlashHead parameters, prompt selection, warm-up and measured iterations, seed, and where the
+run folder goes. :func:`run` checks it all cheaply (bad K, unknown mode or category, no prompts, probes out of
+range, an existing run folder, unknown models, mismatched tokenizers) before loading any weights, then loads
+the pair, builds the FlashHead head if a mode needs it, records the environment, executes the measured set
+(:func:`~thesis_lib.bench.execute.execute`) writing each sample to the run folder as it finishes, and writes the summary.
+
+The CLI (``thesis-lib bench`` / ``thesis-lib profile``) and the notebooks call this same function with the
+same parameters. ``profile=True`` is the diagnostic run of Tables 4.7/4.8 (``modes.PROFILE_DRAFTS`` with
+one schedule, instrumented drafters): its absolute speeds carry the instrumentation's overhead, so the
+headline tables come from a run without it.
+
+CPU-sized defaults (the embedded pair on a 2-core machine): the project's prompt set, 2 prompts per
+category (14), 32 new tokens, K = 4, one warm-up round, one measured iteration.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from ..decoding.sampling import Sampler
+from ..errors import ConfigError
+from ..heads.clustering import check_cluster_count
+from ..heads.flashhead import check_probes, default_probes
+from ..models import loading, specs
+from .drafts import beyond_heads, flash_head, flash_info
+from .environment import environment
+from .execute import execute
+from .metrics import summarize
+from .modes import CONFIDENCE_DRAFTS, FLASH_MODES, THESIS_MODES, check_modes, k_policy_of, profile_modes, split_mode
+from .prompts import TURNS, Prompt, load_prompts, select
+from .runner import Runner
+from .runs import Run, check_new_run, open_run, record_environment, write_environment
+
+
+@dataclass
+class BenchConfig:
+    """Every parameter of a benchmark run (the run folder's ``config.json``)."""
+
+    name: str = "bench"
+    out: str = "runs"
+    target: str = specs.DEFAULT_TARGET
+    draft: str = specs.DEFAULT_DRAFT
+    device: str = "cpu"
+    draft_device: str | None = None
+    dtype: str = "auto"
+    pack: bool | None = None  # None: oneDNN-packed linears for float32 on CPU
+    k: int = 4
+    max_new_tokens: int = 32
+    modes: tuple[str, ...] = THESIS_MODES
+    prompt_file: str = "project"
+    categories: str | None = None
+    per_category: int | None = 2
+    prompts: int | None = None
+    turns: str = "first"
+    chat: bool = True
+    warmup: int = 1
+    iterations: int = 1
+    seed: int = 0
+    costs: bool = True
+    profile: bool = False
+    # FlashHead (modes flash_*)
+    probes: int | None = None
+    clusters: int | None = None
+    assets: str | None = None
+    flash_path: str = "auto"
+    centroid_dtype: str = "auto"
+    outliers: float = 0.0
+    cluster_seed: int = 0
+    kmeans_iterations: int = 20
+    # issue 6: adaptive K (modes *_hk, *_ck), adaptive probes (adaflash_*), the frequency-truncated head
+    # (freq_*; None tokens: as many as FlashHead's candidates), speculative sampling (sample_*)
+    k_max: int = 12
+    adaptive_margin: float | None = None
+    adaptive_min_probes: int = 1
+    adaptive_max_probes: int | None = None
+    freq_tokens: int | None = None
+    freq_calibration: int = 3
+    freq_tokens_generated: int = 48
+    temperature: float = 0.7
+    top_k: int | None = 20
+    top_p: float | None = 0.8
+    # draft-confidence block ends (modes *_sk): the draft's probability below which a block stops
+    stop_below: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.modes, str):
+            self.modes = tuple(m for m in self.modes.split(",") if m)
+        self.modes = tuple(self.modes)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "BenchConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(doc) - known)
+        if unknown:
+            raise ConfigError(f"Unknown benchmark parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+        return cls(**doc)
+
+    @classmethod
+    def profiled(cls, schedule: str = "ordinary", **kw) -> "BenchConfig":
+        """The profiled run's configuration (as ``thesis-lib profile``): baseline, dense, dense-shared and
+        FlashHead drafts with one schedule, one prompt per category unless told otherwise."""
+        kw.setdefault("name", "profile")
+        kw.setdefault("per_category", 1)
+        return cls(profile=True, modes=profile_modes(schedule), **kw)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["modes"] = list(self.modes)
+        return d
+
+    def identity(self) -> dict:
+        """:meth:`to_dict` without the parameters added after the first runs (issue 6) where they keep their
+        defaults: what names a run, so runs made before those parameters existed keep their names."""
+        d = self.to_dict()
+        defaults = BenchConfig()
+        for name in LATER_FIELDS:
+            if d[name] == getattr(defaults, name):
+                del d[name]
+        return d
+
+    @property
+    def path(self) -> Path:
+        return Path(self.out) / self.name
+
+    @property
+    def needs_flash(self) -> bool:
+        return any(m in FLASH_MODES for m in self.modes)
+
+    def drafts(self) -> set[str]:
+        return {split_mode(m)[0] for m in self.modes}
+
+    def sampler(self) -> Sampler:
+        return Sampler(self.temperature, self.top_k, self.top_p)
+
+    def calibration_prompts(self) -> list[Prompt]:
+        """The frequency head's counting prompts: per category, the first ``freq_calibration`` prompts of the
+        prompt file that the run does not measure."""
+        measured = {p.question_id for p in self.check_prompts()}
+        out, seen = [], {}
+        for p in load_prompts(self.prompt_file):
+            if p.question_id in measured:
+                continue
+            seen[p.category] = seen.get(p.category, 0) + 1
+            if seen[p.category] <= self.freq_calibration:
+                out.append(p)
+        return out
+
+    def check_prompts(self) -> list[Prompt]:
+        return select(load_prompts(self.prompt_file), self.categories, self.prompts, self.per_category)
+
+    def check(self) -> list[Prompt]:
+        """Every cheap check; returns the selected prompts. Loads no weights."""
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ConfigError(f"The run name must be a plain folder name (got {self.name!r}).")
+        if not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be an integer >= 1 (got {self.max_new_tokens!r}).")
+        if self.iterations < 1:
+            raise ConfigError(f"iterations must be >= 1 (got {self.iterations}).")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0 (got {self.warmup}).")
+        if self.turns not in TURNS:
+            raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
+        check_modes(self.modes)
+        if self.profile:
+            bad = [m for m in self.modes if split_mode(m)[0] == "hf"]
+            if bad:
+                raise ConfigError(f"A profiled run times this library's loops only; drop {', '.join(bad)}.")
+        prompts = self.check_prompts()
+        if self.needs_flash:
+            check_flash(self)
+        check_beyond(self)
+        for spec in (self.target, self.draft):
+            specs.check_available(spec)
+        return prompts
+
+
+#: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
+LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
+                "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below")
+
+
+def check_flash(cfg) -> None:
+    """FlashHead parameters checked against the draft's config.json before any weights load."""
+    if not 0 <= cfg.outliers < 1:
+        raise ConfigError(f"outliers must lie in [0, 1) (got {cfg.outliers}).")
+    if cfg.probes is not None and cfg.probes < 1:
+        raise ConfigError(f"probes must be >= 1 (got {cfg.probes}).")
+    if cfg.assets:
+        if not Path(cfg.assets).is_dir():
+            raise ConfigError(f"The FlashHead assets {cfg.assets!r}: this path is not a folder.")
+        return
+    vocab = json.loads((specs.local_dir(cfg.draft) / "config.json").read_text()).get("vocab_size")
+    if vocab:
+        c = cfg.clusters if cfg.clusters is not None else vocab // 16
+        check_cluster_count(vocab, c)
+        check_probes(cfg.probes if cfg.probes is not None else default_probes(c), c)
+
+
+def check_beyond(cfg) -> None:
+    """Issue 6's parameters, checked before any weights load."""
+    drafts = cfg.drafts()
+    if not isinstance(cfg.k_max, int) or cfg.k_max < max(1, cfg.k if isinstance(cfg.k, int) else 1):
+        raise ConfigError(f"k_max must be an integer >= K (got {cfg.k_max!r}, K = {cfg.k!r}).")
+    if "adaflash" in drafts:
+        if cfg.adaptive_margin is None:
+            raise ConfigError("The adaflash modes need adaptive_margin (the centroid-score margin, in units of |h|).")
+        if cfg.adaptive_margin < 0 or cfg.adaptive_min_probes < 1:
+            raise ConfigError("adaptive_margin must be >= 0 and adaptive_min_probes >= 1.")
+        if cfg.adaptive_max_probes is not None and cfg.adaptive_max_probes < cfg.adaptive_min_probes:
+            raise ConfigError("adaptive_max_probes must be >= adaptive_min_probes.")
+    if "freq" in drafts:
+        if cfg.freq_tokens is not None and cfg.freq_tokens < 1:
+            raise ConfigError(f"freq_tokens must be >= 1 (got {cfg.freq_tokens}).")
+        if cfg.freq_calibration < 1 or cfg.freq_tokens_generated < 1:
+            raise ConfigError("freq_calibration and freq_tokens_generated must be >= 1.")
+        if not cfg.calibration_prompts():
+            raise ConfigError("No calibration prompts are left for the frequency head: the run measures them all.")
+    if "sample" in drafts:
+        cfg.sampler().check()
+    confident = [m for m in cfg.modes if k_policy_of(m) == "confidence"]
+    if confident:
+        if cfg.stop_below is None or not 0 < cfg.stop_below < 1:
+            raise ConfigError(f"The modes {', '.join(confident)} need stop_below, a probability in (0, 1) "
+                              f"(got {cfg.stop_below!r}).")
+        bad = [m for m in confident if split_mode(m)[0] not in CONFIDENCE_DRAFTS]
+        if bad:
+            raise ConfigError(f"{', '.join(bad)}: only the drafts {', '.join(CONFIDENCE_DRAFTS)} can stop a block "
+                              "on their confidence.")
+
+
+def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = False, progress: bool = True,
+        loaded: tuple | None = None) -> Run:
+    """Execute a benchmark run into ``config.out/config.name``; returns the completed :class:`Run`.
+
+    ``loaded``: an already loaded ``(target, draft)`` pair, or ``(target, draft, flash_head)``, to share
+    between several runs of one session (their specs must be the configuration's)."""
+    cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_dict(config)
+    prompts = cfg.check()
+    check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
+    if loaded is not None:
+        target, draft, *rest = loaded
+        if (target.spec, draft.spec) != (cfg.target, cfg.draft):
+            raise ConfigError(f"The loaded pair ({target.spec}, {draft.spec}) is not the configuration's "
+                              f"({cfg.target}, {cfg.draft}).")
+        head = rest[0] if rest and rest[0] is not None and cfg.needs_flash else None
+        if head is not None and cfg.probes is not None:
+            head.with_probes(cfg.probes)
+    else:
+        target, draft = loading.load_pair(cfg.target, cfg.draft, device=cfg.device, draft_device=cfg.draft_device,
+                                         dtype=cfg.dtype, pack=cfg.pack, progress=progress)
+        head = None
+    if head is None and cfg.needs_flash:
+        head = flash_head(cfg, draft)
+    extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
+    runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
+                    extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
+                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
+    folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
+    extra = {"prompts": [p.question_id for p in prompts]}
+    if head is not None:
+        extra["flashhead"] = flash_info(head)
+    if beyond:
+        extra["beyond"] = beyond
+    record_environment(folder, environment(("target", target), ("draft", draft), extra=extra))
+    execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup, chat=cfg.chat,
+            turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
+            on_record=folder.append)
+    if head is not None:  # the path actually taken is known only after the first call (compiled or eager)
+        env = folder.environment
+        current = env["resumed"][-1] if env.get("resumed") else env
+        current["flashhead"]["path"] = head.active_path
+        write_environment(folder, env)
+    if runner.k_costs is not None:
+        env = folder.environment
+        env["k_costs"] = runner.k_costs  # the step costs the cost-model K policy planned with
+        write_environment(folder, env)
+    folder.write_summary(summarize(folder.samples))
+    return folder

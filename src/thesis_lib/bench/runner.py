@@ -1,0 +1,215 @@
+"""The runner: a loaded target/draft pair bound to every mode (thesis section 3.7).
+
+``Runner(target, draft, k, max_new_tokens, ...).run(mode, ids)`` returns a
+:class:`~thesis_lib.decoding.stats.Generation`. It builds each drafter once (dense, FlashHead, dense-shared,
+prompt lookup, the extra heads of chapter 6, the confidence-stopped and sampling drafters), picks the loop a
+mode names, and runs transformers' ``generate()`` for the peers on the same (packed) models. With
+``profile=True`` the drafters are :class:`~thesis_lib.decoding.drafters.ProfiledDrafter` and the target's
+forwards are timed on their own: a diagnostic run (Tables 4.7/4.8), not a headline one.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..decoding import policies
+from ..decoding.clocks import ForwardTimer, PhaseClock
+from ..decoding.drafters import HybridDrafter, ModelDrafter, NgramDrafter, ProfiledDrafter
+from ..decoding.greedy import greedy_generate, speculative_generate
+from ..decoding.sampling import SamplingModelDrafter, sample_generate, speculative_sample
+from ..decoding.state import ModelState
+from ..decoding.stats import DecodeStats, Generation
+from ..errors import ConfigError
+from ..heads.dense import DenseGreedyHead
+from ..models.loading import LoadedModel, output_rows
+from .modes import CONFIDENCE_DRAFTS, k_policy_of, split_mode
+
+
+class _Stamps:
+    """A ``generate()`` streamer that timestamps the first generated token and counts what it is given."""
+
+    def __init__(self):
+        self.calls = 0
+        self.first_token_at: float | None = None
+        self.first_count = 1
+
+    def put(self, value):
+        self.calls += 1
+        if self.calls == 2:  # call 1 is the prompt, call 2 the first new token(s)
+            self.first_token_at = time.perf_counter()
+            # assisted generation verifies prompt + first draft block in its first forward, so the first
+            # call can carry several tokens: they were produced inside TTFT, not in the decode phase
+            self.first_count = int(value.numel())
+
+    def end(self):
+        pass
+
+
+@dataclass
+class Runner:
+    """Binds a loaded target/draft pair to the modes; ``run(mode, ids)`` returns a :class:`Generation`."""
+
+    target: LoadedModel
+    draft: LoadedModel
+    k: int
+    max_new_tokens: int
+    flash_head: torch.nn.Module | None = None
+    profile: bool = False
+    #: issue 6: heads of the drafts ``adaflash`` and ``freq``; the sampling warp of the ``sample_*`` modes;
+    #: the largest K (and the measured step costs, found on first use) of the adaptive-K modes
+    extra_heads: dict | None = None
+    sampler: object | None = None
+    k_max: int = 12
+    k_costs: dict | None = None
+    seed: int = 0
+    stop_below: float | None = None
+
+    def __post_init__(self):
+        self.eos = self.target.eos_ids
+        self.t_state = ModelState(self.target.model, vocab_limit=self.target.vocab_limit)
+        self.target_forward = None
+        if self.profile:
+            self.target_forward = ForwardTimer(self.t_state.hidden, self.t_state.device)
+            self.t_state.hidden = self.target_forward
+        cls = ProfiledDrafter if self.profile else ModelDrafter
+        limit = self.draft.vocab_limit
+        self.drafters = {"dense": cls(self.draft.model, vocab_limit=limit, name="dense")}
+        if self.flash_head is not None:
+            self.drafters["flash"] = cls(self.draft.model, head=self.flash_head, vocab_limit=limit, name="flash")
+        # the control: the FlashHead draft's body (here the same model) with the dense head, its own drafter
+        self.drafters["shared"] = cls(self.draft.model, head=DenseGreedyHead.from_model(self.draft.model, limit),
+                                      vocab_limit=limit, name="shared")
+        self.drafters["ngram"] = NgramDrafter()
+        for name, head in (self.extra_heads or {}).items():
+            self.drafters[name] = cls(self.draft.model, head=head, vocab_limit=limit, name=name)
+        if self.flash_head is not None:
+            self.drafters["hybrid"] = HybridDrafter(cls(self.draft.model, head=self.flash_head, vocab_limit=limit,
+                                                        name="hybrid"))
+        #: the ``sk`` modes' drafters: same heads, a block that ends at the first unsure token
+        self.confident_drafters = {}
+        if self.stop_below is not None:
+            def confident(name, head=None):
+                return ModelDrafter(self.draft.model, head=head, vocab_limit=limit, name=name,
+                                    stop_below=self.stop_below)
+            self.confident_drafters["dense"] = confident("dense")
+            if self.flash_head is not None:
+                self.confident_drafters["flash"] = confident("flash", self.flash_head)
+                self.confident_drafters["hybrid"] = HybridDrafter(confident("hybrid", self.flash_head), pad=False)
+        self.sample_drafters = {}
+        if self.sampler is not None:
+            self.sample_drafters["dense"] = SamplingModelDrafter(self.draft.model, self.sampler, vocab_limit=limit)
+            if self.flash_head is not None:
+                self.sample_drafters["flash"] = SamplingModelDrafter(self.draft.model, self.sampler,
+                                                                     flash_head=self.flash_head, vocab_limit=limit)
+
+    @property
+    def drafter(self) -> ModelDrafter:
+        return self.drafters["dense"]
+
+    @property
+    def flash_drafter(self) -> ModelDrafter | None:
+        return self.drafters.get("flash")
+
+    def run(self, mode: str, ids: Sequence[int]) -> Generation:
+        draft, schedule = split_mode(mode)
+        common = dict(max_new_tokens=self.max_new_tokens, eos_ids=self.eos)
+        if draft == "hf":
+            return self._hf(mode, ids)
+        if self.profile:
+            self.target_forward.reset()
+        if draft == "baseline":
+            gen = greedy_generate(self.t_state, ids, **common)
+        elif draft == "sample":
+            gen = self._sample(schedule, ids)
+        else:
+            confident = k_policy_of(mode) == "confidence"
+            drafter = (self.confident_drafters if confident else self.drafters).get(draft)
+            if drafter is None:
+                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...))" +
+                                  (f" and a confidence threshold (stop_below) with a draft of "
+                                   f"{', '.join(CONFIDENCE_DRAFTS)}." if confident else "."))
+            state = getattr(drafter, "state", None)  # a prompt-lookup drafter has no model
+            clock = PhaseClock([self.t_state.device, state.device if state is not None else self.t_state.device])
+            if self.profile:
+                drafter.clock = clock
+            before = drafter_counters(drafter)
+            gen = speculative_generate(self.t_state, drafter, ids, k=self.k_max if confident else self.k,
+                                       schedule=schedule, clock=clock,
+                                       k_policy=self._k_policy(mode, draft, schedule, ids), **common)
+            gen.extra.update({k: v - before[k] for k, v in drafter_counters(drafter).items()})
+            if "probes_used" in gen.extra:
+                gen.extra["mean_probes"] = gen.extra.pop("probes_used") / max(1, gen.extra.pop("head_rows"))
+        if self.profile:
+            gen.stats.phase_s["target_forward"] = self.target_forward.seconds()
+        return gen
+
+    def _k_policy(self, mode: str, draft: str, schedule: str, ids: Sequence[int]):
+        policy = k_policy_of(mode)
+        if policy in ("fixed", "confidence"):  # confidence: the drafter ends its blocks itself
+            return None
+        if policy == "cost" and self.k_costs is None:  # measured once, at the first prompt that needs it
+            models = {n: d for n, d in self.drafters.items() if n in ("dense", "flash", "adaflash", "freq")}
+            self.k_costs = policies.measure_costs(self.t_state, models, ids, k_max=self.k_max)
+        step_of = {"hybrid": "flash", "ngram": "ngram"}.get(draft, draft)
+        costs = dict(self.k_costs or {}, ngram_step_s=0.0)
+        return policies.make_policy(policy, self.k, costs, deferred=schedule == "deferred", draft=step_of,
+                                    k_max=self.k_max)
+
+    def _sample(self, which: str, ids: Sequence[int]) -> Generation:
+        """Target-only sampling (``which == "baseline"``) or speculative sampling with the dense or FlashHead
+        draft (deferred schedule). Each prompt's draws are seeded from the run's seed and the prompt, so a
+        run is reproducible whatever the order of modes."""
+        if self.sampler is None:
+            raise ConfigError("The sample_* modes need a sampler (Runner(..., sampler=Sampler(...))).")
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(repr(list(ids)).encode()))
+        common = dict(max_new_tokens=self.max_new_tokens, eos_ids=self.eos, sampler=self.sampler, generator=g)
+        if which == "baseline":
+            return sample_generate(self.t_state, ids, **common)
+        drafter = self.sample_drafters.get(which)
+        if drafter is None:
+            raise ConfigError(f"mode sample_{which} needs a FlashHead head (Runner(..., flash_head=...)).")
+        return speculative_sample(self.t_state, drafter, ids, k=self.k, schedule="deferred", **common)
+
+    @torch.inference_mode()
+    def _hf(self, mode: str, ids: Sequence[int]) -> Generation:
+        model = self.target.model
+        inp = torch.tensor([list(ids)], device=model.device)
+        kwargs = dict(max_new_tokens=self.max_new_tokens, do_sample=False, eos_token_id=self.eos,
+                      pad_token_id=self.target.tokenizer.pad_token_id, attention_mask=torch.ones_like(inp),
+                      temperature=None, top_p=None, top_k=None)
+        rows = output_rows(model)
+        if self.target.vocab_limit < rows:  # padding rows past the tokenizer: never chosen, as in our loops
+            kwargs["suppress_tokens"] = list(range(self.target.vocab_limit, rows))
+        if mode == "hf_assisted":
+            gc = self.draft.model.generation_config
+            gc.num_assistant_tokens = self.k
+            gc.num_assistant_tokens_schedule = "constant"
+            gc.assistant_confidence_threshold = 0.0
+            kwargs["assistant_model"] = self.draft.model
+        stamps = _Stamps()
+        t0 = time.perf_counter()
+        out = model.generate(inp, streamer=stamps, **kwargs)
+        t2 = time.perf_counter()
+        tokens = out[0, inp.shape[1]:].tolist()
+        t1 = stamps.first_token_at or t2
+        st = DecodeStats(mode=mode, k=self.k if mode == "hf_assisted" else 0, new_tokens=len(tokens),
+                         ttft_s=t1 - t0, decode_s=t2 - t1, first_emit=min(stamps.first_count, len(tokens)),
+                         stopped_by="eos" if tokens and tokens[-1] in self.eos else "max_new_tokens")
+        return Generation(tokens, st)
+
+
+def drafter_counters(drafter) -> dict:
+    """What a drafter counts about itself (prompt lookups, model rounds, probes used), for the record."""
+    out = {}
+    for name in ("matched", "rounds", "lookup_rounds", "model_rounds", "stopped_early"):
+        if hasattr(drafter, name):
+            out[{"matched": "lookup_matched", "rounds": "lookup_tried"}.get(name, name)] = getattr(drafter, name)
+    head = getattr(getattr(drafter, "state", None), "head", None)
+    if hasattr(head, "probes_used"):
+        out["probes_used"], out["head_rows"] = head.probes_used, head.calls
+    return out

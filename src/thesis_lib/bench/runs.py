@@ -1,0 +1,173 @@
+"""Run folders: where a benchmark run keeps what it measured (thesis section 3.7, "exact output directories").
+
+A run folder holds
+
+- ``config.json``: the run's configuration (everything that decides what is measured);
+- ``environment.json``: versions, CPU/GPU, threads, git revision, models and their hashes, FlashHead
+  settings (:mod:`~thesis_lib.bench.environment`); a resumed run appends the environment of each later
+  session under ``"resumed"``;
+- ``samples.jsonl``: one JSON line per finished sample (prompt x iteration x mode), written and flushed to
+  disk as soon as the sample is done, so an interrupted run loses no finished sample;
+- ``summary.json``: the per-mode summary of all samples, written when the run completes.
+
+An existing folder is never overwritten. :func:`open_run` refuses it unless asked to ``resume`` (the stored
+configuration must equal the new one; finished samples are kept and skipped; a half-written last line from
+an interruption is cut off) or to ``replace`` (the old folder is moved aside to ``<name>.old-N``, not
+deleted). :func:`load_run` reads a folder back for the tables (:mod:`thesis_lib.analysis.tables`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .metrics import sample_key
+
+CONFIG, ENVIRONMENT, SAMPLES, SUMMARY = "config.json", "environment.json", "samples.jsonl", "summary.json"
+
+
+@dataclass
+class Run:
+    """A run folder's contents."""
+
+    path: Path
+    config: dict
+    environment: dict
+    samples: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.get("name") or self.path.name
+
+    def modes(self) -> list[str]:
+        return list(dict.fromkeys(r["mode"] for r in self.samples))
+
+    def of(self, mode: str) -> list[dict]:
+        return [r for r in self.samples if r["mode"] == mode]
+
+    def done(self) -> dict[tuple, dict]:
+        return {sample_key(r): r for r in self.samples}
+
+    def append(self, record: dict) -> None:
+        """Write one finished sample to ``samples.jsonl`` and force it to disk."""
+        with open(self.path / SAMPLES, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.samples.append(record)
+
+    def write_summary(self, summary: dict) -> None:
+        _write_json(self.path / SUMMARY, summary)
+        self.summary = summary
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_samples(path: Path, *, repair: bool) -> list[dict]:
+    """Complete lines of ``samples.jsonl``; a torn last line (an interrupted write) is dropped, and with
+    ``repair`` cut from the file so new samples start on a fresh line."""
+    file = path / SAMPLES
+    if not file.exists():
+        return []
+    data = file.read_bytes()
+    samples, good = [], 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            samples.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+        good += len(line)
+    if good < len(data):
+        rest = data[good:]
+        if rest.count(b"\n") > 1:  # more than one damaged line: not an interruption
+            raise ConfigError(f"{file} is damaged after {len(samples)} samples; nothing was changed.")
+        if repair:
+            with open(file, "r+b") as f:
+                f.truncate(good)
+    return samples
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder (for tables and figures)."""
+    path = Path(path)
+    if not (path / CONFIG).is_file():
+        raise ConfigError(f"{path} is not a run folder (no {CONFIG}).")
+    config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    env_file = path / ENVIRONMENT
+    env = json.loads(env_file.read_text(encoding="utf-8")) if env_file.is_file() else {}
+    summary_file = path / SUMMARY
+    summary = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.is_file() else None
+    return Run(path, config, env, _read_samples(path, repair=False), summary)
+
+
+def _aside(path: Path) -> Path:
+    n = 1
+    while (dest := path.with_name(f"{path.name}.old-{n}")).exists():
+        n += 1
+    return dest
+
+
+def check_new_run(path: str | Path, config: dict, *, resume: bool = False, replace: bool = False) -> str:
+    """What :func:`open_run` would do (``"new"``, ``"resume"``, ``"replace"``), or a clear error; cheap, so
+    callers run it before loading any model."""
+    path = Path(path)
+    if resume and replace:
+        raise ConfigError("Choose one of resume and replace.")
+    if not path.exists():
+        return "new"
+    if replace:
+        return "replace"
+    if not resume:
+        raise ConfigError(f"The run folder {path} exists; nothing was changed. Pass resume (--resume) to finish "
+                          "it, replace (--replace: the old folder is moved aside, not deleted), or choose "
+                          "another name.")
+    if not (path / CONFIG).is_file():
+        raise ConfigError(f"{path} exists but is not a run folder (no {CONFIG}); nothing was changed.")
+    stored = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    diff = sorted(k for k in set(stored) | set(config) if stored.get(k) != config.get(k))
+    if diff:
+        raise ConfigError(f"Cannot resume {path}: its configuration differs in {', '.join(diff)} "
+                          f"(stored {[stored.get(k) for k in diff]}, now {[config.get(k) for k in diff]}).")
+    return "resume"
+
+
+def open_run(path: str | Path, config: dict, *, resume: bool = False, replace: bool = False) -> Run:
+    """Create a run folder, or reopen one to resume it, or move an old one aside and start afresh."""
+    path = Path(path)
+    action = check_new_run(path, config, resume=resume, replace=replace)
+    if action == "resume":
+        run = load_run(path)
+        run.samples = _read_samples(path, repair=True)
+        return run
+    if action == "replace":
+        os.replace(path, _aside(path))
+    path.mkdir(parents=True)
+    _write_json(path / CONFIG, config)
+    return Run(path, config, {})
+
+
+def record_environment(run: Run, env: dict) -> None:
+    """Store the environment; on a resumed run, keep the first and add this session's under ``resumed``."""
+    file = run.path / ENVIRONMENT
+    if file.is_file():
+        doc = json.loads(file.read_text(encoding="utf-8"))
+        doc.setdefault("resumed", []).append(env)
+    else:
+        doc = env
+    write_environment(run, doc)
+
+
+def write_environment(run: Run, doc: dict) -> None:
+    _write_json(run.path / ENVIRONMENT, doc)
+    run.environment = doc

@@ -1,0 +1,136 @@
+"""The real-browser check of the built book: headless Chromium (Debian's ``chromium``) driven by Playwright.
+
+:func:`check` serves the built HTML on localhost, opens the index and every chapter page, and reports per
+page: requests to any host other than localhost (there must be none), figure images that failed to load or
+whose file is missing or empty, raw TeX delimiters left in the text (MathJax did not typeset), the number of
+typeset formulas, and a full-page screenshot saved beside the report. Nothing is downloaded: the browser is
+the system's (``CHROMIUM`` or ``/usr/bin/chromium``); Playwright's own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..errors import ConfigError
+
+PAGES = ("index.html", "intro.html", "theory.html", "methods.html", "results.html", "conclusion.html", "beyond.html",
+         "reproduce.html", "environment.html", "notebooks/ch2_theory.html", "notebooks/ch3_methods.html",
+         "notebooks/ch4_results.html", "notebooks/ch5_conclusion.html", "notebooks/ch6_beyond.html",
+         "notebooks/explorer.html")
+#: Chromium flags for a closed network (no background connections, no component updates).
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+def chromium_path() -> str | None:
+    return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    """Serves the built book silently, noting every path it could not find (``server.missing``)."""
+
+    def log_message(self, *args):
+        pass
+
+    def log_request(self, code="-", size="-"):
+        if isinstance(code, int) and 400 <= code < 500:
+            self.server.missing.append(self.path.split("?")[0])
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    missing: list
+
+    def handle_error(self, request, client_address):
+        pass  # a browser that closes a connection early is not the book's problem
+
+
+def _serve(root: Path):
+    handler = functools.partial(_Quiet, directory=str(root))
+    server = _Server(("127.0.0.1", 0), handler)
+    server.missing = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+_PAGE_JS = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const imgs = Array.from(document.querySelectorAll('main img, article img, .bd-article img'));
+  const text = (document.querySelector('main') || document.body).innerText;
+  return {
+    images: imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0})),
+    formulas: document.querySelectorAll('mjx-container').length,
+    raw_tex: (text.match(/\\\\\\(|\\\\\\[|\\$\\$/g) || []).length,
+    widgets: document.querySelectorAll('.jupyter-widgets, .widget-slider, .widget-vbox').length,
+    title: document.title,
+  };
+}"""
+
+
+def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: int = 30000) -> dict:
+    """Load each page in headless Chromium; returns ``{"pages": {page: report}, "ok": bool}`` and writes
+    ``report.json`` and one PNG screenshot per page into ``out_dir``."""
+    html_dir, out_dir = Path(html_dir), Path(out_dir)
+    exe = chromium_path()
+    if exe is None:
+        raise ConfigError("No Chromium found (install Debian's `chromium`, or set CHROMIUM to its path).")
+    missing = [p for p in pages if not (html_dir / p).is_file()]
+    if missing:
+        raise ConfigError(f"Not in the built book: {', '.join(missing)}.")
+    from playwright.sync_api import sync_playwright
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    server = _serve(html_dir)
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    report = {"pages": {}, "ok": True}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            external: list[str] = []
+            page.on("request", lambda r: external.append(r.url)
+                    if urlparse(r.url).hostname not in ("127.0.0.1", "localhost", None) and not r.url.startswith("data:") else None)
+            for name in pages:
+                external.clear()
+                server.missing.clear()
+                page.goto(base + name, wait_until="networkidle", timeout=timeout_ms)
+                info = page.evaluate(_PAGE_JS)
+                shot = out_dir / (name.replace("/", "__").replace(".html", ".png"))
+                page.screenshot(path=str(shot), full_page=True)
+                files = []
+                for img in info["images"]:
+                    src = img["src"] or ""
+                    f = (html_dir / Path(name).parent / src.split("?")[0]).resolve() if not src.startswith("data:") else None
+                    files.append({**img, "file_bytes": f.stat().st_size if f and f.is_file() else (None if f is None else 0)})
+                bad_images = [i for i in files if not i["ok"] or i["file_bytes"] == 0]
+                missing = sorted({m for m in server.missing if m != "/favicon.ico"})  # browsers ask for one
+                entry = {"title": info["title"], "external_requests": list(external), "missing_files": missing,
+                         "images": len(files),
+                         "bad_images": bad_images, "formulas": info["formulas"], "raw_tex": info["raw_tex"],
+                         "widgets": info["widgets"], "screenshot": shot.name, "screenshot_bytes": shot.stat().st_size}
+                entry["ok"] = not external and not missing and not bad_images and info["raw_tex"] == 0
+                report["ok"] &= entry["ok"]
+                report["pages"][name] = entry
+            browser.close()
+    finally:
+        server.shutdown()
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return report
+
+
+def static_external_urls(html_dir: str | Path) -> list[str]:
+    """``http(s)`` URLs in ``<script src>`` or ``<link href>`` of any built page (must be empty)."""
+    import re
+
+    pat = re.compile(r"<(?:script[^>]+src|link[^>]+href)=[\"'](https?://[^\"']+)", re.I)
+    hits = []
+    for f in Path(html_dir).rglob("*.html"):
+        for url in pat.findall(f.read_text(encoding="utf-8", errors="replace")):
+            hits.append(f"{f.relative_to(html_dir)}: {url}")
+    return hits

@@ -1,0 +1,84 @@
+"""Executing the chapter notebooks with papermill (``thesis-lib book``): the heavy chapter first, a notebook
+reused when its source, parameters and the library's code are unchanged since its last execution."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from ..errors import ConfigError
+from .params import DEFAULT_SET, ROOT, Params, load_parameters
+from .shared import digest
+
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "ch6_beyond", "explorer")
+#: Chapter 4 runs the benchmarks the others read, so it goes first.
+RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "ch6_beyond", "explorer")
+
+
+def _library_digest() -> str:
+    src = ROOT / "src" / "thesis_lib"
+    h = hashlib.sha256()
+    for f in sorted(src.rglob("*.py")):
+        h.update(str(f.relative_to(src)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def notebook_parameters(name: str) -> set[str]:
+    import papermill
+
+    return set(papermill.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb")))
+
+
+def build_dir(set_name: str) -> Path:
+    return ROOT / "build" / set_name / "book"
+
+
+def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[str] | None = None,
+            overrides: dict | None = None, progress: bool = True) -> dict[str, str]:
+    """Run the chapter notebooks with a parameter set into ``build/<set>/book/notebooks``; returns each
+    notebook's fate ("executed" or "reused"). Every bad name fails before any notebook runs."""
+    import papermill
+
+    values = {**load_parameters(set_name), **(overrides or {})}
+    names = list(only or RUN_ORDER)
+    unknown = [n for n in names if n not in NOTEBOOKS]
+    if unknown:
+        raise ConfigError(f"Unknown notebook(s) {', '.join(unknown)}; the chapters are {', '.join(NOTEBOOKS)}.")
+    Params.from_namespace(values).check()
+    out_dir = build_dir(set_name)
+    (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    values.setdefault("SET_NAME", set_name)
+    values["FIG_DIR"] = str((out_dir / "figures").relative_to(ROOT))
+    lib = _library_digest()
+    fates = {}
+    for name in sorted(names, key=RUN_ORDER.index):
+        src = NOTEBOOK_DIR / f"{name}.ipynb"
+        declared = notebook_parameters(name)
+        given = {k: v for k, v in values.items() if k in declared}
+        key = digest({"source": hashlib.sha256(src.read_bytes()).hexdigest(), "parameters": given, "library": lib})
+        dest = out_dir / "notebooks" / f"{name}.ipynb"
+        if not recompute and dest.is_file():
+            meta = json.loads(dest.read_text(encoding="utf-8")).get("metadata", {}).get("thesis_companion", {})
+            if meta.get("key") == key:
+                fates[name] = "reused"
+                continue
+        t0 = time.perf_counter()
+        tmp = dest.with_suffix(".partial.ipynb")
+        papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT), kernel_name="python3",
+                                   progress_bar=progress, log_output=False)
+        nb = json.loads(tmp.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:  # the parameter cells fold away in the book ("Show code cell source")
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if {"parameters", "injected-parameters"} & set(tags) and "hide-input" not in tags:
+                tags.append("hide-input")
+        nb.setdefault("metadata", {})["thesis_companion"] = {
+            "key": key, "parameter_set": set_name, "parameters": given, "seconds": round(time.perf_counter() - t0, 1)}
+        tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, dest)
+        fates[name] = "executed"
+    return fates

@@ -1,0 +1,250 @@
+"""The "Beyond the thesis" chapter's experiments (issue 6), obtained like chapter 4's: run folders and JSON
+documents under ``RUNS_DIR`` named by a hash of their parameters, computed once, reused after. The tables and
+the verdict made from them are :mod:`thesis_lib.analysis.beyond`'s.
+
+- :func:`calibration`: held-out prompts (the project's prompts the benchmark does not measure, first
+  ``CALIBRATION_PER_CATEGORY`` per category), the target's greedy output on them, and the draft's hidden
+  states teacher-forced on that output. Everything that is *tuned* is tuned here: the adaptive-probe margin
+  and the co-design setting; the benchmark prompts only judge.
+- :func:`margin_curve`: adaptive probing over margins (mean probes, agreement, acceptance); the margin is
+  chosen from it by :func:`thesis_lib.analysis.beyond.tuned_margin`.
+- :func:`codesign_sweep`: clusters (``CODESIGN_CLUSTER_SIZES``) x probes -> per-token acceptance, agreement, head
+  latency and the cost model's best K and decode tok/s, with the Pareto front; the frequency-truncated head at
+  the same candidate counts beside it.
+- :func:`beyond_run`: every new mode against the thesis-style draft in one interleaved benchmark run.
+- :func:`k_sweep_runs`: the FlashHead deferred draft at fixed K per ``BEYOND_K_SWEEP`` on the same prompts, for
+  the best fixed K per prompt category; :func:`codesign_run`: the co-designed setting end to end.
+- :func:`lookahead`: the draft's lookahead on the calibration outputs, over which every block-length policy
+  is walked (:mod:`thesis_lib.analysis.lookahead`); :func:`confidence_run`: the tuned confidence stop end to
+  end beside the thesis-style draft; :func:`run_lookahead`: the same lookahead on that run's own prompts, to
+  set the walk against what it measured.
+- :func:`sampling_check`: the exact test of lossless speculative sampling, from its saved document or run here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ..analysis import codesign, distcheck
+from ..analysis import lookahead as la
+from ..bench.drafts import token_counts
+from ..bench.timing import head_ms
+from ..bench.prompts import encode, load_prompts, prompt_text
+from ..decoding.greedy import greedy_generate
+from ..decoding.state import ModelState
+from ..heads.adaptive import AdaptiveFlashHead
+from ..heads.dense import DenseGreedyHead
+from ..heads.flashhead import flashhead_for
+from ..heads.truncated import frequency_head
+from ..models.loading import output_rows
+from .params import ROOT, Params
+from .shared import cached_document, named, obtain, pair
+
+#: The new modes of the chapter (all deferred: the thesis' best schedule on every machine it measured).
+BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "ngram_deferred",
+                "hybrid_deferred", "flash_deferred_hk", "flash_deferred_ck", "sample_dense", "sample_flash")
+
+
+def _calibration_cfg(p: Params):
+    return p.bench(freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens)
+
+
+def calibration_prompts(p: Params):
+    return _calibration_cfg(p).calibration_prompts()
+
+
+def _target_outputs(p: Params) -> dict:
+    """The target's greedy output on the calibration prompts (cached JSON)."""
+    prompts = calibration_prompts(p)
+    key = {"target": p.target, "prompts": [q.question_id for q in prompts], "max_new_tokens": p.max_new_tokens,
+           "dtype": p.dtype}
+
+    def compute():
+        from tqdm.auto import tqdm
+
+        target, _, _ = pair(p)
+        state = ModelState(target.model, vocab_limit=target.vocab_limit)
+        rows = []
+        for q in tqdm(prompts, desc="target on calibration prompts", disable=not p.progress):
+            ids = encode(target.tokenizer, prompt_text(q), chat=True)
+            gen = greedy_generate(state, ids, max_new_tokens=p.max_new_tokens, eos_ids=target.eos_ids)
+            rows.append({"question_id": q.question_id, "category": q.category, "prompt_ids": ids, "tokens": gen.tokens})
+        return {"sequences": rows}
+
+    return cached_document(p, "calibration", key, compute)
+
+
+def calibration(p: Params) -> dict:
+    """Teacher-forced draft states on the calibration prompts: ``states`` [N, D], ``targets`` [N] (the target's
+    tokens), ``dense`` [N] (the dense draft head's tokens), ``categories`` per row, and the sequences."""
+    doc = _target_outputs(p)
+    _, draft, _ = pair(p)
+    seqs = [(s["prompt_ids"], s["tokens"]) for s in doc["sequences"]]
+    states, targets, owner = codesign.teacher_forced(draft.model, seqs, vocab_limit=draft.vocab_limit,
+                                                     progress=p.progress)
+    dense_head = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)
+    with torch.inference_mode():
+        dense = torch.cat([dense_head(states[i:i + 256]) for i in range(0, states.shape[0], 256)]).cpu()
+    cats = [doc["sequences"][i]["category"] for i in owner]
+    return {"states": states, "targets": targets, "dense": dense, "categories": cats, "sequences": doc["sequences"]}
+
+
+def margin_curve(p: Params, cal: dict | None = None) -> dict:
+    """Adaptive probing over ``ADAPTIVE_MARGINS`` on the calibration states, with the fixed default beside it:
+    mean probes, agreement with the dense head, per-token acceptance, head latency (cached JSON)."""
+    key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
+           "margins": list(p.adaptive_margins), "min_probes": p.adaptive_min_probes, "probes": p.probes,
+           "clusters": p.clusters, "assets": p.assets}
+
+    def compute():
+        c = cal or calibration(p)
+        _, _, head = pair(p)
+        fixed = codesign.head_quality(head, c["states"], c["targets"], c["dense"])
+        rows = [{"margin": None, "mean_probes": float(head.n_probes), **fixed,
+                 "head_ms": head_ms(head, c["states"])}]
+        for m in p.adaptive_margins:
+            a = AdaptiveFlashHead(head, margin=m, min_probes=p.adaptive_min_probes, max_probes=head.n_probes)
+            q = codesign.head_quality(a, c["states"], c["targets"], c["dense"])
+            mean = a.mean_probes
+            rows.append({"margin": m, "mean_probes": mean, **q, "head_ms": head_ms(a, c["states"])})
+        return {"rows": rows, "n_probes": head.n_probes, "n_clusters": head.n_clusters, "states": int(c["states"].shape[0])}
+
+    return cached_document(p, "margins", key, compute)
+
+
+def codesign_sweep(p: Params, cal: dict | None = None) -> dict:
+    """The co-design sweep (cached JSON): FlashHead at each cluster size x probe count, and the
+    frequency-truncated head at the same candidate counts; cost-model predictions from costs measured here."""
+    key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
+           "sizes": list(p.codesign_cluster_sizes), "k_max": p.k_max, "kmeans_iterations": p.kmeans_iterations,
+           "dtype": p.dtype}
+
+    def compute():
+        c = cal or calibration(p)
+        target, draft, default = pair(p)
+        rows_v = output_rows(draft.model)
+        heads = {}
+        for b in p.codesign_cluster_sizes:
+            n_c = rows_v // b
+            heads[n_c] = default if n_c == default.n_clusters else flashhead_for(
+                draft, n_clusters=n_c, iterations=p.kmeans_iterations, path=p.flash_path, progress=p.progress)
+        probes = {n_c: sorted({max(1, n_c // d) for d in (256, 128, 64, 32, 16, 8)}
+                              | ({default.n_probes} if n_c == default.n_clusters else set())) for n_c in heads}
+        ids = c["sequences"][0]["prompt_ids"]
+        dense_head = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)
+        costs = codesign.step_costs(ModelState(target.model, vocab_limit=target.vocab_limit), draft.model, ids,
+                                    dense_head, k_max=p.k_max, vocab_limit=draft.vocab_limit)
+        rows = codesign.sweep(heads, probes, c["states"], c["targets"], c["dense"], costs, k_max=p.k_max,
+                              progress=p.progress)
+        dense_q = codesign.head_quality(dense_head, c["states"], c["targets"], c["dense"])
+        dense_pred = codesign.predict(dense_q["alpha"], costs["dense_head_ms"], costs, k_max=p.k_max)
+        counts, corpus = token_counts(_calibration_cfg(p), draft, progress=p.progress)
+        specials = default.special_ids.tolist()
+        freq = []
+        for n in sorted({r["candidates"] - len(specials) for r in rows}):
+            h = frequency_head(draft, counts, n, specials)
+            q = codesign.head_quality(h, c["states"], c["targets"], c["dense"])
+            ms = head_ms(h, c["states"])
+            pred = codesign.predict(q["alpha"], ms, costs, k_max=p.k_max)
+            freq.append({"candidates": h.candidates_per_step(), **q, "head_ms": ms, "k": pred["k"],
+                         "tokens_per_s": pred["tokens_per_s"], "speedup": pred["speedup"]})
+        return {"rows": rows, "front": codesign.pareto(rows), "freq": freq, "costs": costs,
+                "dense": {**dense_q, "head_ms": costs["dense_head_ms"], **{k: dense_pred[k] for k in ("k", "tokens_per_s", "speedup")}},
+                "default": {"clusters": default.n_clusters, "probes": default.n_probes},
+                "corpus": corpus, "states": int(c["states"].shape[0])}
+
+    return cached_document(p, "codesign", key, compute)
+
+
+def lookahead(p: Params) -> dict:
+    """The FlashHead draft's greedy lookahead (``k_max`` tokens, with its head's probabilities) and the lookup's
+    proposal at every position of the target's output on the calibration prompts (cached JSON; see
+    :mod:`thesis_lib.analysis.lookahead`)."""
+    doc = _target_outputs(p)
+    key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
+           "depth": p.k_max, "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "dtype": p.dtype}
+
+    def compute():
+        seqs = [(s["prompt_ids"], s["tokens"]) for s in doc["sequences"]]
+        return {"rows": _lookahead_rows(p, seqs, [{"category": s["category"]} for s in doc["sequences"]]),
+                "depth": p.k_max}
+
+    return cached_document(p, "lookahead", key, compute)
+
+
+def _lookahead_rows(p: Params, seqs: list, labels: list[dict]) -> list[dict]:
+    """The FlashHead draft's lookahead (depth ``k_max``) over ``(prompt_ids, target tokens)``, each row
+    labelled."""
+    _, draft, head = pair(p)
+    rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
+                              progress=p.progress)
+    return [{**row, **label} for row, label in zip(rows, labels)]
+
+
+#: The confidence run's modes: the thesis-style draft at the main K beside the two confidence-stopped drafts.
+CONFIDENCE_MODES = ("baseline", "flash_deferred", "flash_deferred_sk", "hybrid_deferred_sk")
+
+
+def run_lookahead(p: Params, run) -> dict:
+    """The same lookahead on a finished run's prompts and its baseline's greedy outputs (cached JSON): to check
+    the walk against what the run measured, never to tune anything."""
+    qs = {q.question_id: q for q in load_prompts(run.config["prompt_file"])}
+    base = [r for r in run.of("baseline") if r["iteration"] == 0]
+    key = {"run": run.name, "depth": p.k_max, "outputs": [r["tokens"] for r in base]}
+
+    def compute():
+        target, _, _ = pair(p)
+        seqs = [(encode(target.tokenizer, prompt_text(qs[r["question_id"]], run.config.get("turns", 1)),
+                        chat=run.config.get("chat", True)), r["tokens"]) for r in base]
+        labels = [{"question_id": r["question_id"], "category": r["category"]} for r in base]
+        return {"rows": _lookahead_rows(p, seqs, labels), "depth": p.k_max, "run": run.name}
+
+    return cached_document(p, "run-lookahead", key, compute)
+
+
+def confidence_run(p: Params, stop_below: float):
+    """The confidence-stopped drafts (FlashHead, and the unpadded lookup + FlashHead hybrid) beside the
+    thesis-style FlashHead deferred draft at the main K and the baseline, one interleaved run."""
+    cfg = p.bench(modes=CONFIDENCE_MODES, stop_below=stop_below, k_max=p.k_max, costs=False)
+    return obtain(named(cfg, p.set_name, "confidence"), p)
+
+
+def beyond_run(p: Params, margin: float):
+    """Every new mode of the chapter beside the thesis-style FlashHead deferred draft, one interleaved run."""
+    cfg = p.bench(modes=tuple(p.beyond_modes), adaptive_margin=margin, adaptive_min_probes=p.adaptive_min_probes,
+                  freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens,
+                  k_max=p.k_max, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+    return obtain(named(cfg, p.set_name, "beyond"), p)
+
+
+def k_sweep_runs(p: Params) -> dict:
+    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` on the beyond run's prompts."""
+    out = {}
+    for k in p.beyond_k_sweep:
+        cfg = p.bench(k=k, modes=("baseline", "flash_deferred"), costs=False)
+        out[k] = obtain(named(cfg, p.set_name, f"beyond-k{k}"), p)
+    return out
+
+
+def codesign_run(p: Params, setting: dict):
+    """The co-designed FlashHead (clusters, probes, K from the sweep) end to end, beside the baseline."""
+    cfg = p.bench(k=int(setting["k"]), modes=("baseline", "flash_deferred"), clusters=int(setting["clusters"]),
+                  probes=int(setting["probes"]), costs=False)
+    return obtain(named(cfg, p.set_name, "codesign"), p)
+
+
+def sampling_check(p: Params) -> tuple[dict, str]:
+    """The sampling check's result and where it comes from: the saved output of ``thesis-lib sampling-check``
+    named by ``SAMPLING_CHECK_FILE``, or (without one) the check run here at ``SAMPLING_DELTA``."""
+    if p.sampling_check_file and (ROOT / p.sampling_check_file).is_file():
+        check = json.loads((ROOT / p.sampling_check_file).read_text(encoding="utf-8"))
+        return check, f"`thesis-lib sampling-check --delta {check['delta']}` ({p.sampling_check_file})"
+    pair_ = distcheck.tiny_pair()
+    rows = [distcheck.run_case(pair_, c, d, s, delta=p.sampling_delta) for c in range(len(distcheck.CASES))
+            for d in ("dense", "flash") for s in ("ordinary", "deferred")]
+    check = {"delta": p.sampling_delta, "alpha": 1e-3, "power": 0.99, "configurations": rows,
+             "negative_control": distcheck.run_always_accept(pair_, delta=p.sampling_delta)}
+    check["ok"] = all(r["ok"] for r in rows) and not check["negative_control"]["ok"]
+    return check, f"this notebook, delta = {p.sampling_delta}"

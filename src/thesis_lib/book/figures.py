@@ -1,0 +1,419 @@
+"""The book's figures, drawn with matplotlib (and seaborn) from models' shapes and measured runs.
+
+Each function returns a ``matplotlib.figure.Figure``; :func:`save` writes it as a PNG beside the book's
+pages. Diagrams (Figures 2.1-2.3) are drawn here, not pasted; Figure 3.1 is drawn from the phase events of
+a real generation (:class:`~thesis_lib.decoding.clocks.PhaseClock` with ``trace=True``). :func:`token_origins`
+and :func:`tokens_html` mark which emitted tokens were accepted draft tokens (chapter 3 and the explorer).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+from ..analysis import theory
+
+COLORS = {"target": "#4C72B0", "draft": "#DD8452", "flash": "#55A868", "neutral": "#8C8C8C", "accent": "#C44E52"}
+PHASE_COLORS = {"prefill": "#B0B0B0", "draft_propose": COLORS["draft"], "target_verify": COLORS["target"],
+                "finalize_align": "#8172B3", "other": "#DDDDDD"}
+MODE_COLORS = {"baseline": COLORS["neutral"], "dense": COLORS["draft"], "flash": COLORS["flash"],
+               "shared": "#937860", "hf": "#DA8BC3"}
+
+
+def style() -> None:
+    import seaborn as sns
+
+    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.95)
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 130, "savefig.bbox": "tight"})
+
+
+def save(fig, fig_dir: str | Path, name: str) -> Path:
+    """Write ``<fig_dir>/<name>.png`` (the book's ``{figure}`` directives point there)."""
+    path = Path(fig_dir) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def mode_color(mode: str) -> str:
+    return MODE_COLORS.get(mode.split("_")[0], COLORS["neutral"])
+
+
+# --- diagrams ---------------------------------------------------------------------------------------------
+
+def _box(ax, x, y, w, h, text, color, fontsize=9, alpha=0.9):
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08", fc=color, ec="black",
+                                lw=0.8, alpha=alpha))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize, color="black", wrap=True)
+
+
+def _arrow(ax, a, b, text=None, rad=0.0):
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=12, lw=1.0, color="black",
+                                 connectionstyle=f"arc3,rad={rad}"))
+    if text:
+        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 0.12, text, ha="center", fontsize=8)
+
+
+def _canvas(w=10, h=3.2, xlim=(0, 10), ylim=(0, 3.2)):
+    fig, ax = plt.subplots(figsize=(w, h))
+    ax.set_xlim(*xlim), ax.set_ylim(*ylim), ax.axis("off")
+    return fig, ax
+
+
+def diagram_autoregressive(model: str, vocab: int, hidden: int, layers: int):
+    """Figure 2.1: one model step per token; the KV cache spares the prefix, not the sequential steps."""
+    fig, ax = _canvas()
+    _box(ax, 0.1, 1.2, 1.4, 0.8, "prompt\n(prefill,\nall tokens)", "#EEEEEE")
+    _box(ax, 2.0, 1.2, 2.0, 0.8, f"{layers} decoder layers\n(last token only)", COLORS["target"], alpha=0.5)
+    _box(ax, 4.5, 1.2, 1.8, 0.8, f"LM head\n{vocab:,} x {hidden:,}", COLORS["accent"], alpha=0.45)
+    _box(ax, 6.8, 1.2, 1.3, 0.8, "argmax\n(greedy)", "#EEEEEE")
+    _box(ax, 8.5, 1.2, 1.3, 0.8, "next\ntoken", "#FFFFFF")
+    _box(ax, 2.0, 2.4, 2.0, 0.55, "KV cache (grows by 1)", "#F3E3B3")
+    for a, b in (((1.5, 1.6), (2.0, 1.6)), ((4.0, 1.6), (4.5, 1.6)), ((6.3, 1.6), (6.8, 1.6)), ((8.1, 1.6), (8.5, 1.6))):
+        _arrow(ax, a, b)
+    _arrow(ax, (3.0, 2.0), (3.0, 2.4))
+    _arrow(ax, (9.15, 1.2), (3.0, 1.2), "appended: one sequential step per generated token", rad=-0.35)
+    ax.set_title(f"Autoregressive decoding ({model})", fontsize=10)
+    return fig
+
+
+def diagram_speculative(k: int = 4):
+    """Figure 2.2: the draft proposes K tokens one by one; the target checks them in one forward."""
+    fig, ax = _canvas(h=3.4, ylim=(0, 3.4))
+    ax.text(0.1, 2.75, "draft", fontsize=10, color=COLORS["draft"], weight="bold")
+    ax.text(0.1, 0.85, "target", fontsize=10, color=COLORS["target"], weight="bold")
+    x = 1.1
+    for i in range(k):
+        _box(ax, x + 1.05 * i, 2.5, 0.9, 0.6, f"step {i + 1}\n→ d{i + 1}", COLORS["draft"], alpha=0.55)
+        if i:
+            _arrow(ax, (x + 1.05 * i - 0.15, 2.8), (x + 1.05 * i, 2.8))
+    vx = x + 1.05 * k + 0.4
+    _box(ax, vx, 0.55, 2.2, 0.7, f"one verify forward over\nlast token + d1..d{k}", COLORS["target"], alpha=0.55)
+    _arrow(ax, (x + 1.05 * k - 0.15, 2.6), (vx + 0.6, 1.25))
+    ox = vx + 2.7
+    marks = ["✓", "✓", "✗"] + ["·"] * max(0, k - 3)
+    for i, m in enumerate(marks[:k]):
+        c = COLORS["flash"] if m == "✓" else (COLORS["accent"] if m == "✗" else "#EEEEEE")
+        _box(ax, ox + 0.45 * i, 0.65, 0.4, 0.5, m, c, alpha=0.6)
+    _arrow(ax, (vx + 2.2, 0.9), (ox, 0.9))
+    ax.text(ox, 1.45, "accept the longest agreeing prefix,\nthen the target's own token", fontsize=8)
+    ax.text(ox, 0.15, "emitted this round: 2 drafts + 1 target token", fontsize=8)
+    ax.set_title(f"Speculative decoding with block length K = {k}", fontsize=10)
+    return fig
+
+
+def diagram_flashhead(vocab: int, n_clusters: int, n_probes: int):
+    """Figure 2.3: dense scoring of all V rows vs FlashHead's centroid ranking and candidate scoring."""
+    fig, ax = _canvas(h=3.6, ylim=(0, 3.6))
+    size = vocab // n_clusters
+    ax.text(0.1, 3.2, "dense head", fontsize=10, weight="bold")
+    _box(ax, 0.1, 2.3, 1.2, 0.6, "hidden h", "#EEEEEE")
+    _box(ax, 1.8, 2.3, 3.0, 0.6, f"score all V = {vocab:,} rows", COLORS["accent"], alpha=0.45)
+    _box(ax, 5.3, 2.3, 1.3, 0.6, "argmax", "#EEEEEE")
+    _arrow(ax, (1.3, 2.6), (1.8, 2.6)), _arrow(ax, (4.8, 2.6), (5.3, 2.6))
+    ax.text(0.1, 1.55, "FlashHead", fontsize=10, weight="bold", color=COLORS["flash"])
+    _box(ax, 0.1, 0.5, 1.2, 0.6, "hidden h", "#EEEEEE")
+    _box(ax, 1.8, 0.5, 2.0, 0.6, f"rank C = {n_clusters:,}\ncentroids", COLORS["flash"], alpha=0.45)
+    _box(ax, 4.2, 0.5, 2.3, 0.6, f"gather top p = {n_probes}\nclusters' ~{n_probes * size:,} tokens", COLORS["flash"], alpha=0.3)
+    _box(ax, 6.9, 0.5, 1.6, 0.6, "score\ncandidates", COLORS["flash"], alpha=0.45)
+    _box(ax, 8.8, 0.5, 1.1, 0.6, "argmax", "#EEEEEE")
+    for a, b in (((1.3, 0.8), (1.8, 0.8)), ((3.8, 0.8), (4.2, 0.8)), ((6.5, 0.8), (6.9, 0.8)), ((8.5, 0.8), (8.8, 0.8))):
+        _arrow(ax, a, b)
+    rho = theory.work_ratio(n_clusters, n_probes, vocab)
+    ax.text(5.0, 1.5, f"rows scored: C + p·V/C = {n_clusters + n_probes * size:,}  (rho = {rho:.3f} of dense)", fontsize=8.5)
+    ax.set_title("Dense unembedding vs FlashHead's two-stage retrieval", fontsize=10)
+    return fig
+
+
+# --- theory curves ----------------------------------------------------------------------------------------
+
+def work_ratio_curve(vocab: int, probes=(64, 256, 593, 2048), marks: dict | None = None):
+    """rho over the cluster count C for several probe counts (log axes), with the optimum sqrt(pV)."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    cs = np.logspace(2, np.log10(vocab / 2), 200)
+    for p in probes:
+        line, = ax.plot(cs, theory.work_ratio(cs, p, vocab), label=f"p = {p}")
+        c_star = theory.best_clusters(p, vocab)
+        ax.plot([c_star], [theory.work_ratio(c_star, p, vocab)], "o", color=line.get_color(), ms=4)
+    for label, (c, p) in (marks or {}).items():
+        ax.plot([c], [theory.work_ratio(c, p, vocab)], "k*", ms=9)
+        ax.annotate(label, (c, theory.work_ratio(c, p, vocab)), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    ax.set_xscale("log"), ax.set_yscale("log")
+    ax.set_xlabel("clusters C"), ax.set_ylabel("rho = C/V + p/C (fraction of dense rows)")
+    ax.axhline(1, color="grey", lw=0.8, ls="--")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def speedup_model_curves(c: float, verify: float, alphas=(0.4, 0.6, 0.7, 0.8, 0.9), k_max: int = 10, measured=None):
+    """Model speedup over K for several acceptances, ordinary (append = 1) and deferred (append = 0)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.6), sharey=True)
+    ks = np.arange(1, k_max + 1)
+    for ax, (title, append) in zip(axes, (("ordinary (verify + append)", 1.0), ("deferred (verify only)", 0.0))):
+        for a in alphas:
+            ax.plot(ks, [theory.speedup(a, int(k), c, verify, append) for k in ks], marker=".", label=f"alpha = {a}")
+        ax.axhline(1, color="grey", lw=0.8, ls="--")
+        ax.set_title(title, fontsize=10), ax.set_xlabel("block length K")
+        if measured:
+            for label, (k, s) in measured.items():
+                if label.startswith(title.split()[0]):
+                    ax.plot([k], [s], "k*", ms=10)
+                    ax.annotate(label.split(":", 1)[-1], (k, s), textcoords="offset points", xytext=(5, -12), fontsize=8)
+    axes[0].set_ylabel("decode speedup over target-only (model)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"c = {c:.3f} (draft/target step), verify = {verify:.2f} target steps", fontsize=9)
+    return fig
+
+
+# --- methods ----------------------------------------------------------------------------------------------
+
+def timeline(traces: dict[str, tuple[list, int]], max_rounds: int | None = None):
+    """Figure 3.1: per schedule, the phases of a real generation on a time axis (ms from the first
+    proposal). ``traces``: schedule -> (PhaseClock events, rounds)."""
+    fig, axes = plt.subplots(len(traces), 1, figsize=(10, 1.5 * len(traces) + 0.6), sharex=True, squeeze=False)
+    lanes = {"draft_propose": 1, "target_verify": 0, "finalize_align": 0}
+    for ax, (name, events) in zip(axes[:, 0], traces.items()):
+        evs = [e for e in events if e[0] in lanes]
+        if not evs:
+            continue
+        t0 = evs[0][1]
+        n_prop = 0
+        for ph, a, b in evs:
+            if ph == "draft_propose":
+                n_prop += 1
+                if max_rounds and n_prop > max_rounds:
+                    break
+            ax.broken_barh([(1000 * (a - t0), 1000 * (b - a))], (lanes[ph] - 0.4, 0.8), color=PHASE_COLORS[ph],
+                           edgecolor="black", lw=0.3)
+        ax.set_yticks([0, 1], ["target", "draft"])
+        ax.set_title(name, fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("ms since the first proposal")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[p]) for p in ("draft_propose", "target_verify", "finalize_align")]
+    fig.legend(handles, ["draft propose", "target verify", "finalize / append + align"], loc="upper right", fontsize=8, ncol=3)
+    fig.tight_layout()
+    return fig
+
+
+def cluster_sizes(assignments, n_clusters: int):
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    sizes = np.bincount(np.asarray(assignments), minlength=n_clusters)
+    ax.hist(sizes, bins=np.arange(sizes.min(), sizes.max() + 2) - 0.5, color=COLORS["flash"])
+    ax.set_xlabel("tokens per cluster"), ax.set_ylabel("clusters")
+    ax.set_title(f"{n_clusters:,} clusters: sizes {sizes.min()}-{sizes.max()} (equal-size k-means)", fontsize=10)
+    return fig
+
+
+def agreement_curve(quality: list[dict], n_clusters: int, default_probes: int | None = None):
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ps = [q["n_probes"] for q in quality]
+    ax.plot(ps, [100 * q["agreement"] for q in quality], marker="o", label="top-1 agreement with the dense head")
+    if "recall_top5" in quality[0]:
+        ax.plot(ps, [100 * q["recall_top5"] for q in quality], marker=".", ls="--", label="dense top-5 among candidates")
+    if default_probes:
+        ax.axvline(default_probes, color="grey", ls=":", lw=1)
+        ax.annotate(f"p = C/16 = {default_probes}", (default_probes, 50), fontsize=8, rotation=90)
+    ax.set_xscale("log"), ax.set_xlabel("probes p"), ax.set_ylabel("%")
+    ax.set_ylim(0, 101), ax.legend(fontsize=8)
+    ax.set_title(f"FlashHead quality over probes (C = {n_clusters:,})", fontsize=10)
+    return fig
+
+
+def token_origins(stats) -> list[str]:
+    """Per emitted token: "target" (the first token, each round's correction or bonus, the tail) or
+    "draft" (an accepted proposal), from a generation's per-round counts."""
+    out = ["target"] * stats.first_emit
+    for acc, em in zip(stats.accepted, stats.emitted):
+        out += ["draft"] * acc + ["target"] * (em - acc)
+    out += ["target"] * stats.tail_tokens
+    return out[: stats.new_tokens] + ["target"] * max(0, stats.new_tokens - len(out))
+
+
+def tokens_html(tokenizer, tokens: list[int], origins: list[str]) -> str:
+    """The generated text with accepted draft tokens highlighted (inline styles, no external CSS)."""
+    spans = []
+    for t, o in zip(tokens, origins):
+        text = html.escape(tokenizer.decode([t])).replace("\n", "↵<br>")
+        style = "background:#cfe9d4" if o == "draft" else "background:#fbe3cf"
+        spans.append(f'<span style="{style};border-radius:2px" title="{o}">{text}</span>')
+    legend = ('<div style="font-size:85%;margin-top:4px"><span style="background:#cfe9d4">accepted draft token</span> '
+              '<span style="background:#fbe3cf">target token (first, correction or bonus)</span></div>')
+    return '<div style="font-family:monospace;white-space:normal;line-height:1.6">' + "".join(spans) + "</div>" + legend
+
+
+# --- results ----------------------------------------------------------------------------------------------
+
+def latency_distribution(run, modes, labels):
+    """Per-sample decode time per token (ms) by mode: the spread behind the pooled tok/s."""
+    import pandas as pd
+    import seaborn as sns
+
+    rows = [{"mode": labels.get(m, m), "ms per decode token": 1000 * r["tpot_s"], "key": m}
+            for m in modes for r in run.of(m) if r.get("tpot_s")]
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(modes) + 1.4))
+    sns.boxplot(data=df, y="mode", x="ms per decode token", hue="mode", palette={labels.get(m, m): mode_color(m) for m in modes},
+                ax=ax, legend=False, fliersize=0)
+    sns.stripplot(data=df, y="mode", x="ms per decode token", color="black", size=3, alpha=0.6, ax=ax)
+    ax.set_ylabel("")
+    return fig
+
+
+def phase_shares(shares: dict[str, dict[str, float]]):
+    """Stacked bars: each mode's decode time split into propose / verify / finalize / the rest."""
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(shares) + 1.2))
+    names = list(shares)
+    left = np.zeros(len(names))
+    for ph, label in (("draft_propose", "draft propose"), ("target_verify", "target verify"),
+                      ("finalize_align", "finalize / align"), ("other", "other")):
+        vals = np.array([shares[n].get(ph, 0.0) for n in names])
+        ax.barh(names, 100 * vals, left=100 * left, color=PHASE_COLORS[ph], label=label, edgecolor="white")
+        for i, v in enumerate(vals):
+            if v > 0.06:
+                ax.text(100 * (left[i] + v / 2), i, f"{100 * v:.0f}%", ha="center", va="center", fontsize=8)
+        left += vals
+    ax.set_xlim(0, 100), ax.set_xlabel("% of decode time"), ax.invert_yaxis()
+    ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def accepted_histogram(table, k: int):
+    """Rounds per accepted length 0..K, one bar group per speculative mode (fractions of rounds)."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    cols = [c for c in table.columns if c != "Mode"]
+    width = 0.8 / max(1, len(table))
+    for i, (_, row) in enumerate(table.iterrows()):
+        total = sum(row[c] for c in cols) or 1
+        ax.bar(np.arange(len(cols)) + i * width, [row[c] / total for c in cols], width, label=row["Mode"])
+    ax.set_xticks(np.arange(len(cols)) + width * (len(table) - 1) / 2, cols)
+    ax.set_xlabel(f"accepted draft tokens in a round (K = {k})"), ax.set_ylabel("fraction of rounds")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def speedup_over_k(points: dict[str, dict[int, float]], model: dict[str, dict[int, float]] | None = None):
+    """Measured decode speedup over target-only decoding against K (solid), with the model's (dotted)."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.6))
+    for label, pts in points.items():
+        ks = sorted(pts)
+        line, = ax.plot(ks, [pts[k] for k in ks], marker="o", label=f"{label} (measured)")
+        if model and label in model:
+            mk = sorted(model[label])
+            ax.plot(mk, [model[label][k] for k in mk], ls=":", color=line.get_color(), label=f"{label} (model)")
+    ax.axhline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("block length K"), ax.set_ylabel("decode speedup over target-only")
+    ax.legend(fontsize=8)
+    return fig
+
+
+# --- beyond the thesis -----------------------------------------------------------------------------------------
+
+def margin_tradeoff(rows: list[dict], chosen: float | None = None):
+    """Adaptive probing: agreement with the dense head and per-token acceptance against mean probes per token;
+    the fixed setting as a star."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.4))
+    fixed = [r for r in rows if r["margin"] is None]
+    ada = sorted((r for r in rows if r["margin"] is not None), key=lambda r: r["mean_probes"])
+    ax.plot([r["mean_probes"] for r in ada], [100 * r["agreement"] for r in ada], marker="o", color=COLORS["flash"],
+            label="adaptive: agreement with dense head")
+    ax.plot([r["mean_probes"] for r in ada], [100 * r["alpha"] for r in ada], marker="s", color=COLORS["target"],
+            label="adaptive: per-token acceptance")
+    for r in ada:
+        ax.annotate(f"{r['margin']:g}", (r["mean_probes"], 100 * r["agreement"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, 3))
+    for r in fixed:
+        ax.scatter([r["mean_probes"]], [100 * r["agreement"]], marker="*", s=140, color=COLORS["accent"], zorder=5,
+                   label="fixed probes (default)")
+        ax.scatter([r["mean_probes"]], [100 * r["alpha"]], marker="*", s=140, color=COLORS["accent"], zorder=5)
+    if chosen is not None:
+        pick = [r for r in ada if r["margin"] == chosen]
+        if pick:
+            ax.axvline(pick[0]["mean_probes"], color="grey", ls=":", lw=1)
+    _log_x(ax)
+    ax.set_xlabel("mean probed clusters per token (log)"), ax.set_ylabel("%")
+    ax.legend(fontsize=8, loc="center right")
+    return fig
+
+
+def _log_x(ax) -> None:
+    """A log x axis labelled at its decades only (minor labels collide)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, dense: dict | None = None,
+           default: dict | None = None, chosen: dict | None = None):
+    """Co-design: head latency against the cost model's decode tok/s for every (clusters, probes); the Pareto
+    front joined; the frequency-truncated head and the dense head beside it."""
+    import matplotlib as mpl
+
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    sizes = sorted({r["clusters"] for r in rows})
+    cmap = mpl.colormaps["viridis"]
+    for i, c in enumerate(sizes):
+        pts = [r for r in rows if r["clusters"] == c]
+        ax.scatter([r["head_ms"] for r in pts], [r["tokens_per_s"] for r in pts], color=cmap(i / max(1, len(sizes) - 1)),
+                   s=28, label=f"FlashHead C = {c} (b = {pts[0]['cluster_size']})")
+    ax.plot([r["head_ms"] for r in front], [r["tokens_per_s"] for r in front], color="black", lw=1, ls="--",
+            label="Pareto front")
+    if freq:
+        ax.scatter([r["head_ms"] for r in freq], [r["tokens_per_s"] for r in freq], marker="x", color=COLORS["accent"],
+                   label="frequency-truncated head")
+    if dense:
+        ax.scatter([dense["head_ms"]], [dense["tokens_per_s"]], marker="D", color=COLORS["draft"], label="dense head")
+    for r, mark, name in ((default, "*", "default"), (chosen, "P", "chosen")):
+        if r:
+            ax.scatter([r["head_ms"]], [r["tokens_per_s"]], marker=mark, s=160, facecolor="none",
+                       edgecolor="black", zorder=6, label=f"{name}: C = {r['clusters']}, p = {r['probes']}")
+    _log_x(ax)
+    ax.set_xlabel("draft head latency per token (ms, log)"), ax.set_ylabel("predicted decode tok/s (best K)")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def policy_curve(sim: dict):
+    """Block-length policies on the calibration lookahead: modelled speedup against the confidence threshold
+    (alone and with the free lookup) and against fixed K, the oracle bounds and the best fixed K as lines."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9.0, 3.4), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+    for lookup, color, name in ((False, COLORS["flash"], "confidence stop"), (True, COLORS["target"], "+ free lookup")):
+        pts = [r for r in sim["thresholds"] if r["lookup"] == lookup]
+        ax.plot([r["stop_below"] for r in pts], [r["speedup"] for r in pts], marker="o", color=color, label=name)
+    fixed = sim["fixed"]
+    bx.plot([r["k"] for r in fixed], [r["speedup"] for r in fixed], marker="s", color=COLORS["draft"], label="fixed K")
+    for a in (ax, bx):
+        for key, ls, name in (("oracle", "--", "clairvoyant K"), ("oracle_lookup", ":", "clairvoyant K + lookup")):
+            a.axhline(sim["oracles"][key]["speedup"], color="black", ls=ls, lw=1, label=name if a is ax else None)
+        a.axhline(sim["best_fixed"]["speedup"], color=COLORS["draft"], lw=0.8, ls="-.",
+                  label="best fixed K" if a is ax else None)
+        a.axhline(1, color="grey", lw=0.8)
+    ax.axvline(sim["tuned_stop_below"], color="grey", ls=":", lw=1)
+    ax.set_xlabel("stop below draft probability tau"), ax.set_ylabel("modelled decode speedup")
+    bx.set_xlabel("fixed block length K")
+    from matplotlib.ticker import MaxNLocator
+
+    bx.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=7, loc="lower center")
+    return fig
+
+
+def category_bars(table, value_name: str = "decode speedup over target-only"):
+    """Grouped bars: one group per prompt category, one bar per setting (rows of ``table``)."""
+    import numpy as np
+
+    cats = [c for c in table.columns if c != "Setting"]
+    fig, ax = plt.subplots(figsize=(8.4, 3.6))
+    n = len(table)
+    width = 0.8 / max(1, n)
+    x = np.arange(len(cats))
+    for i, (_, row) in enumerate(table.iterrows()):
+        ax.bar(x + i * width - 0.4 + width / 2, [row[c] for c in cats], width, label=row["Setting"])
+    ax.axhline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(x, cats, rotation=20, fontsize=8)
+    ax.set_ylabel(value_name)
+    ax.legend(fontsize=7, ncol=2)
+    return fig

@@ -1,0 +1,127 @@
+"""The book's parameter sets and the parameters every chapter shares (``params/<name>.yaml``).
+
+Sets: ``cpu-embedded`` (the default: the embedded pair on a CPU), ``smoke`` (tiny random models, for the
+tests) and ``gpu-thesis`` (the thesis' Qwen3 pair on two GPUs). Every notebook declares the UPPER_CASE names it
+uses in its ``parameters`` cell; :class:`Params` holds them lower-cased and turns them into benchmark
+configurations (:meth:`Params.bench`). :data:`ROOT` is the repository the book is built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ..bench import protocol
+from ..bench.prompts import load_prompts, select
+from ..errors import ConfigError
+from ..models import specs
+
+ROOT = Path(__file__).resolve().parents[3]
+PARAMS_DIR = ROOT / "params"
+DEFAULT_SET = "cpu-embedded"
+
+
+def parameter_sets() -> list[str]:
+    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml"))
+
+
+def load_parameters(name: str) -> dict:
+    """A named parameter set (``params/<name>.yaml``) or a YAML file's path; UPPER_CASE names only."""
+    import yaml
+
+    path = Path(name)
+    if not path.is_file():
+        path = PARAMS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"Unknown parameter set {name!r}; use one of {', '.join(parameter_sets())} or a YAML file.")
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    bad = [k for k in doc if not (isinstance(k, str) and k.isupper())]
+    if bad:
+        raise ConfigError(f"{path.name}: parameter names are UPPER_CASE ({', '.join(map(str, bad))} are not).")
+    return doc
+
+
+@dataclass
+class Params:
+    """The parameters every chapter shares (the notebooks' UPPER_CASE names, lower-cased here)."""
+
+    set_name: str = DEFAULT_SET
+    target: str = specs.DEFAULT_TARGET
+    draft: str = specs.DEFAULT_DRAFT
+    device: str = "cpu"
+    draft_device: str | None = None
+    dtype: str = "auto"
+    k: int = 4
+    k_sweep: list = field(default_factory=lambda: [1, 2, 4, 6])
+    max_new_tokens: int = 32
+    modes: list = field(default_factory=lambda: ["baseline", "dense_ordinary", "flash_ordinary", "dense_deferred",
+                                                 "flash_deferred", "hf_assisted"])
+    prompt_file: str = "project"
+    per_category: int | None = 1
+    prompts: int | None = None
+    sweep_prompts: int = 3
+    iterations: int = 1
+    warmup: int = 1
+    seed: int = 0
+    probes: int | None = None
+    clusters: int | None = None
+    assets: str | None = None
+    kmeans_iterations: int = 20
+    flash_path: str = "auto"
+    state_tokens: int = 32
+    example_prompt: int = 0
+    head_reps: int = 3
+    step_reps: int = 3
+    runs_dir: str = "runs/book"
+    # the "Beyond the thesis" chapter (issue 6)
+    beyond_modes: list = field(default_factory=lambda: ["baseline", "flash_deferred", "adaflash_deferred",
+                                                        "freq_deferred", "ngram_deferred", "hybrid_deferred",
+                                                        "flash_deferred_hk", "flash_deferred_ck", "sample_dense",
+                                                        "sample_flash"])
+    beyond_k_sweep: list = field(default_factory=lambda: [2, 3, 6, 8])
+    calibration_per_category: int = 3
+    adaptive_margins: list = field(default_factory=lambda: [0.06, 0.08, 0.1, 0.12, 0.14, 0.16])
+    adaptive_min_probes: int = 8
+    codesign_cluster_sizes: list = field(default_factory=lambda: [64, 32, 16])
+    k_max: int = 12
+    stop_below_grid: list = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    temperature: float = 0.7
+    top_k: int | None = 20
+    top_p: float | None = 0.8
+    sampling_check_file: str | None = "data/reference/sampling-check-d0.01.json"
+    sampling_delta: float = 0.01
+    fig_dir: str = "figures"
+    progress: bool = True
+
+    @classmethod
+    def from_namespace(cls, ns: dict) -> "Params":
+        """From a notebook's globals: every UPPER_CASE name that is a field here (``SET_NAME`` and so on)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k.lower(): v for k, v in ns.items() if k.isupper() and k.lower() in names})
+
+    def check(self) -> "Params":
+        if not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
+        if any(not isinstance(k, int) or k < 1 for k in self.k_sweep):
+            raise ConfigError(f"K_SWEEP values must be integers >= 1 (got {self.k_sweep!r}).")
+        return self
+
+    def bench(self, **kw) -> protocol.BenchConfig:
+        base = dict(out=self.runs_dir, target=self.target, draft=self.draft, device=self.device,
+                    draft_device=self.draft_device, dtype=self.dtype, k=self.k, max_new_tokens=self.max_new_tokens,
+                    modes=tuple(self.modes), prompt_file=self.prompt_file, per_category=self.per_category,
+                    prompts=self.prompts, iterations=self.iterations, warmup=self.warmup, seed=self.seed,
+                    probes=self.probes, clusters=self.clusters, assets=self.assets, flash_path=self.flash_path,
+                    kmeans_iterations=self.kmeans_iterations)
+        base.update(kw)
+        return protocol.BenchConfig(**base)
+
+
+def of_notebook(ns: dict) -> Params:
+    """The chapter notebooks' one call: their parameters (``globals()``) as :class:`Params`, checked."""
+    return Params.from_namespace(ns).check()
+
+
+def selected_prompts(p: Params):
+    """The prompts of the main run (prompt file, per category, count), without loading any model."""
+    return select(load_prompts(p.prompt_file), None, p.prompts, p.per_category)

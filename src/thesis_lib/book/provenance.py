@@ -1,0 +1,59 @@
+"""Where the book's numbers come from: the machine a run names, the ``Source`` label of this project's rows,
+and the environment page's table (versions, machine, models, FlashHead settings, run folders)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from .params import Params
+from .shared import digest
+
+
+def hardware(env: dict) -> str:
+    """One line naming the machine of a run's environment (GPU names if any, else the CPU and threads)."""
+    cuda = env.get("cuda_devices") or env.get("cuda") or []
+    if cuda:
+        names = [d.get("name", str(d)) if isinstance(d, dict) else str(d) for d in cuda]
+        return ", ".join(dict.fromkeys(names)) + (f" x{len(names)}" if len(names) > 1 else "")
+    cpu = env.get("cpu") or env.get("processor") or "CPU"
+    threads = env.get("threads") or env.get("torch_threads")
+    return f"{cpu}" + (f", {threads} threads" if threads else "")
+
+
+def source_label(run_or_doc, p: Params) -> str:
+    """The ``Source`` of this project's rows in a table: parameter set, models and machine."""
+    env = run_or_doc.environment if hasattr(run_or_doc, "environment") else run_or_doc.get("environment", {})
+    short = lambda s: s.split(":")[-1].split("/")[-1]
+    return f"this run ({p.set_name}): {short(p.target)} + {short(p.draft)}, {hardware(env)}"
+
+
+def environment_table(run, model_bench_doc: dict | None = None):
+    """The environment page's table: versions, machine, models (spec, dtype, device, file hashes), FlashHead
+    settings and the run folders, from a run's recorded environment."""
+    env = run.environment
+    rows = [("run folder", run.name), ("recorded at", env.get("recorded_at")), ("git commit", (env.get("git") or {}).get("commit")),
+            ("uncommitted changes", (env.get("git") or {}).get("dirty")), ("python", env.get("python")),
+            ("torch", env.get("torch")), ("transformers", env.get("transformers")), ("platform", env.get("platform")),
+            ("machine", hardware(env)), ("CPU cores", env.get("cpu_count")),
+            ("CUDA devices", ", ".join(env.get("cuda_devices") or []) or "none")]
+    for role, m in (env.get("models") or {}).items():
+        rows.append((f"{role} model", f"{m.get('spec')} ({m.get('dtype')}, {m.get('device')})"))
+        if m.get("gguf_sha256"):
+            rows.append((f"{role} GGUF sha256", m["gguf_sha256"]))
+        pkgs = m.get("packages") or []
+        if pkgs:
+            rows.append((f"{role} packages", f"{len(pkgs)} PyPI packages: {pkgs[0]} ... {pkgs[-1]}"))
+        if m.get("cpu_kernels"):
+            rows.append((f"{role} CPU kernels", m["cpu_kernels"]))
+    fh = env.get("flashhead") or {}
+    if fh:
+        rows.append(("FlashHead", f"C = {fh.get('n_clusters')}, p = {fh.get('n_probes')}, path {fh.get('path')}, "
+                                  f"centroids {fh.get('centroid_dtype')}"))
+        sha = (fh.get("clustering") or {}).get("sha256")
+        if sha:
+            rows.append(("FlashHead clustering sha256", json.dumps(sha)))
+    if model_bench_doc:
+        rows.append(("model-bench key", digest(model_bench_doc.get("key", {}))))
+    return pd.DataFrame([(k, "" if v is None else str(v)) for k, v in rows], columns=["Item", "Value"])

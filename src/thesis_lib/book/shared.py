@@ -1,0 +1,126 @@
+"""The chapters' shared results: parameters in, run folders and JSON documents out, computed once.
+
+Each result (:func:`main_run`, :func:`profile_run`, :func:`sweep_runs`, :func:`model_bench`, and chapter 6's in
+:mod:`~thesis_lib.book.experiments`) is a run folder or JSON document under ``RUNS_DIR`` whose name carries
+a hash of its configuration (:func:`named`, :func:`cached_document`), so the same parameters find the same
+results (computed once, by whichever notebook asks first) and other parameters never overwrite them. One
+process loads the pair once (:func:`pair`) and shares it between runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..bench import modelbench, protocol
+from ..bench.environment import environment
+from ..bench.runs import SUMMARY, load_run
+from ..heads.flashhead import default_probes
+from ..models import loading
+from .params import Params, selected_prompts
+
+
+def digest(doc) -> str:
+    """A short hash of a JSON-able document (names results by their parameters)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
+    """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
+    doc = cfg.identity()
+    doc.pop("name"), doc.pop("out")
+    cfg.name = f"{set_name}-{kind}-{digest(doc)}"
+    return cfg
+
+
+_PAIRS: dict = {}
+
+
+def pair(p: Params, flash: bool = True):
+    """``(target, draft, flash_head)`` for these parameters, loaded once per process."""
+    key = (p.target, p.draft, p.device, p.draft_device, p.dtype)
+    if key not in _PAIRS:
+        _PAIRS.clear()
+        target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
+                                         dtype=p.dtype, progress=p.progress)
+        _PAIRS[key] = [target, draft, None]
+    entry = _PAIRS[key]
+    if flash and entry[2] is None:
+        entry[2] = protocol.flash_head(p.bench(), entry[1])
+    if flash:  # a run with other probes may have changed the shared head: back to these parameters'
+        entry[2].with_probes(p.probes if p.probes is not None else default_probes(entry[2].n_clusters))
+    return tuple(entry)
+
+
+def obtain(cfg: protocol.BenchConfig, p: Params):
+    """The run of this configuration: read back if complete, resumed if interrupted, else executed."""
+    if (cfg.path / SUMMARY).is_file():
+        run = load_run(cfg.path)
+        if protocol.BenchConfig.from_dict(run.config).to_dict() == json.loads(json.dumps(cfg.to_dict())):
+            return run
+    cfg.check()
+    loaded = pair(p, flash=cfg.needs_flash)
+    if loaded[2] is not None and cfg.clusters is not None and loaded[2].n_clusters != cfg.clusters:
+        loaded = loaded[:2]  # another clustering than the shared head's: the run builds its own
+    run = protocol.run(cfg, resume=cfg.path.exists(), progress=p.progress, loaded=loaded)
+    pair(p, flash=cfg.needs_flash)  # the shared head's probe count back to these parameters'
+    return run
+
+
+def main_run(p: Params):
+    """The headline run (Tables 4.5, 4.6, 4.9-4.11; ratios, peers, accepted lengths)."""
+    return obtain(named(p.bench(), p.set_name, "bench"), p)
+
+
+def profile_run(p: Params):
+    """The diagnostic profiled run of Tables 4.7/4.8 (dense, dense-shared and FlashHead drafts, ordinary
+    schedule, instrumented drafters; no component costs)."""
+    cfg = p.bench(profile=True, modes=protocol.profile_modes("ordinary"), costs=False)
+    return obtain(named(cfg, p.set_name, "profile"), p)
+
+
+def sweep_runs(p: Params) -> dict:
+    """Speedup over K: baseline and the deferred dense and FlashHead drafts at each K of ``K_SWEEP``
+    on ``SWEEP_PROMPTS`` prompts (one run folder per K)."""
+    out = {}
+    for k in p.k_sweep:
+        cfg = p.bench(k=k, modes=("baseline", "dense_deferred", "flash_deferred"), prompts=p.sweep_prompts,
+                      per_category=1, iterations=1, costs=False)
+        out[k] = obtain(named(cfg, p.set_name, f"sweep-k{k}"), p)
+    return out
+
+
+def model_bench(p: Params) -> dict:
+    """The draft's model-only measurements (Tables 4.1-4.4, FlashHead quality over probes), cached as JSON."""
+    prompts = selected_prompts(p)
+    doc_key = {"draft": p.draft, "device": p.draft_device or p.device, "dtype": p.dtype, "prompts": [q.question_id for q in prompts],
+               "state_tokens": p.state_tokens, "head_reps": p.head_reps, "step_reps": p.step_reps,
+               "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "flash_path": p.flash_path,
+               "kmeans_iterations": p.kmeans_iterations}
+
+    def compute():
+        _, draft, head = pair(p)
+        probes = sorted(set(modelbench.default_probe_list(head.n_clusters)) | {head.n_probes})
+        doc = modelbench.run(draft, head, prompts, probes=probes, state_tokens=p.state_tokens, head_reps=p.head_reps,
+                             step_reps=p.step_reps, progress=p.progress)
+        doc["environment"] = environment(("draft", draft))
+        return doc
+
+    return cached_document(p, "model-bench", doc_key, compute)
+
+
+def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
+    """A JSON result under ``RUNS_DIR`` named by the parameter set, its kind and a hash of ``key``: read back
+    if there, else ``compute()``d, given its key and written atomically."""
+    path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    doc = compute()
+    doc["key"] = key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+    return doc

@@ -1,0 +1,108 @@
+"""Clocks for the decoding loops (thesis sections 3.5 and 4.2).
+
+- :class:`PhaseClock` accumulates wall time per named phase. On CUDA it synchronises before reading the
+  clock (all the clock's devices, or only those a phase names), so a phase is charged for the GPU work it
+  launched; elsewhere it reads ``time.perf_counter``. The decoding loops always run under a clock (two clock
+  reads per phase), so every generation carries its own phase times. Time spent waiting in those
+  synchronisations is counted too (``sync_s``).
+- :class:`ForwardTimer` times one model's forward passes by themselves: with CUDA events (GPU time of the
+  forward) where the model sits on a CUDA device, with ``perf_counter`` elsewhere. The profiled run uses it on
+  the target, so verification is seen both as loop wall time and as the forward's own time.
+
+The profiled drafter (:class:`thesis_lib.decoding.drafters.ProfiledDrafter`) charges its own work to finer
+phases of a clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+
+def _is_cuda(device) -> bool:
+    return str(device).startswith("cuda")
+
+
+class PhaseClock:
+    """Accumulates seconds per phase; synchronises CUDA devices before each clock read."""
+
+    def __init__(self, devices=("cpu",), trace: bool = False):
+        self.devices = [torch.device(d) for d in devices if _is_cuda(d)]
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.sync_s = 0.0
+        #: with ``trace=True``: every phase as (name, start_s, end_s) on the perf_counter clock (Figure 3.1)
+        self.events: list[tuple[str, float, float]] | None = [] if trace else None
+
+    def sync(self, devices: Sequence | None = None) -> None:
+        targets = self.devices if devices is None else [torch.device(d) for d in devices if _is_cuda(d)]
+        if targets:
+            t0 = time.perf_counter()
+            for d in dict.fromkeys(targets):
+                torch.cuda.synchronize(d)
+            self.sync_s += time.perf_counter() - t0
+
+    def now(self, devices: Sequence | None = None) -> float:
+        self.sync(devices)
+        return time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str, *devices) -> Iterator[None]:
+        """Time a phase; with ``devices``, synchronise only those (pipelined schedules overlap the others)."""
+        only = devices or None
+        t0 = self.now(only)
+        try:
+            yield
+        finally:
+            t1 = self.now(only)
+            self.seconds[name] += t1 - t0
+            self.calls[name] += 1
+            if self.events is not None:
+                self.events.append((name, t0, t1))
+
+    def as_dict(self) -> dict[str, float]:
+        out = dict(self.seconds)
+        if self.sync_s:
+            out["sync"] = self.sync_s
+        return out
+
+
+class ForwardTimer:
+    """Wraps a forward function; ``seconds()`` is the summed time of its calls (CUDA events on CUDA)."""
+
+    def __init__(self, fn: Callable, device):
+        self.fn = fn
+        self.device = device
+        self.cuda = _is_cuda(device)
+        self._events: list = []
+        self._seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = self.fn(*args, **kwargs)
+            end.record()
+            self._events.append((start, end))
+            return out
+        t0 = time.perf_counter()
+        out = self.fn(*args, **kwargs)
+        self._seconds += time.perf_counter() - t0
+        return out
+
+    def seconds(self) -> float:
+        if self._events:
+            torch.cuda.synchronize(torch.device(self.device))
+            self._seconds += sum(s.elapsed_time(e) for s, e in self._events) / 1000.0
+            self._events = []
+        return self._seconds
+
+    def reset(self) -> None:
+        self.seconds()
+        self._seconds, self.calls = 0.0, 0

@@ -1,0 +1,88 @@
+"""One model's decoding state: its transformer body, its KV cache, and a greedy head.
+
+:class:`ModelState` runs tokens through the body with the cache and applies a head to the positions the
+caller asks for. It knows nothing about drafts, targets or schedules: the loops
+(:mod:`~thesis_lib.decoding.greedy`) and the drafters (:mod:`~thesis_lib.decoding.drafters`) decide what to feed and what to discard. Batch size is 1 throughout (the thesis'
+latency setting).
+
+Shape buckets. On x86 CPUs, MKL's fp32 GEMM handles a block of 2, 3 or 7 rows as that many matrix-vector
+products (cost linear in the rows), while 4, 5, 6 or 8 rows take a blocked kernel costing about two
+single-row products (measured on this project's 2-core AVX-512 machine, target forward medians: 3 tokens
+0.97 s, 4 tokens 0.61 s, 7 tokens 0.99 s, 8 tokens 0.66 s). So on CPU a forward over 3 new tokens is
+padded to 4, and one over 7 to 8, by repeating the last token (padding 2 to 4 measured no gain, so it is
+not done); the padded positions come after the real ones, so causal attention
+keeps the real positions' outputs unchanged (up to float rounding), and their cache entries are dropped
+at once. ``buckets={}`` turns this off. Models whose linear layers are oneDNN-packed (:mod:`thesis_lib.models.packing`,
+the default on CPU) cost about the same for any block of 1 to 8 tokens, so they get no buckets.
+"""
+
+from __future__ import annotations
+
+import time
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from ..heads.dense import DenseGreedyHead
+from ..models.packing import is_packed
+
+#: Block sizes padded up on CPU (see the module docstring); measured, not guessed.
+CPU_BUCKETS = {3: 4, 7: 8}
+
+
+class ModelState:
+    """KV cache of one model over a token prefix; ``length`` is the number of cached positions."""
+
+    def __init__(self, model, head: torch.nn.Module | None = None, vocab_limit: int | None = None,
+                 buckets: dict[int, int] | None = None):
+        self.model = model
+        self.body = model.get_decoder()
+        self.head = head if head is not None else DenseGreedyHead.from_model(model, vocab_limit)
+        self.device = next(model.parameters()).device
+        if buckets is None:
+            buckets = CPU_BUCKETS if self.device.type == "cpu" and not is_packed(model) else {}
+        self.buckets = dict(buckets)
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+
+    def hidden(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """Run ``ids`` (appended after the cached prefix) through the body; return final hidden states ``[S, D]``."""
+        if not torch.is_tensor(ids):
+            ids = torch.tensor(list(ids), dtype=torch.long)
+        ids = ids.reshape(1, -1).to(self.device)
+        n = ids.shape[1]
+        pad = self.buckets.get(n, n) - n
+        if pad > 0:
+            ids = torch.cat([ids, ids[:, -1:].expand(1, pad)], dim=1)
+        out = self.body(input_ids=ids, past_key_values=self.cache, use_cache=True)
+        self.length += n
+        if pad > 0:
+            self.cache.crop(-pad)  # the padded positions' keys and values
+        return out.last_hidden_state[0, :n]
+
+    def greedy(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed ``ids``; return the greedy next token after each fed position (``[S]``, or ``[1]`` if ``last_only``)."""
+        h = self.hidden(ids)
+        return self.head(h[-1:] if last_only else h)
+
+    def timed_forward(self, ids: Sequence[int]) -> float:
+        """Seconds of one greedy forward over ``ids`` after the cached prefix (tokens read back to the host, so
+        the time includes the device's work), then the cache as it was: a cost probe."""
+        t0 = time.perf_counter()
+        self.greedy(list(ids)).tolist()
+        dt = time.perf_counter() - t0
+        self.crop(len(ids))
+        return dt
+
+    def crop(self, remove: int) -> None:
+        """Discard the last ``remove`` cached positions (transformers 5: ``crop`` takes a negative count)."""
+        if remove < 0 or remove > self.length:
+            raise ValueError(f"cannot remove {remove} of {self.length} cached positions")
+        if remove:
+            self.cache.crop(-remove)
+            self.length -= remove

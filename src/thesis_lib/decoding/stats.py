@@ -1,0 +1,157 @@
+"""What a generation reports: the stats record of every decoding loop, and the bookkeeping the loops share
+(thesis sections 3.3 and 4.2).
+
+Vocabulary (one word per concept, as in the thesis):
+
+- a *round* drafts ``k >= 1`` tokens (fewer than K only near ``max_new_tokens``);
+- ``accepted``: draft tokens the target confirmed; ``emitted``: tokens the round added to the output
+  (accepted plus the target's correction or bonus token, cut at EOS);
+- ``acceptance`` = accepted / drafted (the thesis' "acceptance rate"); ``mean_emitted`` = emitted per round
+  (``tau``, which counts the target's token, as vLLM and Spec-Bench do);
+- a *verify* call is one batched target forward over a drafted block; an *append* is a standalone one-token
+  target forward that only writes the final token into the target's cache (the thesis' "finalize");
+- ``skipped``: rounds whose first proposal already disagreed with the target's known next token, so the
+  ordinary schedule did not run the verify forward;
+- target-only decoding counts each decode-phase forward as an append (as the thesis' Table 4.9 does).
+
+The helpers (:func:`check_request`, :func:`accepted_prefix`, :func:`emit_round`, :func:`finish`) are shared by
+the greedy loops (:mod:`~thesis_lib.decoding.greedy`) and the sampling loops
+(:mod:`~thesis_lib.decoding.sampling`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from ..errors import ConfigError
+from .clocks import PhaseClock
+
+#: Phase names (the thesis' Table 4.5 columns); all in seconds.
+PREFILL, PROPOSE, VERIFY, FINALIZE = "prefill", "draft_propose", "target_verify", "finalize_align"
+
+
+@dataclass
+class DecodeStats:
+    """What one generation did and how long each phase took."""
+
+    mode: str
+    k: int = 0
+    new_tokens: int = 0
+    drafted: list[int] = field(default_factory=list)  # per round
+    accepted: list[int] = field(default_factory=list)  # per round
+    emitted: list[int] = field(default_factory=list)  # per round
+    verify_calls: int = 0
+    append_calls: int = 0
+    skipped: int = 0
+    tail_tokens: int = 0  # tokens emitted outside any round (the target's known last token)
+    first_emit: int = 1  # tokens known at TTFT (1 here; transformers' assisted loop can deliver several)
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)
+    stopped_by: str = "max_new_tokens"  # or "eos"
+
+    @property
+    def rounds(self) -> int:
+        return len(self.drafted)
+
+    @property
+    def zero_accept_rounds(self) -> int:
+        return sum(1 for a in self.accepted if a == 0)
+
+    @property
+    def full_accept_rounds(self) -> int:
+        return sum(1 for a, d in zip(self.accepted, self.drafted) if a == d)
+
+    @property
+    def acceptance(self) -> float | None:
+        """accepted / drafted over all rounds (None without rounds)."""
+        d = sum(self.drafted)
+        return sum(self.accepted) / d if d else None
+
+    @property
+    def mean_emitted(self) -> float | None:
+        """tokens emitted per round, the target's token included (tau)."""
+        return sum(self.emitted) / len(self.emitted) if self.emitted else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens produced after TTFT, over the decode phase (TTFT excluded)."""
+        n = self.new_tokens - self.first_emit
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        n = self.new_tokens - self.first_emit
+        return self.decode_s / n if n > 0 else None
+
+    @property
+    def e2e_tokens_per_s(self) -> float | None:
+        """All new tokens over TTFT plus decode time: comparable across loops however they split the two."""
+        t = self.ttft_s + self.decode_s
+        return self.new_tokens / t if t > 0 else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for name in ("rounds", "zero_accept_rounds", "full_accept_rounds", "acceptance", "mean_emitted",
+                     "decode_tokens_per_s", "tpot_s", "e2e_tokens_per_s"):
+            d[name] = getattr(self, name)
+        return d
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    stats: DecodeStats
+    extra: dict = field(default_factory=dict)  # what a drafter counted about itself (see bench.metrics.sample_record)
+
+
+def check_request(max_new_tokens: int, prompt_ids: Sequence[int], k: int | None = None) -> None:
+    """Refuse a bad request (K < 1, max_new_tokens < 1, an empty prompt) before any model runs."""
+    if k is not None and (not isinstance(k, int) or k < 1):
+        raise ConfigError(f"K (the block length) must be an integer >= 1, got {k!r}.")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
+    if len(prompt_ids) == 0:
+        raise ConfigError("The prompt is empty: at least one token is needed.")
+
+
+def cut_at_eos(tokens: list[int], eos: frozenset[int]) -> tuple[list[int], bool]:
+    """``tokens`` up to and including the first EOS, and whether there was one."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1], True
+    return tokens, False
+
+
+def finish(stats: DecodeStats, out: list[int], eos: frozenset[int], clock: PhaseClock, t0: float,
+            t1: float) -> Generation:
+    """Close the record: t0 = start, t1 = first token known, now = last token known."""
+    t2 = clock.now()
+    stats.new_tokens = len(out)
+    stats.stopped_by = "eos" if out[-1] in eos else "max_new_tokens"
+    stats.ttft_s, stats.decode_s = t1 - t0, t2 - t1
+    stats.phase_s = clock.as_dict()
+    return Generation(out, stats)
+
+
+def accepted_prefix(proposals: Sequence[int], target_tokens: Sequence[int]) -> int:
+    """Length of the longest prefix on which the proposals equal the target's argmax tokens."""
+    n = 0
+    for y, t in zip(proposals, target_tokens):
+        if y != t:
+            break
+        n += 1
+    return n
+
+
+def emit_round(stats: DecodeStats, out: list[int], y: Sequence[int], n: int, correction: int, kk: int,
+          eos: frozenset[int], max_new_tokens: int) -> bool:
+    """Append a round's output (the ``n`` accepted proposals and the target's token, cut at EOS) and count
+    it; returns whether generation is done."""
+    emitted, hit_eos = cut_at_eos(list(y[:n]) + [correction], eos)
+    out.extend(emitted)
+    stats.drafted.append(kk)
+    stats.accepted.append(min(n, len(emitted)))
+    stats.emitted.append(len(emitted))
+    return hit_eos or len(out) >= max_new_tokens

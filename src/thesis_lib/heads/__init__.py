@@ -1,0 +1,13 @@
+"""Heads: how a draft turns final hidden states into tokens (thesis sections 2.3, 2.5 and 3.4).
+
+- :mod:`~thesis_lib.heads.dense`: the dense LM head (greedy, ties to the lowest id) and its confidence.
+- :mod:`~thesis_lib.heads.clustering`: FlashHead's offline step, equal-size spherical k-means.
+- :mod:`~thesis_lib.heads.assets`: Embedl's asset format and the content-keyed clustering cache.
+- :mod:`~thesis_lib.heads.flashhead`: the FlashHead head (greedy, confidence, sampling) and how one is built
+  for a loaded model.
+- :mod:`~thesis_lib.heads.adaptive`: FlashHead whose probe count follows the cluster ranking (beyond the thesis).
+- :mod:`~thesis_lib.heads.truncated`: the frequency-truncated rival head (FR-Spec's idea).
+
+Every greedy head maps ``h: [S, D]`` to token ids ``[S]`` with no host sync, so a drafter swaps one for another
+without touching the transformer body. This layer knows models, not decoding loops.
+"""

@@ -1,0 +1,167 @@
+"""FlashHead's assets on disk: Embedl's format, and this library's content-keyed cache of clusterings.
+
+- **Embedl's format** (:func:`save_assets`, :func:`load_assets`): a folder ``flash_head_assets/`` holding
+  ``clustering_cache.safetensors`` with ``centroids`` (``[hidden, C]``, one column per centroid) and
+  ``cluster_assignments`` (``[V]``), and ``clustering_config.json`` (format, vocabulary and hidden size). An
+  official checkpoint's assets load the same way. Our own sidecar records the files' sha256, so a corrupt
+  or truncated folder is detected, never used.
+- **The cache** (:func:`cached_clustering`): keyed by the sha256 of the head's bytes and the parameters;
+  an entry that fails its checksum is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ClusteringAssetError
+from ..models.cache import cache_dir, sha256_file
+from ..models.cpu import fast_bf16
+from .clustering import ALGORITHM_VERSION, Clustering, check_cluster_count, spherical_kmeans
+
+ASSET_DIR = "flash_head_assets"
+CACHE_FILE = "clustering_cache.safetensors"
+CONFIG_FILE = "clustering_config.json"
+SIDECAR_FILE = "thesis_lib_clustering.json"
+
+
+def save_assets(clustering: Clustering, folder: str | Path, *, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``clustering_cache.safetensors`` + ``clustering_config.json`` (Embedl's format) and our sidecar.
+
+    Files are written under temporary names and renamed, so an interrupted write leaves no half file behind.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (CACHE_FILE + ".tmp")
+    save_file({"centroids": clustering.centroids.T.contiguous(),  # [hidden, C]: one column per centroid
+               "cluster_assignments": clustering.assignments.to(torch.int64).contiguous()}, str(tmp))
+    config = {"format": "safetensors", "vocab_size": clustering.vocab_size, "hidden_size": clustering.hidden_size}
+    sidecar = {"n_clusters": clustering.n_clusters, "sha256": {CACHE_FILE: sha256_file(tmp)},
+               **clustering.info, **(extra or {})}
+    _write_json(folder / CONFIG_FILE, config)
+    os.replace(tmp, folder / CACHE_FILE)
+    sidecar["sha256"][CONFIG_FILE] = sha256_file(folder / CONFIG_FILE)
+    _write_json(folder / SIDECAR_FILE, sidecar)
+    return folder
+
+
+def load_assets(folder: str | Path, *, vocab_size: int | None = None, hidden_size: int | None = None,
+                verify: bool = True) -> Clustering:
+    """Read FlashHead assets (ours or an official checkpoint's ``flash_head_assets``) and check they fit.
+
+    ``vocab_size`` / ``hidden_size`` are the model head's; a mismatch raises :class:`ClusteringAssetError`.
+    Where our sidecar is present and ``verify`` is set, the files' sha256 must match it.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if (folder / ASSET_DIR).is_dir():
+        folder = folder / ASSET_DIR
+    cache, cfg_path = folder / CACHE_FILE, folder / CONFIG_FILE
+    for p in (cache, cfg_path):
+        if not p.is_file():
+            raise ClusteringAssetError(f"FlashHead assets in {folder} lack {p.name}.")
+    sidecar = _read_json(folder / SIDECAR_FILE) if (folder / SIDECAR_FILE).is_file() else None
+    if verify and sidecar is not None:
+        for name, want in sidecar.get("sha256", {}).items():
+            got = sha256_file(folder / name) if (folder / name).is_file() else "missing"
+            if got != want:
+                raise ClusteringAssetError(f"FlashHead asset {folder / name} is corrupt (sha256 {got[:12]}, expected {want[:12]}).")
+    config = _read_json(cfg_path)
+    if config.get("format") not in (None, "safetensors"):
+        raise ClusteringAssetError(f"{cfg_path}: format {config.get('format')!r}, expected 'safetensors'.")
+    try:
+        tensors = load_file(str(cache))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ClusteringAssetError(f"cannot read {cache}: {e}") from e
+    if "centroids" not in tensors or "cluster_assignments" not in tensors:
+        raise ClusteringAssetError(f"{cache} holds {sorted(tensors)}, not 'centroids' and 'cluster_assignments'.")
+    cen = tensors["centroids"].squeeze()
+    assign = tensors["cluster_assignments"].to(torch.long).flatten()
+    v_cfg, d_cfg = config.get("vocab_size"), config.get("hidden_size")
+    for name, want, got in (("vocab_size", vocab_size, v_cfg), ("hidden_size", hidden_size, d_cfg)):
+        if want is not None and got != want:
+            raise ClusteringAssetError(f"FlashHead assets in {folder} were built for {name}={got}, but the model's head has {want}.")
+    if assign.shape[0] != v_cfg:
+        raise ClusteringAssetError(f"cluster_assignments has {assign.shape[0]} entries, config says vocab_size={v_cfg}.")
+    if cen.ndim != 2 or d_cfg not in cen.shape:
+        raise ClusteringAssetError(f"centroids of shape {tuple(cen.shape)} do not have hidden size {d_cfg}.")
+    cen = cen.T if cen.shape[0] == d_cfg else cen  # stored [hidden, C]; accept [C, hidden] too
+    if int(assign.min()) < 0 or int(assign.max()) >= cen.shape[0]:
+        raise ClusteringAssetError(f"cluster_assignments point outside 0..{cen.shape[0] - 1}.")
+    info = dict(sidecar or {})
+    if sidecar is None:
+        info["source"] = "assets without thesis_lib's sidecar (e.g. an official checkpoint's)"
+    if folder.parent.parent == clustering_cache_root():
+        info["cache_key"] = folder.parent.name
+    return Clustering(centroids=cen.to(torch.float32).contiguous(), assignments=assign, info=info)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ClusteringAssetError(f"cannot read {path}: {e}") from e
+
+
+def head_sha256(weight: torch.Tensor) -> str:
+    """sha256 of a head's float32 bytes (shape included), the content key of its clusterings."""
+    w = weight.detach().to(torch.float32).cpu().contiguous()
+    h = hashlib.sha256(f"{tuple(w.shape)}".encode())
+    h.update(w.numpy().tobytes())
+    return h.hexdigest()
+
+
+def clustering_cache_root() -> Path:
+    return cache_dir() / "flashhead"
+
+
+def cache_folder(weight_sha: str, n_clusters: int, seed: int, iterations: int, low_precision: bool) -> Path:
+    key = f"{weight_sha[:16]}-C{n_clusters}-seed{seed}-it{iterations}-{'bf16' if low_precision else 'fp32'}-v{ALGORITHM_VERSION}"
+    return clustering_cache_root() / key / ASSET_DIR
+
+
+def cached_clustering(weight: torch.Tensor, n_clusters: int | None = None, *, seed: int = 0, iterations: int = 20,
+                      low_precision: bool | None = None, progress: bool = True, rebuild: bool = False,
+                      log=print) -> Clustering:
+    """The clustering of ``weight`` for these parameters: from the cache if a sound copy is there, else built.
+
+    A cache entry that fails its checksum or cannot be read is reported and rebuilt, never used.
+    """
+    v, d = weight.shape
+    n_clusters = v // 16 if n_clusters is None else int(n_clusters)
+    check_cluster_count(v, n_clusters)
+    if low_precision is None:
+        low_precision = fast_bf16()
+    sha = head_sha256(weight)
+    folder = cache_folder(sha, n_clusters, seed, iterations, low_precision)
+    if folder.exists() and not rebuild:
+        try:
+            c = load_assets(folder, vocab_size=v, hidden_size=d)
+            if c.n_clusters == n_clusters:
+                return c
+            log(f"FlashHead cache {folder} holds {c.n_clusters} clusters, not {n_clusters}: rebuilding it.")
+        except ClusteringAssetError as e:
+            log(f"FlashHead cache unusable ({e}): rebuilding it.")
+        shutil.rmtree(folder, ignore_errors=True)
+    c = spherical_kmeans(weight, n_clusters, iterations=iterations, seed=seed, low_precision=low_precision,
+                         progress=progress)
+    save_assets(c, folder, extra={"head_sha256": sha})
+    c.info["head_sha256"] = sha
+    c.info["cache_key"] = folder.parent.name
+    return c

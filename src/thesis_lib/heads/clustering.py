@@ -1,0 +1,228 @@
+"""FlashHead's offline step: equal-size spherical k-means over a model's output embedding (thesis section 2.5).
+
+What this module knows:
+
+- **The objective.** The rows ``E[i]`` of the ``V x D`` output embedding are compared by direction only
+  (cosine), as in spherical k-means: each point is its row divided by its norm, each centroid direction is
+  the normalised mean of its members' directions, and a point's score for a cluster is their dot product.
+- **Equal sizes.** FlashHead wants a rectangular cluster-to-token table, so every cluster holds exactly
+  ``b = V / C`` tokens. The assignment step is a capacity-constrained one: every point keeps its ``m`` best
+  clusters (a top-m over the ``V x C`` similarities, computed in chunks), then in rounds every unassigned
+  point proposes to its next-best cluster and each cluster takes the best-scoring proposals that still fit.
+  Points whose ``m`` choices all filled up (rare) are placed the same way among the clusters with room left.
+- **V not divisible by C.** Then ``b = ceil(V / C)`` and the first ``V - C * (b - 1)`` clusters hold ``b``
+  tokens, the rest ``b - 1``; the table pads a short cluster with its own lowest token id, which changes no
+  argmax (Embedl's loader pads the same way, so such assets still load there). ``C`` must lie in ``1..V``.
+- **What is stored.** ``centroids`` are the plain means of the members' *raw* rows (not normalised): the
+  greedy head normalises them (its scores are ``h . c / |c|``), and the sampling head uses them as they are,
+  so that ``h . c`` is the cluster's mean logit. This is Embedl's asset format (:mod:`thesis_lib.heads.assets`).
+- **Determinism.** The initial centroids are ``C`` distinct rows drawn with a seeded generator; everything
+  after is deterministic on one machine with one thread count (float reductions may round differently with
+  another thread count, so the cache key records the similarity precision, not the machine).
+- **Speed.** Each iteration costs one ``V x C x D`` product (1.3 TFLOP for the 151,936 x 896 draft head at
+  C = 9,496). On CPUs with AVX-512 BF16 the similarities are computed in bfloat16 (4x faster here than
+  float32): they only rank clusters for the assignment, and the centroid update is done in float32.
+
+Storing a clustering in Embedl's asset format and the content-keyed cache belong to
+:mod:`thesis_lib.heads.assets`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import ClusteringAssetError, ConfigError
+from ..models.cpu import fast_bf16
+
+ALGORITHM_VERSION = 1  # bump when the algorithm changes what it produces
+
+
+@dataclass
+class Clustering:
+    """A partition of the vocabulary into ``C`` clusters plus one centroid per cluster."""
+
+    centroids: torch.Tensor  # [C, D] float32, plain means of the members' rows
+    assignments: torch.Tensor  # [V] int64 in 0..C-1
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_clusters(self) -> int:
+        return int(self.centroids.shape[0])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.assignments.shape[0])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.centroids.shape[1])
+
+    def sizes(self) -> torch.Tensor:
+        return torch.bincount(self.assignments, minlength=self.n_clusters)
+
+    def cluster_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens [C, b], real [C, b])``: each cluster's token ids in ascending order, padded with its lowest id.
+
+        ``real`` is False on padding slots. ``b`` is the largest cluster size.
+        """
+        sizes = self.sizes()
+        if int(sizes.min()) < 1:
+            raise ClusteringAssetError("a cluster is empty; FlashHead needs every cluster to hold at least one token")
+        b = int(sizes.max())
+        # Sort tokens by (cluster, id): a stable sort by cluster of the ids 0..V-1 does it.
+        order = torch.sort(self.assignments, stable=True).indices
+        starts = torch.cumsum(sizes, 0) - sizes
+        slot = torch.arange(self.vocab_size) - starts[self.assignments[order]]
+        tokens = torch.empty(self.n_clusters, b, dtype=torch.long)
+        tokens[:] = order[starts].unsqueeze(1)  # pad with the cluster's lowest id
+        tokens[self.assignments[order], slot] = order
+        real = torch.arange(b).unsqueeze(0) < sizes.unsqueeze(1)
+        return tokens, real
+
+
+def check_cluster_count(vocab_size: int, n_clusters: int) -> None:
+    if not 1 <= int(n_clusters) <= int(vocab_size):
+        raise ConfigError(f"n_clusters={n_clusters} does not fit a vocabulary of {vocab_size} rows: use 1..{vocab_size} "
+                          f"(FlashHead's default is V/16 = {vocab_size // 16}).")
+
+
+def capacities(vocab_size: int, n_clusters: int) -> torch.Tensor:
+    """Cluster sizes: ``b = ceil(V / C)`` for the first clusters, ``b - 1`` for the rest, summing to V."""
+    check_cluster_count(vocab_size, n_clusters)
+    b = math.ceil(vocab_size / n_clusters)
+    big = vocab_size - n_clusters * (b - 1)
+    cap = torch.full((n_clusters,), b - 1, dtype=torch.long)
+    cap[:big] = b
+    return cap
+
+
+def _topm(xn: torch.Tensor, cn: torch.Tensor, m: int, chunk: int, low_precision: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each point, its ``m`` most similar clusters (ids sorted by score, best first) and their scores."""
+    n = xn.shape[0]
+    cand = torch.empty(n, m, dtype=torch.long)
+    score = torch.empty(n, m, dtype=torch.float32)
+    cl = cn.to(torch.bfloat16) if low_precision else cn
+    for s in range(0, n, chunk):
+        x = xn[s : s + chunk]
+        sim = (x.to(torch.bfloat16) if low_precision else x) @ cl.T
+        top = sim.topk(m, dim=1)  # sorted, best first
+        cand[s : s + chunk] = top.indices
+        score[s : s + chunk] = top.values
+    return cand, score
+
+
+def _propose_rounds(points: torch.Tensor, cand: torch.Tensor, score: torch.Tensor, remaining: torch.Tensor,
+                    assign: torch.Tensor) -> torch.Tensor:
+    """Capacity-constrained assignment in rounds; returns the points left unassigned. Updates in place."""
+    n_c = remaining.shape[0]
+    m = cand.shape[1]
+    ptr = torch.zeros(points.shape[0], dtype=torch.long)
+    active = torch.arange(points.shape[0])
+    for _ in range(m):
+        if active.numel() == 0:
+            break
+        c = cand[active, ptr[active]]
+        s = score[active, ptr[active]]
+        # group proposals by cluster, best score first within a cluster (ties: lower point index first)
+        o = torch.sort(s, descending=True, stable=True).indices
+        o = o[torch.sort(c[o], stable=True).indices]
+        cs = c[o]
+        counts = torch.bincount(cs, minlength=n_c)
+        starts = torch.cumsum(counts, 0) - counts
+        rank = torch.arange(cs.shape[0]) - starts[cs]
+        ok = rank < remaining[cs]
+        won = active[o[ok]]
+        assign[points[won]] = cs[ok]
+        remaining -= torch.bincount(cs[ok], minlength=n_c)
+        active = active[o[~ok]]
+        ptr[active] += 1
+    return points[active]
+
+
+def balanced_assign(xn: torch.Tensor, cn: torch.Tensor, cap: torch.Tensor, *, m: int = 32, chunk: int = 8192,
+                    low_precision: bool = False) -> tuple[torch.Tensor, int]:
+    """Assign every row of ``xn`` to a cluster so that cluster ``j`` gets exactly ``cap[j]`` rows.
+
+    Returns the assignment and the number of passes (a pass ranks the clusters that still have room for the
+    points still unplaced, then runs the proposal rounds; later passes see only the leftovers).
+    """
+    n = xn.shape[0]
+    if int(cap.sum()) != n:
+        raise ValueError("capacities must sum to the number of points")
+    assign = torch.full((n,), -1, dtype=torch.long)
+    remaining = cap.clone()
+    left = torch.arange(n)
+    passes = 0
+    while left.numel():
+        passes += 1
+        free = torch.nonzero(remaining > 0).flatten()
+        mm = min(m if passes == 1 else 4 * m, free.numel())
+        cand, score = _topm(xn[left], cn[free], mm, chunk, low_precision)
+        sub = remaining[free].clone()
+        sub_assign = torch.full((n,), -1, dtype=torch.long)
+        left = _propose_rounds(left, cand, score, sub, sub_assign)
+        placed = sub_assign >= 0
+        assign[placed] = free[sub_assign[placed]]
+        remaining[free] = sub
+    return assign, passes
+
+
+def _normalise(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def spherical_kmeans(weight: torch.Tensor, n_clusters: int, *, iterations: int = 20, seed: int = 0, tol: float = 1e-3,
+                     candidates: int = 32, low_precision: bool | None = None, progress: bool = True) -> Clustering:
+    """Equal-size spherical k-means of the rows of ``weight`` (``[V, D]``) into ``n_clusters`` clusters.
+
+    Stops after ``iterations`` or once fewer than ``tol`` of the points change cluster in an iteration.
+    ``low_precision=None`` uses bfloat16 similarities for the candidate lists where the CPU has fast bf16.
+    """
+    from tqdm.auto import tqdm
+
+    w = weight.detach().to(torch.float32).cpu()
+    v, d = w.shape
+    cap = capacities(v, n_clusters)
+    if low_precision is None:
+        low_precision = fast_bf16()
+    t0 = time.perf_counter()
+    xn = _normalise(w)
+    g = torch.Generator().manual_seed(int(seed))
+    init = torch.randperm(v, generator=g)[:n_clusters]
+    cn = xn[init].clone()
+    assign = None
+    history = []
+    bar = tqdm(range(iterations), desc=f"k-means V={v} C={n_clusters}", disable=not progress, unit="it")
+    for it in bar:
+        new, passes = balanced_assign(xn, cn, cap, m=candidates, low_precision=low_precision)
+        moved = 1.0 if assign is None else float((new != assign).float().mean())
+        assign = new
+        sums = torch.zeros(n_clusters, d).index_add_(0, assign, xn)
+        cn = _normalise(sums)
+        objective = float((xn * cn[assign]).sum(-1).mean())
+        history.append({"iteration": it + 1, "moved": moved, "mean_cosine": objective, "passes": passes})
+        bar.set_postfix(moved=f"{moved:.4f}", cos=f"{objective:.4f}")
+        if moved < tol:
+            break
+    bar.close()
+    means = torch.zeros(n_clusters, d).index_add_(0, assign, w) / cap.unsqueeze(1).to(w.dtype)
+    info = {
+        "algorithm": "equal-size spherical k-means",
+        "algorithm_version": ALGORITHM_VERSION,
+        "n_clusters": int(n_clusters),
+        "seed": int(seed),
+        "max_iterations": int(iterations),
+        "iterations": len(history),
+        "tol": tol,
+        "candidates": int(candidates),
+        "similarity_dtype": "bfloat16" if low_precision else "float32",
+        "seconds": round(time.perf_counter() - t0, 2),
+        "threads": torch.get_num_threads(),
+        "history": history,
+    }
+    return Clustering(centroids=means, assignments=assign, info=info)

@@ -1,0 +1,364 @@
+"""The FlashHead LM head: cluster-first retrieval, then exact scores for the candidates (thesis sections 2.5, 3.4).
+
+What this module knows:
+
+- **Greedy selection** (:meth:`FlashHead.forward`): score the ``C`` centroids as ``h . c / |c|`` (centroids
+  normalised, the hidden state not: Embedl's convention), keep the ``n_probes`` best clusters, compute the
+  exact logits ``E[i] . h`` of every token in them plus the special tokens (EOS and the chat-template tokens,
+  always candidates), and return the argmax, ties to the lowest token id. With ``n_probes = C`` every token
+  is a candidate and the result is the dense argmax.
+- **Sampling** (:meth:`FlashHead.sample`): draw ``n_probes`` clusters without replacement from
+  ``softmax(h . c / T)`` over the raw centroids, then a token from the softmax of the candidates' logits;
+  it returns the token *and* the exact candidate-restricted distribution it was drawn from (zero outside the
+  candidates), which is what lossless speculative sampling needs as its draft distribution ``q``.
+- **No host synchronisation**: every result is a tensor; nothing calls ``.item()`` or branches on values.
+- **Layout.** At construction the head's rows are copied once into a pre-permuted ``[C, b, D]`` tensor (the
+  ``b`` rows of a cluster contiguous), so the candidates are ``n_probes`` contiguous blocks. Slots that must
+  never win carry a ``-inf`` bias: padding of short clusters, rows past the tokenizer's size, and special
+  tokens (scored once, separately). This costs a second copy of the head (545 MB for the embedded draft).
+- **Paths** (``path=``): ``"compiled"`` fuses gather, dot products and the tie-breaking argmax into one
+  ``torch.compile``d function, so the ``p * b`` candidate rows are read once and never copied (on this
+  project's CPU the plain gather of 9,488 rows costs more than their dot products; DESIGN.md section 3);
+  ``"eager"`` gathers with ``index_select`` and multiplies (fine on a GPU, slow on CPU); ``"reference"`` is
+  the plain per-row computation in float32 that tests compare the others against. ``"auto"`` picks
+  ``"compiled"`` and falls back to ``"eager"`` (with a warning) where compilation fails.
+- **Centroid precision** (``centroid_dtype=``): the first stage only ranks clusters, so on CPUs with fast
+  bfloat16 (AVX-512 BF16) it runs in bfloat16 by default ("auto"); the second stage always uses the head's
+  own dtype, so the candidates' logits are exact. The reference path always ranks in float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import ClusteringAssetError, ConfigError
+from ..models.cpu import fast_bf16
+from ..models.loading import output_rows
+from .assets import ASSET_DIR, cached_clustering, load_assets
+from .clustering import Clustering, check_cluster_count
+from .dense import top_probability
+
+PATHS = ("auto", "compiled", "eager", "reference")
+
+
+def default_probes(n_clusters: int) -> int:
+    """Embedl's default probe count: C / 16 (at least 1)."""
+    return max(1, n_clusters // 16)
+
+
+def check_probes(n_probes: int, n_clusters: int) -> int:
+    n_probes = int(n_probes)
+    if not 1 <= n_probes <= n_clusters:
+        raise ConfigError(f"n_probes={n_probes} is out of range: use 1..{n_clusters} (the number of clusters); "
+                          f"FlashHead's default is C/16 = {default_probes(n_clusters)}.")
+    return n_probes
+
+
+def special_token_ids(tokenizer, extra: Iterable[int] = (), limit: int | None = None) -> list[int]:
+    """EOS and the tokenizer's special / chat-template tokens, the ids FlashHead always scores."""
+    ids = set(int(i) for i in extra)
+    ids.update(int(i) for i in getattr(tokenizer, "all_special_ids", []) or [])
+    for tok_id, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(added, "special", False):
+            ids.add(int(tok_id))
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return sorted(i for i in ids if i >= 0 and (limit is None or i < limit))
+
+
+def _select(scores: torch.Tensor, ids: torch.Tensor, sentinel: int) -> torch.Tensor:
+    """Argmax over the last dim, ties to the lowest id: ``scores, ids [S, n] -> [S]``."""
+    best = scores.amax(dim=-1, keepdim=True)
+    return torch.where(scores == best, ids, torch.full_like(ids, sentinel)).amin(dim=-1)
+
+
+def _candidates_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
+                      tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor,
+                      special_ids: torch.Tensor, n_probes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fast path's candidate scores and their token ids, ``[S, p * b + ns]`` each."""
+    s = h.shape[0]
+    cs = torch.matmul(h.to(centroids.dtype), centroids.T)  # [S, C]
+    top = torch.topk(cs, n_probes, dim=-1).indices  # [S, p]
+    hw = h.to(weight_perm.dtype)
+    logits = (weight_perm[top] * hw[:, None, None, :]).sum(-1).float() + slot_bias[top]  # [S, p, b]
+    sp = torch.matmul(hw, special_w.T).float() + special_b  # [S, ns]
+    scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
+    ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
+    return scores, ids
+
+
+def _greedy_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
+                  sentinel: int) -> torch.Tensor:
+    """The whole greedy head as one function (compiled by ``torch.compile`` on the fast path)."""
+    scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
+                                    n_probes)
+    return _select(scores, ids, sentinel)
+
+
+def _confidence_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
+                      sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_greedy_fused` plus the softmax probability of the chosen token among the candidates."""
+    scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
+                                    n_probes)
+    return _select(scores, ids, sentinel), top_probability(scores)
+
+
+@dataclass
+class FlashHeadSample:
+    """One sampled token and the exact distribution it was drawn from (over ``candidates``; zero elsewhere)."""
+
+    token: torch.Tensor  # [] long
+    candidates: torch.Tensor  # [n] long token ids (slots with probability 0 may repeat ids)
+    probs: torch.Tensor  # [n] float32 (float64 with a sampler), sums to 1
+    clusters: torch.Tensor  # [n_probes] long, the clusters drawn
+
+    def dense(self, vocab_size: int) -> torch.Tensor:
+        """The distribution as a ``[vocab_size]`` vector."""
+        q = torch.zeros(vocab_size, dtype=self.probs.dtype, device=self.probs.device)
+        inside = self.candidates < vocab_size  # padding rows past the tokenizer have probability 0
+        if bool((self.probs[~inside] > 0).any()):
+            raise ValueError(f"a candidate at or past vocab_size={vocab_size} has probability > 0")
+        return q.index_add_(0, self.candidates[inside], self.probs[inside])
+
+
+class FlashHead(nn.Module):
+    """A drop-in greedy (and sampling) head built from a model's output embedding and a clustering."""
+
+    def __init__(self, weight: torch.Tensor, clustering: Clustering, *, n_probes: int | None = None,
+                 special_ids: Sequence[int] = (), vocab_limit: int | None = None, bias: torch.Tensor | None = None,
+                 path: str = "auto", centroid_dtype: str | torch.dtype = "auto"):
+        super().__init__()
+        v, d = weight.shape
+        if clustering.vocab_size != v or clustering.hidden_size != d:
+            raise ClusteringAssetError(
+                f"FlashHead assets were built for a {clustering.vocab_size} x {clustering.hidden_size} head; "
+                f"this model's head is {v} x {d}.")
+        if path not in PATHS:
+            raise ConfigError(f"unknown FlashHead path {path!r}: use one of {', '.join(PATHS)}.")
+        self.n_clusters = clustering.n_clusters
+        self.n_probes = check_probes(default_probes(self.n_clusters) if n_probes is None else n_probes, self.n_clusters)
+        self.vocab_size = v
+        self.vocab_limit = v if vocab_limit is None else min(int(vocab_limit), v)
+        self.clustering_info = dict(clustering.info)
+        w = weight.detach()
+        device = w.device
+        tokens, real = clustering.cluster_table()
+        tokens, real = tokens.to(device), real.to(device)
+        self.cluster_size = int(tokens.shape[1])
+        special = sorted({int(i) for i in special_ids if 0 <= int(i) < self.vocab_limit})
+        special_t = torch.tensor(special, dtype=torch.long, device=device)
+        is_special = torch.zeros(v, dtype=torch.bool, device=device)
+        is_special[special_t] = True
+        keep = real & (tokens < self.vocab_limit) & ~is_special[tokens]
+        bias_v = torch.zeros(v, dtype=torch.float32, device=device) if bias is None else bias.detach().float().to(device)
+        slot_bias = torch.where(keep, bias_v[tokens], torch.full_like(bias_v[tokens], float("-inf")))
+
+        raw = clustering.centroids.to(device=device, dtype=torch.float32)
+        unit = raw / raw.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        if centroid_dtype == "auto":
+            fast = device.type == "cuda" or (device.type == "cpu" and fast_bf16())
+            centroid_dtype = torch.bfloat16 if fast else torch.float32
+        elif isinstance(centroid_dtype, str):
+            centroid_dtype = getattr(torch, centroid_dtype)
+        self.centroid_dtype = centroid_dtype
+        self.register_buffer("centroids", raw, persistent=False)  # raw means (sampling)
+        self.register_buffer("unit_centroids", unit, persistent=False)  # float32, normalised (reference)
+        self.register_buffer("fast_centroids", unit.to(centroid_dtype).contiguous(), persistent=False)
+        self.register_buffer("tokens", tokens.contiguous(), persistent=False)
+        self.register_buffer("assignments", clustering.assignments.to(device), persistent=False)  # [V]
+        self.register_buffer("slot_bias", slot_bias.contiguous(), persistent=False)
+        self.register_buffer("weight_perm", w[tokens].contiguous(), persistent=False)  # [C, b, D]
+        self.register_buffer("special_ids", special_t, persistent=False)
+        self.register_buffer("special_weight", w[special_t].contiguous(), persistent=False)
+        self.register_buffer("special_bias", bias_v[special_t].contiguous(), persistent=False)
+        self.path = path
+        self.always_scored_outliers = 0  # set by flashhead_for when outlier tokens join the special list
+        self._compiled = None
+        self._compiled_conf = None
+        self._active_path = None
+
+    def extra_repr(self) -> str:
+        return (f"V={self.vocab_size}, C={self.n_clusters}, b={self.cluster_size}, n_probes={self.n_probes}, "
+                f"specials={self.special_ids.numel()}, path={self.path}, centroids={self.centroid_dtype}")
+
+    def candidates_per_step(self) -> int:
+        return self.n_probes * self.cluster_size + int(self.special_ids.numel())
+
+    def with_probes(self, n_probes: int) -> "FlashHead":
+        """Set the probe count (checked) and return self."""
+        self.n_probes = check_probes(n_probes, self.n_clusters)
+        return self
+
+    # ---------------------------------------------------------------- greedy
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden: [S, D] -> token ids [S]`` (greedy)."""
+        if self.path == "reference":
+            return self.reference(hidden)
+        return self._fast(_greedy_fused, "_compiled", hidden)
+
+    def greedy_confidence(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden: [S, D] -> (token ids [S], probability [S])``: the greedy token and the probability the
+        softmax over the candidates (probed clusters and specials) gives it. The same path as ``forward``
+        (compiled where that works), so the tokens are the greedy head's."""
+        return self._fast(_confidence_fused, "_compiled_conf", hidden)
+
+    def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor):
+        """``fn`` on the fast path: compiled (kept in ``compiled_attr``) where ``path`` allows and compilation
+        works, else eager; an "auto" head that fails to compile stays eager from then on."""
+        args = (hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens, self.special_weight,
+                self.special_bias, self.special_ids, self.n_probes, self.vocab_size)
+        if self.path in ("auto", "compiled"):
+            try:
+                if getattr(self, compiled_attr) is None:
+                    setattr(self, compiled_attr, torch.compile(fn, dynamic=False))
+                self._active_path = "compiled"
+                return getattr(self, compiled_attr)(*args)
+            except Exception as e:  # compilation needs a C++ compiler (CPU) or triton (GPU)
+                if self.path == "compiled":
+                    raise
+                warnings.warn(f"FlashHead: torch.compile failed ({type(e).__name__}: {e}); using the eager path.")
+                self.path = "eager"
+        self._active_path = "eager"
+        return fn(*args)
+
+    @property
+    def active_path(self) -> str | None:
+        """The path the last call took ("compiled", "eager" or "reference")."""
+        return self._active_path
+
+    def top_clusters(self, hidden: torch.Tensor, n_probes: int | None = None, *, reference: bool = True) -> torch.Tensor:
+        """The probed clusters ``[S, n_probes]`` (float32 ranking if ``reference``, else the fast path's dtype)."""
+        p = self.n_probes if n_probes is None else check_probes(n_probes, self.n_clusters)
+        cen = self.unit_centroids if reference else self.fast_centroids
+        return torch.topk(hidden.to(cen.dtype) @ cen.T, p, dim=-1).indices
+
+    def _candidate_scores(self, h: torch.Tensor, clusters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Plain float32 logits and ids of one position's candidates: the clusters' slots, then the specials."""
+        b = self.cluster_size
+        slots = (clusters[:, None] * b + torch.arange(b, device=clusters.device)).reshape(-1)
+        flat_w = self.weight_perm.reshape(-1, self.weight_perm.shape[-1])
+        logits = flat_w.index_select(0, slots).float() @ h + self.slot_bias.reshape(-1)[slots]
+        sp = self.special_weight.float() @ h + self.special_bias
+        return torch.cat([logits, sp]), torch.cat([self.tokens.reshape(-1)[slots], self.special_ids])
+
+    def reference(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The plain computation, one position at a time, in float32: what the fast paths must reproduce."""
+        self._active_path = "reference"
+        out = []
+        for h in hidden.float():
+            scores, ids = self._candidate_scores(h, self.top_clusters(h[None])[0])
+            out.append(_select(scores[None], ids[None], self.vocab_size))
+        return torch.cat(out)
+
+    def candidate_ids(self, hidden: torch.Tensor, n_probes: int | None = None, *, reference: bool = False) -> torch.Tensor:
+        """``[S, n_probes * b]`` token ids in the probed clusters (padding repeats ids); specials not included."""
+        return self.tokens[self.top_clusters(hidden, n_probes, reference=reference)].reshape(hidden.shape[0], -1)
+
+    # ---------------------------------------------------------------- sampling
+    def sample(self, hidden: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None,
+               sampler=None) -> FlashHeadSample:
+        """Sample one token for one position (``hidden: [D]`` or ``[1, D]``); see the module docstring.
+        With a :class:`thesis_lib.decoding.sampling.Sampler` its temperature, top-k and top-p shape the distribution
+        over the candidates (and its temperature the cluster draw)."""
+        if sampler is not None:
+            temperature = sampler.temperature
+        if temperature <= 0:
+            raise ConfigError("temperature must be > 0 for sampling; use the greedy head for temperature 0.")
+        h = hidden.reshape(-1).float()
+        cluster_p = torch.softmax((self.centroids @ h) / temperature, dim=-1)
+        clusters = torch.multinomial(cluster_p, self.n_probes, replacement=False, generator=generator)
+        scores, cand = self._candidate_scores(h, clusters)
+        probs = torch.softmax(scores / temperature, dim=-1) if sampler is None else sampler.probs(scores)
+        pick = torch.multinomial(probs, 1, generator=generator)[0]
+        return FlashHeadSample(token=cand[pick], candidates=cand, probs=probs, clusters=clusters)
+
+
+def _raise_recompile_limit(n: int = 64) -> None:
+    """Each (probe count, batch) pair compiles once; allow enough of them (a sweep uses ~10)."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name) and getattr(cfg, name) < n:
+            setattr(cfg, name, n)
+
+
+_raise_recompile_limit()
+
+
+def outlier_tokens(weight: torch.Tensor, clustering: Clustering, fraction: float, limit: int | None = None) -> list[int]:
+    """The ``fraction`` of tokens whose rows point furthest from their own cluster's centroid (lowest cosine).
+
+    Equal-size clusters force some tokens into clusters they barely resemble; a hidden state that points at
+    such a token rarely ranks its cluster among the probed ones. Scoring these few tokens always (like the
+    special tokens) is a data-free option of this library, not part of Embedl's FlashHead (default off).
+    """
+    if not 0 <= fraction < 1:
+        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {fraction}).")
+    k = int(round(fraction * weight.shape[0]))
+    if k == 0:
+        return []
+    w = weight.detach().float()
+    cen = clustering.centroids.to(w.device)
+    cen = cen / cen.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    cos = (w / w.norm(dim=1, keepdim=True).clamp_min(1e-12) * cen[clustering.assignments.to(w.device)]).sum(1)
+    if limit is not None:
+        cos[limit:] = float("inf")  # padding rows are never candidates anyway
+    return sorted(torch.topk(cos, k, largest=False).indices.tolist())
+
+
+def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | None = None,
+                   n_clusters: int | None = None, n_probes: int | None = None, seed: int = 0, iterations: int = 20,
+                   progress: bool = True, log=print) -> Clustering:
+    """The clustering a FlashHead for ``loaded`` uses (see :func:`flashhead_for` for where it comes from).
+
+    ``weight`` is the model's output embedding if the caller already holds it (a packed layer makes a
+    dense copy on every ``.weight`` read). Bad parameters fail before any clustering work.
+    """
+    out = loaded.model.get_output_embeddings()
+    rows = output_rows(loaded.model)
+    hidden = int(loaded.model.config.hidden_size)
+    official = Path(loaded.path) / ASSET_DIR if getattr(loaded, "path", None) else None
+    source = Path(assets) if assets else (official if official is not None and official.is_dir() else None)
+    if source is not None:
+        clustering = load_assets(source, vocab_size=rows, hidden_size=hidden)
+        if n_clusters is not None and clustering.n_clusters != n_clusters:
+            raise ConfigError(f"the assets in {source} hold {clustering.n_clusters} clusters, not {n_clusters}.")
+        if n_probes is not None:
+            check_probes(n_probes, clustering.n_clusters)
+        return clustering
+    c = rows // 16 if n_clusters is None else int(n_clusters)
+    check_cluster_count(rows, c)
+    if n_probes is not None:
+        check_probes(n_probes, c)
+    weight = out.weight.detach() if weight is None else weight
+    return cached_clustering(weight, c, seed=seed, iterations=iterations, progress=progress, log=log)
+
+
+def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
+                  seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
+                  outliers: float = 0.0, progress: bool = True, log=print) -> FlashHead:
+    """A FlashHead for a loaded model (:class:`~thesis_lib.models.loading.LoadedModel`).
+
+    Assets come from, in order: ``assets`` (a folder in Embedl's format, ours or an official checkpoint's);
+    the model folder's own ``flash_head_assets`` (an official FlashHead checkpoint); else this library's
+    clustering of the model's head, built once and cached (:func:`~thesis_lib.heads.assets.cached_clustering`).
+    Bad parameters (``n_probes``, ``n_clusters``) fail before any clustering work. ``outliers`` > 0 adds
+    that fraction of the vocabulary (:func:`outlier_tokens`) to the always-scored special tokens.
+    """
+    if not 0 <= outliers < 1:
+        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {outliers}).")
+    out = loaded.model.get_output_embeddings()
+    weight = out.weight.detach()  # read once: a packed layer builds a dense copy on each read
+    clustering = clustering_for(loaded, weight, assets=assets, n_clusters=n_clusters, n_probes=n_probes, seed=seed,
+                                iterations=iterations, progress=progress, log=log)
+    extra = outlier_tokens(weight, clustering, outliers, loaded.vocab_limit) if outliers else []
+    specials = special_token_ids(loaded.tokenizer, list(loaded.eos_ids) + extra, loaded.vocab_limit)
+    head = FlashHead(weight, clustering, special_ids=specials, vocab_limit=loaded.vocab_limit,
+                     bias=getattr(out, "bias", None), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
+    head.always_scored_outliers = len(extra)
+    return head

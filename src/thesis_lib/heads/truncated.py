@@ -1,0 +1,72 @@
+"""The closest rival to FlashHead: a frequency-truncated vocabulary head (as FR-Spec does), issue 6 item 5.
+
+The draft scores only the ``n`` most frequent tokens (plus the special tokens, always scored, as FlashHead
+does) with their exact logits and takes the argmax; everything else can never be proposed. The frequencies
+are counted by this project on text it may use: the project's own prompts (those the benchmark does not
+measure: the *calibration* prompts) and the draft model's own greedy continuations of them. Tokens never
+seen are ranked by id, which for a byte-level BPE vocabulary is merge order, itself a frequency ranking of
+the tokenizer's training text. (The counting itself, :func:`thesis_lib.bench.drafts.count_tokens`, runs the
+draft, so it lives with the benchmark.)
+
+Unlike FlashHead, its candidate set is fixed: no centroid scoring per step (cheaper), but it cannot follow
+the context into a rare token (a name from the prompt, a rare word in code).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+
+
+class TruncatedHead(nn.Module):
+    """Greedy head over a fixed token subset: ``argmax`` of the exact logits of ``token_ids``; ties go to
+    the lowest id (the subset is kept sorted, and ``argmax`` returns the first maximum)."""
+
+    def __init__(self, weight: torch.Tensor, token_ids: Sequence[int], *, bias: torch.Tensor | None = None,
+                 vocab_limit: int | None = None):
+        super().__init__()
+        v = weight.shape[0]
+        limit = v if vocab_limit is None else min(int(vocab_limit), v)
+        ids = sorted({int(i) for i in token_ids if 0 <= int(i) < limit})
+        if not ids:
+            raise ConfigError("A truncated head needs at least one token inside the vocabulary.")
+        idx = torch.tensor(ids, dtype=torch.long, device=weight.device)
+        self.register_buffer("ids", idx, persistent=False)
+        self.register_buffer("weight", weight.detach()[idx].contiguous(), persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach()[idx].float(), persistent=False)
+        self.vocab_limit = limit
+
+    def extra_repr(self) -> str:
+        return f"tokens={self.ids.numel()}, vocab_limit={self.vocab_limit}"
+
+    def candidates_per_step(self) -> int:
+        return int(self.ids.numel())
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = nn.functional.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+        return self.ids[logits.argmax(dim=-1)]
+
+
+def ranked_tokens(counts: Counter, vocab: int) -> list[int]:
+    """Every token id below ``vocab``: counted ones by count (ties by id), then the rest by id."""
+    seen = sorted((t for t in counts if 0 <= t < vocab), key=lambda t: (-counts[t], t))
+    rest = sorted(set(range(vocab)) - set(seen))
+    return seen + rest
+
+
+def frequency_head(loaded, counts: Counter, n_tokens: int, specials: Sequence[int] = ()) -> TruncatedHead:
+    """The truncated head of the ``n_tokens`` most frequent tokens plus ``specials``."""
+    limit = loaded.vocab_limit
+    if not 1 <= n_tokens <= limit:
+        raise ConfigError(f"the truncated head's token count must lie in 1..{limit} (got {n_tokens}).")
+    out = loaded.model.get_output_embeddings()
+    keep = ranked_tokens(counts, limit)[:n_tokens] + [int(s) for s in specials]
+    return TruncatedHead(out.weight.detach(), keep, bias=getattr(out, "bias", None), vocab_limit=limit)
+
+
+__all__ = ["TruncatedHead", "ranked_tokens", "frequency_head"]

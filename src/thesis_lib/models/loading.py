@@ -1,0 +1,146 @@
+"""Loading a model, or a target/draft pair that shares one tokenizer, onto a device (thesis section 3.2).
+
+:func:`load_pair` runs every cheap check (both specs available, the same token table) before any weights
+load. :class:`LoadedModel` carries the model, its tokenizer, the folder it came from and what loading did
+(dtype, kernels). On CPU, float32 models get oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`)
+unless told otherwise. This module knows nothing about decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, TokenizerMismatchError
+from .packing import pack_linears, packing_available
+from .specs import DEFAULT_DRAFT, DEFAULT_TARGET, ModelSpec, check_available, local_dir
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer. ``vocab_limit`` is the tokenizer's size: logits at or past it
+    (padding rows of the embedding matrix) are never chosen by any head in this library."""
+
+    spec: str
+    model: Any
+    tokenizer: Any
+    path: Path
+    device: str
+    dtype: str
+    info: dict = field(default_factory=dict)
+
+    @property
+    def vocab_limit(self) -> int:
+        return min(len(self.tokenizer), output_rows(self.model))
+
+    @property
+    def eos_ids(self) -> list[int]:
+        return eos_token_ids(self.model, self.tokenizer)
+
+
+def output_rows(model: Any) -> int:
+    """Rows of the model's output layer (the embedding matrix's, padding included)."""
+    out = model.get_output_embeddings()
+    return int(getattr(out, "out_features", 0) or out.weight.shape[0])
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """All token ids that end generation: the generation config's ``eos_token_id`` plus the tokenizer's."""
+    ids: list[int] = []
+    gen = getattr(model, "generation_config", None)
+    for source in (getattr(gen, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if source is None:
+            continue
+        for i in source if isinstance(source, (list, tuple)) else [source]:
+            if int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def _dtype(name: str, device: str):
+    import torch
+
+    if name == "auto":
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}[name]
+    except KeyError:
+        raise ConfigError(f"Unknown dtype {name!r}: use auto, float32, bfloat16, float16 or float64.") from None
+
+
+def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(local_dir(spec, progress=progress))
+
+
+def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
+               progress: bool = True, pack: bool | None = None) -> LoadedModel:
+    """Load one model (eval mode, no grad) and its tokenizer on ``device``.
+
+    ``pack`` (default: on for float32 models on CPU) swaps the linear layers for oneDNN-packed ones
+    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = local_dir(spec, progress=progress)
+    t0 = time.perf_counter()
+    torch_dtype = _dtype(dtype, device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=device if device != "cpu" else None)
+    model.eval()
+    tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
+    if pack is None:
+        pack = device == "cpu" and torch_dtype == torch.float32 and packing_available()
+    packed = pack_linears(model) if pack else 0
+    info = {"load_seconds": round(time.perf_counter() - t0, 2),
+            "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock"}
+    marker = path / "thesis_lib.json"
+    if marker.is_file():
+        info.update(json.loads(marker.read_text()))
+    return LoadedModel(spec=str(spec), model=model, tokenizer=tok, path=path, device=device,
+                       dtype=str(torch_dtype).replace("torch.", ""), info=info)
+
+
+def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "target", draft_name: str = "draft") -> None:
+    """Raise :class:`TokenizerMismatchError` unless both tokenizers map the same strings to the same ids.
+
+    Compares the full token tables (``get_vocab()``, which includes added and special tokens), not only the
+    sizes. Embedding matrices padded to different row counts are fine: heads never pick ids past the
+    tokenizer's size.
+    """
+    tv, dv = target_tok.get_vocab(), draft_tok.get_vocab()
+    if tv == dv:
+        return
+    only_t = sorted(set(tv) - set(dv), key=tv.get)
+    only_d = sorted(set(dv) - set(tv), key=dv.get)
+    moved = sorted((t for t in set(tv) & set(dv) if tv[t] != dv[t]), key=tv.get)
+    examples = []
+    if moved:
+        examples.append(f"{len(moved)} tokens with different ids, e.g. {moved[0]!r}: {tv[moved[0]]} vs {dv[moved[0]]}")
+    if only_t:
+        examples.append(f"{len(only_t)} only in the {target_name}'s, e.g. {only_t[0]!r}")
+    if only_d:
+        examples.append(f"{len(only_d)} only in the {draft_name}'s, e.g. {only_d[0]!r}")
+    raise TokenizerMismatchError(
+        f"The draft ({draft_name}) and the target ({target_name}) do not share one tokenizer "
+        f"({len(dv)} vs {len(tv)} tokens; " + "; ".join(examples) + "). "
+        "Speculative decoding needs a draft with the target's token table."
+    )
+
+
+def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
+              draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
+              pack: bool | None = None) -> tuple[LoadedModel, LoadedModel]:
+    """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
+    check_available(target)
+    check_available(draft)
+    t_tok = load_tokenizer(target, progress=progress)
+    d_tok = load_tokenizer(draft, progress=progress)
+    check_same_tokenizer(t_tok, d_tok, target, draft)
+    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
+    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack)
+    return tgt, drf

