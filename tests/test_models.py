@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 
 import pytest
+import torch
 
 from thesis_lib.bench import prompts
 from thesis_lib.models import embedded, loading, specs, tiny
@@ -113,6 +114,44 @@ def test_hub_unreachable_network_error(monkeypatch, tmp_path):
         specs.check_available("Qwen/Qwen3-32B-AWQ")
 
 
+def test_hub_steps_download_only_what_they_read(monkeypatch, tmp_path, tok):
+    """Reading a config or a tokenizer must not fetch a 32B model's weights; loading fetches them."""
+    import huggingface_hub
+
+    repo = tiny.save_tiny(tiny.tiny_model("qwen3"), tok, tmp_path / "snapshot")
+    asked = []
+
+    def snapshot(repo_id, allow_patterns=None, **kw):
+        asked.append((repo_id, tuple(allow_patterns) if allow_patterns else None))
+        return str(repo)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    assert specs.model_config("Qwen/Qwen3-32B-AWQ")["model_type"] == "qwen3"
+    loading.load_tokenizer("Qwen/Qwen3-32B-AWQ")
+    for _, patterns in asked:
+        assert patterns and not any("safetensors" in p or p in ("*", "*.bin") for p in patterns), patterns
+    asked.clear()
+    loading.load_model("Qwen/Qwen3-32B-AWQ", progress=False)
+    assert any(p and "*.safetensors" in p for _, p in asked)
+
+
+def test_gated_repo_says_so(monkeypatch, tmp_path):
+    import httpx2 as httpx
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def gated(repo_id, **kw):
+        if kw.get("local_files_only"):
+            raise FileNotFoundError("not cached")
+        raise GatedRepoError("403", response=httpx.Response(403, request=httpx.Request("GET", "https://hub")))
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
+    with pytest.raises(HubUnavailableError, match="gated"):
+        specs.check_available("embedl/Qwen3-0.6B-FlashHead")
+
+
 def test_same_tokenizer_passes_and_padding_rows_are_fine(tok):
     loading.check_same_tokenizer(tok, tiny.tiny_tokenizer())
 
@@ -155,3 +194,67 @@ def test_demo_prompts_cover_the_required_categories():
     ps = prompts.demo_prompts()
     assert len(ps) >= 6
     assert {"coding", "conversation", "translation", "math_reasoning"} <= {p.category for p in ps}
+
+
+def test_an_awq_checkpoint_needs_gptqmodel_before_any_weights_load(tmp_path, tok, monkeypatch):
+    """transformers 5 loads AWQ through gptqmodel: without it the error names the package and the GPU stack
+    (not the archived autoawq), before a byte of weights is read."""
+    import importlib.util
+    import json
+
+    folder = tiny.save_tiny(tiny.tiny_model("qwen3"), tok, tmp_path / "awq")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm",
+                                  "zero_point": True}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    draft = tiny.save_tiny(tiny.tiny_model("qwen3", seed=3), tok, tmp_path / "draft")
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gptqmodel" else real(name, *a))
+    with pytest.raises(MissingPackageError, match="gptqmodel") as e:
+        loading.load_pair(str(folder), str(draft), progress=False)
+    assert "AWQ" in str(e.value) and "autoawq" in str(e.value) and "gpu" in str(e.value)
+
+
+def test_quantised_models_record_method_package_and_kernels(tok):
+    """The environment names what loaded a quantised model: method, bits, package version, kernel classes."""
+    model = tiny.tiny_model("qwen3")
+    model.config.quantization_config = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    kernel = type("TorchAtenAwqLinear", (torch.nn.Module,), {"__module__": "gptqmodel.nn_modules.qlinear.x"})
+    model.model.layers[0].mlp.up_proj = kernel()
+    info = loading.quantization_info(model)
+    assert info["method"] == "awq" and info["bits"] == 4 and info["package"] == "gptqmodel"
+    assert info["kernels"] == ["TorchAtenAwqLinear"]
+    assert loading.quantization_info(tiny.tiny_model("qwen3")) is None
+
+
+def test_an_embedl_checkpoint_loads_as_its_base_architecture(tmp_path, tok):
+    """Embedl's FlashHead checkpoint: its model_type is its own, its config carries FlashHead's keys; the body
+    loads as the base architecture with its own weights, and the keys reach the head."""
+    import json
+
+    from thesis_lib.heads.assets import save_assets
+    from thesis_lib.heads.clustering import spherical_kmeans
+    from thesis_lib.heads.for_model import flashhead_for
+    from thesis_lib.models import embedl
+
+    body = tiny.tiny_model("qwen3", seed=5, tied=True)
+    folder = tiny.save_tiny(body, tok, tmp_path / "ckpt")
+    w = body.get_output_embeddings().weight.detach()
+    save_assets(spherical_kmeans(w, 17, iterations=3, progress=False), folder / "fh_assets")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(model_type="flash_head_qwen3", architectures=["FlashHeadQwen3ForCausalLM"], n_clusters=17, n_probes=5,
+               flash_head_cache_dir="fh_assets", flash_head_special_token_ids=[258], enforce_equal_cluster_sizes=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    ckpt = embedl.resolve(str(folder))
+    assert ckpt.has_body and ckpt.assets == folder / "fh_assets" and ckpt.n_probes == 5
+    loaded = loading.load_model(str(folder), progress=False)
+    assert type(loaded.model).__name__ == "Qwen3ForCausalLM"
+    assert torch.equal(loaded.model.get_output_embeddings().weight, w)  # its own weights, not a fresh init
+    head = flashhead_for(loaded, assets=str(folder), progress=False)
+    assert (head.n_probes, head.n_clusters, head.special_ids.tolist()) == (5, 17, [258])
+    assert flashhead_for(loaded, assets=str(folder), n_probes=2, progress=False).n_probes == 2  # asked beats config
+    cfg["n_clusters"] = 16
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(Exception, match="n_clusters=16"):
+        flashhead_for(loaded, assets=str(folder), progress=False)

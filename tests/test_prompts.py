@@ -98,3 +98,23 @@ def test_cli_rejects_a_bad_selection_before_loading_models(capsys):
     assert "Unknown category" in capsys.readouterr().err
     assert cli.main(["model-bench", "--prompt-file", "project", "--prompts", "0"]) == 2
     assert ">= 1" in capsys.readouterr().err
+
+
+def test_the_thinking_switch_reaches_the_template_and_the_run_record(tok):
+    """Qwen3's template thinks unless ``enable_thinking`` is false: the switch is a parameter, and the run's
+    configuration records it."""
+    import copy
+
+    from thesis_lib.bench.protocol import BenchConfig
+
+    qwen3_like = copy.deepcopy(tok)
+    qwen3_like.chat_template = (tok.chat_template + "{% if add_generation_prompt and enable_thinking is not false %}"
+                                "<think>{% endif %}")
+    default = prompts.encode(qwen3_like, "hi")
+    off = prompts.encode(qwen3_like, "hi", thinking=False)
+    assert prompts.encode(qwen3_like, "hi", thinking=True) == default and len(default) > len(off)
+    assert tok.decode(default).endswith("<think>") and not tok.decode(off).endswith("<think>")
+    assert prompts.encode(tok, "hi", thinking=False) == prompts.encode(tok, "hi")  # a template without the switch
+    assert BenchConfig(thinking=False).to_dict()["thinking"] is False
+    assert "thinking" not in BenchConfig().identity()  # runs named before the switch existed keep their names
+    assert BenchConfig(thinking=False).identity()["thinking"] is False

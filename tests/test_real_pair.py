@@ -62,7 +62,7 @@ def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair):
     import torch
 
     from thesis_lib.heads.dense import DenseGreedyHead
-    from thesis_lib.heads.flashhead import flashhead_for
+    from thesis_lib.heads.for_model import flashhead_for
 
     target, draft = real_pair
     head = flashhead_for(draft, progress=False)

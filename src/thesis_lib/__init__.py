@@ -8,4 +8,11 @@ co-design, lookahead, the sampling check) <- ``book`` (parameter sets, shared re
 build) <- ``cli``. ``errors`` is shared by all.
 """
 
+import os as _os
+
 __version__ = "0.1.0"
+
+if _os.environ.get("THESIS_LIB_VIRTUAL_CUDA"):  # a rehearsal of the GPU path on a CPU (models.virtual)
+    from .models import virtual as _virtual
+
+    _virtual.enable_from_environment()

@@ -41,6 +41,8 @@ def _add_pair_args(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None
     p.add_argument("-k", "--k", type=int, default=4, help="block length K: draft tokens per round (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="tokens to generate per prompt (default: %(default)s)")
     p.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
+    p.add_argument("--thinking", choices=["on", "off"], default=None,
+                   help="the chat template's thinking switch (Qwen3's enable_thinking; default: the template's own)")
     p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
 
@@ -73,12 +75,18 @@ class _FlashArgs:
         self.draft, self.probes, self.clusters, self.assets = draft, args.probes, args.clusters, args.assets
         self.flash_path, self.centroid_dtype, self.outliers = args.flash_path, args.centroid_dtype, args.outliers
         self.cluster_seed, self.kmeans_iterations = args.cluster_seed, args.kmeans_iterations
+        self.dtype, self.pack = getattr(args, "dtype", "auto"), False if getattr(args, "no_pack", False) else None
 
 
 def _flash_head(args, draft):
-    from .bench.drafts import flash_head
+    from .bench.drafts import flash_body, flash_head
 
-    return flash_head(_FlashArgs(args, draft.spec), draft)
+    cfg = _FlashArgs(args, draft.spec)
+    return flash_head(cfg, draft, flash_body(cfg, draft))
+
+
+def _thinking(args) -> bool | None:
+    return None if args.thinking is None else args.thinking == "on"
 
 
 def _check_common(args) -> None:
@@ -110,7 +118,8 @@ def cmd_generate(args) -> int:
                                      dtype=args.dtype, pack=False if args.no_pack else None)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
                     flash_head=_flash_head(args, draft) if flash else None)
-    gen = runner.run(args.mode, encode(target.tokenizer, args.prompt, chat=not args.no_chat))
+    gen = runner.run(args.mode, encode(target.tokenizer, args.prompt, chat=not args.no_chat,
+                                              thinking=_thinking(args)))
     print(target.tokenizer.decode(gen.tokens))
     print(json.dumps({k: v for k, v in gen.stats.to_dict().items()}, default=str))
     return 0
@@ -156,7 +165,7 @@ def cmd_compare(args) -> int:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         sink = open(out_path, "x", encoding="utf-8")
     try:
-        records = compare(runner, prompts, modes, chat=not args.no_chat, warmup=args.warmup,
+        records = compare(runner, prompts, modes, chat=not args.no_chat, thinking=_thinking(args), warmup=args.warmup,
                           on_record=(lambda r: (sink.write(json.dumps(r) + "\n"), sink.flush())) if sink else None)
     finally:
         if sink:
@@ -181,7 +190,7 @@ def cmd_cluster(args) -> int:
     import time
 
     from .heads.assets import save_assets
-    from .heads.flashhead import clustering_for
+    from .heads.for_model import clustering_for
     from .models import loading
 
     _check_flash_args(args, args.model)
@@ -223,7 +232,7 @@ def cmd_model_bench(args) -> int:
     loaded = loading.load_model(args.draft, device=args.device, dtype=args.dtype, pack=False if args.no_pack else None)
     head = _flash_head(args, loaded)
     doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
-                         head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
+                         head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat, thinking=_thinking(args),
                          states_file=args.states)
     doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=cpu_name(), threads=_threads(),
@@ -246,7 +255,7 @@ def _bench_config(args, profile: bool):
         name=args.name, out=args.out, target=args.target, draft=args.draft, device=args.device,
         draft_device=args.draft_device, dtype=args.dtype, pack=False if args.no_pack else None, k=args.k,
         max_new_tokens=args.max_new_tokens, modes=modes, prompt_file=args.prompt_file, categories=args.categories,
-        per_category=args.per_category or None, prompts=args.prompts, turns=args.turns, chat=not args.no_chat,
+        per_category=args.per_category or None, prompts=args.prompts, turns=args.turns, chat=not args.no_chat, thinking=_thinking(args),
         warmup=args.warmup, iterations=args.iterations, seed=args.seed, costs=not args.no_costs, profile=profile,
         probes=args.probes, clusters=args.clusters, assets=args.assets, flash_path=args.flash_path,
         centroid_dtype=args.centroid_dtype, outliers=args.outliers, cluster_seed=args.cluster_seed,
@@ -359,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
     p.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
     p.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
+    p.add_argument("--thinking", choices=["on", "off"], default=None,
+                   help="the chat template's thinking switch (Qwen3's enable_thinking; default: the template's own)")
     p.add_argument("--parts", default="quality,head,step", help="comma-separated: quality, head, step (default: all)")
     p.add_argument("--probe-list", default=None, help="probe counts for the curves (default: powers of 2, C/16 and C)")
     p.add_argument("--state-tokens", type=int, default=128, help="decode steps per prompt for the hidden states (default: 128)")
@@ -448,6 +459,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the results as JSON to this new file")
     p.set_defaults(func=cmd_sampling_check)
+
+    p = sub.add_parser("gpu-check", help="the GPU acceptance run: head, draft step and verify cost at the thesis' "
+                       "shapes with random weights",
+                       description="Dense head vs FlashHead at 64..593 probes (eager, compiled, CUDA graphs), a "
+                       "Qwen3-0.6B draft step, and the verify cost of blocks of 1..13 tokens on a Qwen3-32B-shaped "
+                       "stack, in bf16 with random weights (latency only), timed with CUDA events; one JSON "
+                       "document as the last line.")
+    p.add_argument("--device", default="cuda:0", help="device to measure (default: %(default)s; cpu works too)")
+    p.add_argument("--quick", action="store_true", help="a CPU-sized smoke run: few layers, reps and probe counts")
+    p.add_argument("--target-layers", type=int, default=None, help="layers of the Qwen3-32B-shaped stack (default 8)")
+    p.add_argument("--draft-layers", type=int, default=None, help="layers of the Qwen3-0.6B draft (default 28)")
+    p.add_argument("--out", default=None, help="write the JSON document to this new file")
+    p.set_defaults(func=cmd_gpu_check)
     return parser
 
 
@@ -485,6 +509,39 @@ def cmd_sampling_check(args) -> int:
         out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps({k: v for k, v in doc.items() if k not in ("configurations", "negative_control")}))
     return 0 if ok else 1
+
+
+def cmd_gpu_check(args) -> int:
+    from .bench import gpucheck
+
+    if not (args.device == "cpu" or args.device.startswith("cuda")):
+        raise ConfigError(f"--device must be cpu or cuda[:N] (got {args.device!r}).")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {args.device}: this torch sees no CUDA device (torch {torch.__version__}, "
+                              f"CUDA {torch.version.cuda}); run with --device cpu to rehearse.")
+    for name in ("target_layers", "draft_layers"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1.")
+    out_path = _new_out_path(args)
+    doc = gpucheck.run(args.device, quick=args.quick, target_layers=args.target_layers,
+                       draft_layers=args.draft_layers)
+    print(f"gpu-check on {args.device} ({doc['versions'].get('gpu', 'CPU')}); {doc['note']}")
+    for r in doc["head"]["curve"]:
+        print(f"  head, {r['n_probes']:>4} probes: dense {r['dense_ms']:.3f} ms, FlashHead "
+              + ", ".join(f"{k[6:-3]} {v:.3f} ms ({r['speedup_' + k[6:-3]]:.2f}x)" for k, v in r.items()
+                          if k.startswith("flash_") and k.endswith("_ms")))
+    st = doc["draft_step"]
+    print(f"  draft step ({st['layers']} layers): dense {st['dense_ms']:.2f} ms, FlashHead {st['flashhead_ms']:.2f} ms "
+          f"({st['speedup']:.3f}x; thesis 1.108x)")
+    print("  verify / step: " + ", ".join(f"{n}: {v:.2f}" for n, v in doc["verify"]["over_step"].items()))
+    if out_path:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc))
+    return 0
 
 
 def cmd_book(args) -> int:

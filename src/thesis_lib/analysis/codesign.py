@@ -52,10 +52,16 @@ def teacher_forced(model, sequences: Sequence[tuple[Sequence[int], Sequence[int]
 
 
 @torch.inference_mode()
+def head_tokens(head, states: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """The head's greedy token for every state (``[N]``, on the CPU); states go to the head's device in chunks."""
+    return torch.cat([head(states[s:s + chunk].to(head.device)).cpu() for s in range(0, states.shape[0], chunk)])
+
+
+@torch.inference_mode()
 def head_quality(head, states: torch.Tensor, targets: torch.Tensor, dense_tokens: torch.Tensor,
                  chunk: int = 256) -> dict:
     """Per-token acceptance (head token == target token) and top-1 agreement with the dense head."""
-    out = torch.cat([head(states[s:s + chunk]) for s in range(0, states.shape[0], chunk)]).cpu()
+    out = head_tokens(head, states, chunk)
     return {"alpha": float((out == targets).float().mean()), "agreement": float((out == dense_tokens).float().mean()),
             "n": int(states.shape[0])}
 
@@ -133,4 +139,4 @@ def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_
             "verify_ms": verify, "target_step_ms": verify[1]}
 
 
-__all__ = ["teacher_forced", "head_quality", "predict", "pareto", "sweep", "step_costs"]
+__all__ = ["teacher_forced", "head_tokens", "head_quality", "predict", "pareto", "sweep", "step_costs"]

@@ -26,17 +26,6 @@ from ..decoding.policies import expected_emitted
 from ..errors import ConfigError
 from .pooled import LABELS, totals
 
-#: The thesis' models' shapes (from their published config.json files); architecture facts, not results.
-QWEN3_CONFIGS = {
-    "Qwen3-0.6B": dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, intermediate_size=3072,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                       model_type="qwen3"),
-    "Qwen3-32B": dict(vocab_size=151936, hidden_size=5120, num_hidden_layers=64, intermediate_size=25600,
-                      num_attention_heads=64, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
-                      model_type="qwen3"),
-}
-
-
 def param_count(cfg: dict) -> dict:
     """Parameters of a Qwen2/Qwen3 decoder: embedding, body (layers + final norm) and head (0 extra when
     tied). Qwen2 has q/k/v biases; Qwen3 has per-head q/k norms instead."""

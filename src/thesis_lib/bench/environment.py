@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..models import virtual
 from ..models.cpu import cpu_name
 
 
@@ -41,7 +42,7 @@ def environment(*loaded, extra: dict | None = None) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        if torch.cuda.is_available() else [],
+        if torch.cuda.is_available() or virtual.active() else [],
         "git": git_revision(),
         "models": {},
     }

@@ -27,6 +27,7 @@ from .runner import Runner
 
 def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
             warmup: int = 1, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
+            thinking: bool | None = None,
             progress: bool = True, done: dict[tuple, dict] | None = None,
             on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """The measured set, prompts x iterations, every mode on each (order alternated), after ``warmup``
@@ -49,7 +50,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     done = dict(done or {})
     random.seed(seed)
     torch.manual_seed(seed)
-    encoded = [encode(runner.target.tokenizer, prompt_text(p, turns), chat=chat) for p in prompts]
+    encoded = [encode(runner.target.tokenizer, prompt_text(p, turns), chat=chat, thinking=thinking) for p in prompts]
     todo = [(it, i) for it in range(iterations) for i in range(len(prompts))
             if any((it, prompts[i].question_id, m) not in done for m in modes)]
     records: list[dict] = []
@@ -92,11 +93,11 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
 
 
 def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DEFAULT_MODES, *, chat: bool = True,
-            warmup: int = 1, progress: bool = True, costs: bool = True,
+            thinking: bool | None = None, warmup: int = 1, progress: bool = True, costs: bool = True,
             on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """``thesis-lib compare``: one iteration of :func:`execute`, records in memory (the protocol's run
     folders, iterations and resuming are ``thesis-lib bench``)."""
-    return execute(runner, prompts, modes, warmup=warmup, chat=chat, costs=costs, progress=progress,
+    return execute(runner, prompts, modes, warmup=warmup, chat=chat, thinking=thinking, costs=costs, progress=progress,
                    on_record=on_record)
 
 

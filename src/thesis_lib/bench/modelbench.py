@@ -48,7 +48,7 @@ class HiddenStates:
 
 @torch.inference_mode()
 def collect_hidden_states(loaded, prompts: Sequence[Prompt], *, max_new_tokens: int = 128, chat: bool = True,
-                          progress: bool = True) -> HiddenStates:
+                          progress: bool = True, thinking: bool | None = None) -> HiddenStates:
     """Decode each prompt greedily with the model's dense head and keep the hidden state of every step."""
     from tqdm.auto import tqdm
 
@@ -62,7 +62,7 @@ def collect_hidden_states(loaded, prompts: Sequence[Prompt], *, max_new_tokens: 
     bar = tqdm(total=len(prompts) * max_new_tokens, desc="hidden states", unit="tok", disable=not progress)
     for p in prompts:
         state.reset()
-        feed = encode(loaded.tokenizer, p.text, chat=chat)
+        feed = encode(loaded.tokenizer, p.text, chat=chat, thinking=thinking)
         for _ in range(max_new_tokens):
             h = state.hidden(feed)[-1:]
             tok = int(state.head(h)[0])
@@ -79,19 +79,22 @@ def collect_hidden_states(loaded, prompts: Sequence[Prompt], *, max_new_tokens: 
 
 
 def cached_hidden_states(loaded, prompts: Sequence[Prompt], path: str | None, *, max_new_tokens: int, chat: bool = True,
-                         progress: bool = True) -> tuple[HiddenStates, bool]:
+                         progress: bool = True, thinking: bool | None = None) -> tuple[HiddenStates, bool]:
     """:func:`collect_hidden_states`, read from ``path`` if it holds states of the same model, prompts and
     length (else collected and written there). Returns the states and whether they were read."""
     from pathlib import Path
 
     key = {"model": str(loaded.info.get("gguf_sha256") or loaded.spec), "prompts": [p.question_id for p in prompts],
            "texts": [p.text for p in prompts], "max_new_tokens": max_new_tokens, "chat": chat}
+    if thinking is not None:
+        key["thinking"] = thinking
     if path and Path(path).is_file():
         saved = torch.load(path, weights_only=True)
         if saved.get("key") == json.dumps(key, sort_keys=True):
             return HiddenStates(saved["states"], saved["question_ids"], saved["categories"], saved["dense_tokens"]), True
         raise ConfigError(f"{path} holds hidden states of another model, prompt set or length; choose another --states file.")
-    hs = collect_hidden_states(loaded, prompts, max_new_tokens=max_new_tokens, chat=chat, progress=progress)
+    hs = collect_hidden_states(loaded, prompts, max_new_tokens=max_new_tokens, chat=chat, progress=progress,
+                               thinking=thinking)
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         torch.save({"key": json.dumps(key, sort_keys=True), "states": hs.states, "question_ids": hs.question_ids,
@@ -100,6 +103,8 @@ def cached_hidden_states(loaded, prompts: Sequence[Prompt], path: str | None, *,
 
 
 def _dense_topk(weight: torch.Tensor, limit: int, states: torch.Tensor, k: int = 5, chunk: int = 256) -> torch.Tensor:
+    """The dense head's top-``k`` token ids per state (on the weight's device)."""
+    states = states.to(weight.device)
     w = weight[:limit].to(states.dtype)
     out = []
     for s in range(0, states.shape[0], chunk):
@@ -114,20 +119,22 @@ def _dense_topk(weight: torch.Tensor, limit: int, states: torch.Tensor, k: int =
 @torch.inference_mode()
 def quality_curve(head, weight: torch.Tensor, states: torch.Tensor, probes: Sequence[int], *,
                   categories: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
-    """Top-1 agreement and top-1/top-5 recall of FlashHead against the dense head, per probe count."""
+    """Top-1 agreement and top-1/top-5 recall of FlashHead against the dense head, per probe count. Everything
+    is computed on the head's device (the states are moved there); only the counts come back."""
     from tqdm.auto import tqdm
 
-    top5 = _dense_topk(weight, head.vocab_limit, states)
+    states = states.to(head.device)
+    top5 = _dense_topk(weight, head.vocab_limit, states).to(head.device)
     dense1 = top5[:, 0]
-    cluster_of = head.assignments.cpu()
-    special = torch.zeros(head.vocab_size, dtype=torch.bool)
-    special[head.special_ids.cpu()] = True
+    cluster_of = head.assignments
+    special = torch.zeros(head.vocab_size, dtype=torch.bool, device=head.device)
+    special[head.special_ids] = True
     ranks = {}
     for name, cen in (("reference", head.unit_centroids), ("fast", head.fast_centroids)):
         scores = (states.to(cen.dtype) @ cen.T).float()
         order = scores.argsort(dim=1, descending=True, stable=True)
         rank = torch.empty_like(order)
-        rank.scatter_(1, order, torch.arange(head.n_clusters).expand_as(order).contiguous())
+        rank.scatter_(1, order, torch.arange(head.n_clusters, device=order.device).expand_as(order).contiguous())
         ranks[name] = rank.gather(1, cluster_of[top5])  # [N, 5]: rank of each dense top-5 token's cluster
     saved = head.n_probes
     rows = []
@@ -161,10 +168,17 @@ def _speedups(stats: dict[str, dict], base: str) -> dict[str, dict]:
 @torch.inference_mode()
 def head_latency(heads: dict[str, torch.nn.Module], states: torch.Tensor, *, reps: int = 5, warmup: int = 10,
                  base: str = "dense", progress: bool = True) -> dict:
-    """Tables 4.1/4.2: per head, latency of one greedy call on one hidden state (``[1, D]``), same states."""
+    """Tables 4.1/4.2: per head, latency of one greedy call on one hidden state (``[1, D]``), same states, on
+    the heads' device (its clock: CUDA events on a GPU)."""
+    device = next(iter(heads.values())).device
+    if any(h.device != device for h in heads.values()):
+        raise ConfigError("head_latency compares heads on one device; these are on "
+                          f"{', '.join(sorted({str(h.device) for h in heads.values()}))}.")
+    states = states.to(device)
     rows = [states[i : i + 1].contiguous() for i in range(states.shape[0])]
     fns = {name: (lambda i, h=h: h(rows[i])) for name, h in heads.items()}
-    times = interleaved(fns, len(rows), reps=reps, warmup=warmup, desc="head latency", progress=progress)
+    times = interleaved(fns, len(rows), reps=reps, warmup=warmup, desc="head latency", progress=progress,
+                        device=device)
     stats = {name: stats_ms(ts) for name, ts in times.items()}
     return {"stats": stats, "speedups": _speedups(stats, base), "base": base}
 
@@ -195,7 +209,8 @@ def step_latency(model, heads: dict[str, torch.nn.Module | None], contexts: Sequ
         st.crop(1)
 
     fns = {name: (lambda i, n=name: step(n, i)) for name in heads}
-    times = interleaved(fns, len(contexts), reps=reps, warmup=warmup, desc="decode step", progress=progress)
+    times = interleaved(fns, len(contexts), reps=reps, warmup=warmup, desc="decode step", progress=progress,
+                        device=next(model.parameters()).device)
     stats = {name: stats_ms(ts) for name, ts in times.items()}
     return {"stats": stats, "speedups": _speedups({k: v for k, v in stats.items() if heads[k] is not None}, base),
             "base": base, "context_lengths": [len(c) for c in contexts]}
@@ -213,7 +228,8 @@ def default_probe_list(n_clusters: int) -> list[int]:
 
 def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] = PARTS,
         probes: Sequence[int] | None = None, state_tokens: int = 128, head_reps: int = 3, step_reps: int = 5,
-        curve_reps: int = 1, chat: bool = True, progress: bool = True, states_file: str | None = None) -> dict:
+        curve_reps: int = 1, chat: bool = True, progress: bool = True, states_file: str | None = None,
+        thinking: bool | None = None) -> dict:
     """All model-only measurements on one draft: returns one JSON-able document (the data of Tables 4.1-4.4).
 
     ``parts``: any of "quality" (agreement/recall curves), "head" (Tables 4.1/4.2, plus the latency curve
@@ -232,28 +248,30 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
                  "probes": list(probes), "parts": list(parts)}
     t0 = time.perf_counter()
     hs, reused = cached_hidden_states(loaded, prompts, states_file, max_new_tokens=state_tokens, chat=chat,
-                                      progress=progress)
+                                      progress=progress, thinking=thinking)
     doc["hidden_states"] = {"n": int(hs.states.shape[0]), "prompts": len(prompts), "max_new_tokens": state_tokens,
                             "seconds": round(time.perf_counter() - t0, 1), "reused_from_file": reused}
     doc["flashhead"]["always_scored_outliers"] = getattr(flash_head, "always_scored_outliers", 0)
     dense = DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit)
+    states = hs.states.to(flash_head.device)  # kept on the CPU between runs; measured where the head lives
     if "quality" in parts:
         weight = loaded.model.get_output_embeddings().weight.detach()  # a dense copy if the layer is packed
-        doc["quality"] = quality_curve(flash_head, weight, hs.states, probes, categories=hs.categories,
+        doc["quality"] = quality_curve(flash_head, weight, states, probes, categories=hs.categories,
                                        progress=progress)
         del weight
     if "head" in parts:
-        flash_head(hs.states[:1])  # compile before timing
+        flash_head(states[:1])  # compile before timing
         heads = {"dense": dense, "flashhead": flash_head}
-        doc["head"] = head_latency(heads, hs.states, reps=head_reps, progress=progress)
+        doc["head"] = head_latency(heads, states, reps=head_reps, progress=progress)
         doc["head"]["flashhead_path"] = flash_head.active_path
+        doc["head"]["flashhead_compile_error"] = flash_head.compile_error
         curve = []
         saved = flash_head.n_probes
         try:
             for p in probes:
                 flash_head.with_probes(p)
-                flash_head(hs.states[:1])
-                r = head_latency({"dense": dense, "flashhead": flash_head}, hs.states[:200], reps=curve_reps,
+                flash_head(states[:1])
+                r = head_latency({"dense": dense, "flashhead": flash_head}, states[:200], reps=curve_reps,
                                  warmup=5, progress=False)
                 curve.append({"n_probes": p, "flashhead": r["stats"]["flashhead"], "dense": r["stats"]["dense"],
                               **r["speedups"]["flashhead"]})
@@ -261,7 +279,7 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
             flash_head.with_probes(saved)
         doc["head_curve"] = curve
     if "step" in parts:
-        contexts = [encode(loaded.tokenizer, p.text, chat=chat) for p in prompts]
+        contexts = [encode(loaded.tokenizer, p.text, chat=chat, thinking=thinking) for p in prompts]
         heads = {"dense": dense, "dense_shared": DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit),
                  "flashhead": flash_head, "body_only": None}
         doc["step"] = step = step_latency(loaded.model, heads, contexts, vocab_limit=loaded.vocab_limit,

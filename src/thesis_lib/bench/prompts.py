@@ -145,10 +145,14 @@ def prompt_text(prompt: Prompt, turns: str = "first") -> str:
     return prompt.text
 
 
-def encode(tokenizer: Any, text: str, *, chat: bool = True) -> list[int]:
-    """Token ids of one user prompt, through the chat template if the tokenizer has one and ``chat``."""
+def encode(tokenizer: Any, text: str, *, chat: bool = True, thinking: bool | None = None) -> list[int]:
+    """Token ids of one user prompt, through the chat template if the tokenizer has one and ``chat``.
+
+    ``thinking`` is passed to the template as ``enable_thinking`` (Qwen3's templates think unless told
+    ``False``; templates without the switch ignore it); ``None`` leaves the template's own default."""
     if chat and getattr(tokenizer, "chat_template", None):
+        extra = {} if thinking is None else {"enable_thinking": bool(thinking)}
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
+                                             add_generation_prompt=True, **extra)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(text)["input_ids"])

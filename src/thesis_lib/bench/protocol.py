@@ -18,7 +18,6 @@ category (14), 32 new tokens, K = 4, one warm-up round, one measured iteration.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -26,8 +25,8 @@ from ..decoding.sampling import Sampler
 from ..errors import ConfigError
 from ..heads.clustering import check_cluster_count
 from ..heads.flashhead import check_probes, default_probes
-from ..models import loading, specs
-from .drafts import beyond_heads, flash_head, flash_info
+from ..models import embedl, loading, specs
+from .drafts import beyond_heads, flash_body, flash_head, flash_info
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
@@ -58,6 +57,8 @@ class BenchConfig:
     prompts: int | None = None
     turns: str = "first"
     chat: bool = True
+    #: the chat template's thinking switch (Qwen3: ``enable_thinking``); None: the template's default
+    thinking: bool | None = None
     warmup: int = 1
     iterations: int = 1
     seed: int = 0
@@ -183,7 +184,8 @@ class BenchConfig:
 
 #: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
-                "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below")
+                "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below",
+                "thinking")
 
 
 def check_flash(cfg) -> None:
@@ -193,10 +195,11 @@ def check_flash(cfg) -> None:
     if cfg.probes is not None and cfg.probes < 1:
         raise ConfigError(f"probes must be >= 1 (got {cfg.probes}).")
     if cfg.assets:
-        if not Path(cfg.assets).is_dir():
-            raise ConfigError(f"The FlashHead assets {cfg.assets!r}: this path is not a folder.")
+        checkpoint = embedl.resolve(cfg.assets, fetch_assets=False)  # a folder, or a hub checkpoint's config
+        if checkpoint.n_clusters and cfg.probes is not None:
+            check_probes(cfg.probes, int(checkpoint.n_clusters))
         return
-    vocab = json.loads((specs.local_dir(cfg.draft) / "config.json").read_text()).get("vocab_size")
+    vocab = specs.model_config(cfg.draft).get("vocab_size")
     if vocab:
         c = cfg.clusters if cfg.clusters is not None else vocab // 16
         check_cluster_count(vocab, c)
@@ -257,7 +260,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
                                          dtype=cfg.dtype, pack=cfg.pack, progress=progress)
         head = None
     if head is None and cfg.needs_flash:
-        head = flash_head(cfg, draft)
+        head = flash_head(cfg, draft, flash_body(cfg, draft, progress=progress))
     extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
@@ -270,12 +273,12 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         extra["beyond"] = beyond
     record_environment(folder, environment(("target", target), ("draft", draft), extra=extra))
     execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup, chat=cfg.chat,
-            turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
+            thinking=cfg.thinking, turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
             on_record=folder.append)
     if head is not None:  # the path actually taken is known only after the first call (compiled or eager)
         env = folder.environment
         current = env["resumed"][-1] if env.get("resumed") else env
-        current["flashhead"]["path"] = head.active_path
+        current["flashhead"] = flash_info(head)
         write_environment(folder, env)
     if runner.k_costs is not None:
         env = folder.environment

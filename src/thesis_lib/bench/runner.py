@@ -78,33 +78,39 @@ class Runner:
             self.t_state.hidden = self.target_forward
         cls = ProfiledDrafter if self.profile else ModelDrafter
         limit = self.draft.vocab_limit
-        self.drafters = {"dense": cls(self.draft.model, vocab_limit=limit, name="dense")}
+        dense_model = self.draft.model
+        #: the FlashHead draft's body: an Embedl checkpoint's own (``flash_head.body``), else the dense draft's
+        body = getattr(self.flash_head, "body", None)
+        flash_model = body.model if body is not None else dense_model
+        self.drafters = {"dense": cls(dense_model, vocab_limit=limit, name="dense")}
         if self.flash_head is not None:
-            self.drafters["flash"] = cls(self.draft.model, head=self.flash_head, vocab_limit=limit, name="flash")
-        # the control: the FlashHead draft's body (here the same model) with the dense head, its own drafter
-        self.drafters["shared"] = cls(self.draft.model, head=DenseGreedyHead.from_model(self.draft.model, limit),
+            self.drafters["flash"] = cls(flash_model, head=self.flash_head, vocab_limit=limit, name="flash")
+        # the control: the FlashHead draft's body with the dense head, its own drafter (the thesis' "dense shared";
+        # without a checkpoint body it is the dense draft again and can only show code-path effects)
+        self.drafters["shared"] = cls(flash_model, head=DenseGreedyHead.from_model(flash_model, limit),
                                       vocab_limit=limit, name="shared")
         self.drafters["ngram"] = NgramDrafter()
         for name, head in (self.extra_heads or {}).items():
-            self.drafters[name] = cls(self.draft.model, head=head, vocab_limit=limit, name=name)
+            model = flash_model if name == "adaflash" else dense_model  # adaptive probes share the FlashHead
+            self.drafters[name] = cls(model, head=head, vocab_limit=limit, name=name)
         if self.flash_head is not None:
-            self.drafters["hybrid"] = HybridDrafter(cls(self.draft.model, head=self.flash_head, vocab_limit=limit,
+            self.drafters["hybrid"] = HybridDrafter(cls(flash_model, head=self.flash_head, vocab_limit=limit,
                                                         name="hybrid"))
         #: the ``sk`` modes' drafters: same heads, a block that ends at the first unsure token
         self.confident_drafters = {}
         if self.stop_below is not None:
-            def confident(name, head=None):
-                return ModelDrafter(self.draft.model, head=head, vocab_limit=limit, name=name,
-                                    stop_below=self.stop_below)
-            self.confident_drafters["dense"] = confident("dense")
+            def confident(name, model, head=None):
+                return ModelDrafter(model, head=head, vocab_limit=limit, name=name, stop_below=self.stop_below)
+            self.confident_drafters["dense"] = confident("dense", dense_model)
             if self.flash_head is not None:
-                self.confident_drafters["flash"] = confident("flash", self.flash_head)
-                self.confident_drafters["hybrid"] = HybridDrafter(confident("hybrid", self.flash_head), pad=False)
+                self.confident_drafters["flash"] = confident("flash", flash_model, self.flash_head)
+                self.confident_drafters["hybrid"] = HybridDrafter(confident("hybrid", flash_model, self.flash_head),
+                                                                  pad=False)
         self.sample_drafters = {}
         if self.sampler is not None:
-            self.sample_drafters["dense"] = SamplingModelDrafter(self.draft.model, self.sampler, vocab_limit=limit)
+            self.sample_drafters["dense"] = SamplingModelDrafter(dense_model, self.sampler, vocab_limit=limit)
             if self.flash_head is not None:
-                self.sample_drafters["flash"] = SamplingModelDrafter(self.draft.model, self.sampler,
+                self.sample_drafters["flash"] = SamplingModelDrafter(flash_model, self.sampler,
                                                                      flash_head=self.flash_head, vocab_limit=limit)
 
     @property

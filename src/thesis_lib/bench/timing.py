@@ -10,10 +10,11 @@ seconds into the thesis' statistics (mean, P50, P95, tokens/s) plus the median.
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Callable, Sequence
 
 import torch
+
+from ..decoding.clocks import Stopwatch
 
 
 def stats_ms(xs: Sequence[float]) -> dict:
@@ -26,33 +27,33 @@ def stats_ms(xs: Sequence[float]) -> dict:
 
 
 def interleaved(fns: dict[str, Callable[[int], object]], n_items: int, *, reps: int, warmup: int,
-                 desc: str, progress: bool) -> dict[str, list[float]]:
-    """Time ``fn(i)`` for every item and mode, modes interleaved per item with the order alternating."""
+                desc: str, progress: bool, device="cpu") -> dict[str, list[float]]:
+    """Time ``fn(i)`` for every item and mode, modes interleaved per item with the order alternating, on
+    ``device``'s clock (:class:`~thesis_lib.decoding.clocks.Stopwatch`: CUDA events on a GPU)."""
     from tqdm.auto import tqdm
 
     names = list(fns)
     for w in range(warmup):
         for name in names:
             fns[name](w % n_items)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    watches = {n: Stopwatch(device) for n in names}
     with tqdm(total=reps * n_items, desc=desc, disable=not progress, unit="item") as bar:
         for r in range(reps):
             for i in range(n_items):
                 order = names if (r * n_items + i) % 2 == 0 else names[::-1]
                 for name in order:
-                    t0 = time.perf_counter()
-                    fns[name](i)
-                    times[name].append(time.perf_counter() - t0)
+                    watches[name].time(fns[name], i)
                 bar.update()
-    return times
+    return {n: w.seconds() for n, w in watches.items()}
 
 
 @torch.inference_mode()
 def head_ms(head, states: torch.Tensor, *, rows: int = 64, reps: int = 3, warmup: int = 8) -> float:
     """Median milliseconds of one greedy call on one hidden state (``[1, D]``), over up to ``rows`` states
     spread evenly over ``states`` x ``reps``, after ``warmup`` untimed calls (and compilation); the token ids
-    are read back to the host in every timed call."""
+    are read back to the host in every timed call. The states are moved to the head's device first."""
+    states = states.to(head.device)
     sel = [states[i:i + 1].contiguous() for i in range(0, states.shape[0], max(1, states.shape[0] // rows))][:rows]
     times = interleaved({"head": lambda i: head(sel[i]).tolist()}, len(sel), reps=reps,
-                        warmup=min(warmup, len(sel)), desc="head", progress=False)
+                        warmup=min(warmup, len(sel)), desc="head", progress=False, device=head.device)
     return 1000 * statistics.median(times["head"])

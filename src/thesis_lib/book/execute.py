@@ -3,6 +3,7 @@ reused when its source, parameters and the library's code are unchanged since it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,6 +35,20 @@ def notebook_parameters(name: str) -> set[str]:
     return set(papermill.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb")))
 
 
+@contextlib.contextmanager
+def _environment(env: dict):
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def build_dir(set_name: str) -> Path:
     return ROOT / "build" / set_name / "book"
 
@@ -50,6 +65,11 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     if unknown:
         raise ConfigError(f"Unknown notebook(s) {', '.join(unknown)}; the chapters are {', '.join(NOTEBOOKS)}.")
     Params.from_namespace(values).check()
+    env = {}
+    if Params.from_namespace(values).rehearsal:
+        from . import rehearsal
+
+        env = rehearsal.environment(rehearsal.prepare())
     out_dir = build_dir(set_name)
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     values.setdefault("SET_NAME", set_name)
@@ -69,8 +89,9 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
                 continue
         t0 = time.perf_counter()
         tmp = dest.with_suffix(".partial.ipynb")
-        papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT), kernel_name="python3",
-                                   progress_bar=progress, log_output=False)
+        with _environment(env):  # the kernels inherit it
+            papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT), kernel_name="python3",
+                                       progress_bar=progress, log_output=False)
         nb = json.loads(tmp.read_text(encoding="utf-8"))
         for cell in nb["cells"]:  # the parameter cells fold away in the book ("Show code cell source")
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 
-import torch
 
 from ..analysis import codesign, distcheck
 from ..analysis import lookahead as la
@@ -36,7 +35,7 @@ from ..decoding.greedy import greedy_generate
 from ..decoding.state import ModelState
 from ..heads.adaptive import AdaptiveFlashHead
 from ..heads.dense import DenseGreedyHead
-from ..heads.flashhead import flashhead_for
+from ..heads.for_model import flashhead_for
 from ..heads.truncated import frequency_head
 from ..models.loading import output_rows
 from .params import ROOT, Params
@@ -68,7 +67,7 @@ def _target_outputs(p: Params) -> dict:
         state = ModelState(target.model, vocab_limit=target.vocab_limit)
         rows = []
         for q in tqdm(prompts, desc="target on calibration prompts", disable=not p.progress):
-            ids = encode(target.tokenizer, prompt_text(q), chat=True)
+            ids = encode(target.tokenizer, prompt_text(q), chat=True, thinking=p.thinking)
             gen = greedy_generate(state, ids, max_new_tokens=p.max_new_tokens, eos_ids=target.eos_ids)
             rows.append({"question_id": q.question_id, "category": q.category, "prompt_ids": ids, "tokens": gen.tokens})
         return {"sequences": rows}
@@ -85,8 +84,7 @@ def calibration(p: Params) -> dict:
     states, targets, owner = codesign.teacher_forced(draft.model, seqs, vocab_limit=draft.vocab_limit,
                                                      progress=p.progress)
     dense_head = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)
-    with torch.inference_mode():
-        dense = torch.cat([dense_head(states[i:i + 256]) for i in range(0, states.shape[0], 256)]).cpu()
+    dense = codesign.head_tokens(dense_head, states)
     cats = [doc["sequences"][i]["category"] for i in owner]
     return {"states": states, "targets": targets, "dense": dense, "categories": cats, "sequences": doc["sequences"]}
 
@@ -197,7 +195,8 @@ def run_lookahead(p: Params, run) -> dict:
     def compute():
         target, _, _ = pair(p)
         seqs = [(encode(target.tokenizer, prompt_text(qs[r["question_id"]], run.config.get("turns", 1)),
-                        chat=run.config.get("chat", True)), r["tokens"]) for r in base]
+                        chat=run.config.get("chat", True), thinking=run.config.get("thinking")), r["tokens"])
+                for r in base]
         labels = [{"question_id": r["question_id"], "category": r["category"]} for r in base]
         return {"rows": _lookahead_rows(p, seqs, labels), "depth": p.k_max, "run": run.name}
 

@@ -69,6 +69,8 @@ class Params:
     kmeans_iterations: int = 20
     flash_path: str = "auto"
     state_tokens: int = 32
+    #: the chat template's thinking switch (Qwen3's ``enable_thinking``); None: the template's default
+    thinking: bool | None = None
     example_prompt: int = 0
     head_reps: int = 3
     step_reps: int = 3
@@ -92,6 +94,8 @@ class Params:
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True
+    #: the GPU path rehearsed on a CPU (:mod:`thesis_lib.book.rehearsal`): stand-in hub repos, virtual GPUs
+    rehearsal: bool = False
 
     @classmethod
     def from_namespace(cls, ns: dict) -> "Params":
@@ -112,7 +116,7 @@ class Params:
                     modes=tuple(self.modes), prompt_file=self.prompt_file, per_category=self.per_category,
                     prompts=self.prompts, iterations=self.iterations, warmup=self.warmup, seed=self.seed,
                     probes=self.probes, clusters=self.clusters, assets=self.assets, flash_path=self.flash_path,
-                    kmeans_iterations=self.kmeans_iterations)
+                    kmeans_iterations=self.kmeans_iterations, thinking=self.thinking)
         base.update(kw)
         return protocol.BenchConfig(**base)
 

@@ -14,10 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from ..bench import modelbench, protocol
+from ..bench import drafts, modelbench, protocol
 from ..bench.environment import environment
 from ..bench.runs import SUMMARY, load_run
-from ..heads.flashhead import default_probes
 from ..models import loading
 from .params import Params, selected_prompts
 
@@ -48,9 +47,10 @@ def pair(p: Params, flash: bool = True):
         _PAIRS[key] = [target, draft, None]
     entry = _PAIRS[key]
     if flash and entry[2] is None:
-        entry[2] = protocol.flash_head(p.bench(), entry[1])
+        cfg = p.bench()
+        entry[2] = drafts.flash_head(cfg, entry[1], drafts.flash_body(cfg, entry[1], progress=p.progress))
     if flash:  # a run with other probes may have changed the shared head: back to these parameters'
-        entry[2].with_probes(p.probes if p.probes is not None else default_probes(entry[2].n_clusters))
+        entry[2].with_probes(p.probes if p.probes is not None else entry[2].configured_probes)
     return tuple(entry)
 
 
@@ -104,7 +104,7 @@ def model_bench(p: Params) -> dict:
         _, draft, head = pair(p)
         probes = sorted(set(modelbench.default_probe_list(head.n_clusters)) | {head.n_probes})
         doc = modelbench.run(draft, head, prompts, probes=probes, state_tokens=p.state_tokens, head_reps=p.head_reps,
-                             step_reps=p.step_reps, progress=p.progress)
+                             step_reps=p.step_reps, progress=p.progress, thinking=p.thinking)
         doc["environment"] = environment(("draft", draft))
         return doc
 
@@ -114,6 +114,8 @@ def model_bench(p: Params) -> dict:
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     """A JSON result under ``RUNS_DIR`` named by the parameter set, its kind and a hash of ``key``: read back
     if there, else ``compute()``d, given its key and written atomically."""
+    if p.thinking is not None:  # every document rests on prompts encoded with the template's switch
+        key = {**key, "thinking": p.thinking}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))

@@ -23,13 +23,13 @@ EXPLORER_MODES = ("flash_deferred", "dense_deferred", "flash_ordinary", "dense_o
 
 
 def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k: int, max_new_tokens: int,
-                    probes: int | None = None, baseline=None, trace: bool = False) -> dict:
+                    probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None) -> dict:
     """One generation of ``mode``; returns tokens, which were accepted drafts, speed, acceptance, whether it
     equals target-only greedy output (``baseline``: a previous target-only result to reuse), head latency."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
-    ids = encode(target.tokenizer, prompt_text)
+    ids = encode(target.tokenizer, prompt_text, thinking=thinking)
     with torch.inference_mode():
         if baseline is None:
             baseline = greedy_generate(runner.t_state, ids, max_new_tokens=max_new_tokens, eos_ids=runner.eos)
@@ -53,7 +53,7 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
 
 
 def explorer(target, draft, flash_head, prompts, *, k: int = 4, probes: int | None = None,
-             max_new_tokens: int = 32, mode: str = "flash_deferred"):
+             max_new_tokens: int = 32, mode: str = "flash_deferred", thinking: bool | None = None):
     """The widget panel: K and probe sliders, prompt and mode choosers, and the live result."""
     import ipywidgets as w
     from IPython.display import HTML, display
@@ -73,7 +73,8 @@ def explorer(target, draft, flash_head, prompts, *, k: int = 4, probes: int | No
         with out:
             out.clear_output(wait=True)
             r = generate_marked(target, draft, flash_head, prompts[i].text, mode=mode_w.value, k=k_slider.value,
-                                max_new_tokens=max_new_tokens, probes=p_slider.value, baseline=baselines.get(i))
+                                max_new_tokens=max_new_tokens, probes=p_slider.value, baseline=baselines.get(i),
+                                thinking=thinking)
             baselines[i] = r["baseline"]
             speed = r["decode_tokens_per_s"] or float("nan")
             base = r["baseline_tokens_per_s"] or float("nan")

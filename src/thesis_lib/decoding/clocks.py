@@ -71,38 +71,61 @@ class PhaseClock:
         return out
 
 
+class Stopwatch:
+    """Times calls on one device: ``perf_counter`` around the call on a CPU; on a CUDA device, events recorded
+    on that device's current stream before and after the call, read after one synchronisation of that device
+    (:meth:`seconds`), so the time is the device's, not the kernel launches'."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.cuda = _is_cuda(device)
+        self._pending: list = []
+        self._done: list[float] = []
+
+    def time(self, fn: Callable, *args, **kwargs):
+        """Call ``fn`` and time it; returns its result."""
+        if self.cuda:
+            stream = torch.cuda.current_stream(self.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            out = fn(*args, **kwargs)
+            end.record(stream)
+            self._pending.append((start, end))
+            return out
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        self._done.append(time.perf_counter() - t0)
+        return out
+
+    def seconds(self) -> list[float]:
+        """Seconds of every timed call so far, in order."""
+        if self._pending:
+            torch.cuda.synchronize(self.device)
+            self._done.extend(s.elapsed_time(e) / 1000.0 for s, e in self._pending)
+            self._pending = []
+        return list(self._done)
+
+    def clear(self) -> None:
+        self.seconds()
+        self._done = []
+
+
 class ForwardTimer:
     """Wraps a forward function; ``seconds()`` is the summed time of its calls (CUDA events on CUDA)."""
 
     def __init__(self, fn: Callable, device):
         self.fn = fn
         self.device = device
-        self.cuda = _is_cuda(device)
-        self._events: list = []
-        self._seconds = 0.0
+        self.watch = Stopwatch(device)
         self.calls = 0
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = self.fn(*args, **kwargs)
-            end.record()
-            self._events.append((start, end))
-            return out
-        t0 = time.perf_counter()
-        out = self.fn(*args, **kwargs)
-        self._seconds += time.perf_counter() - t0
-        return out
+        return self.watch.time(self.fn, *args, **kwargs)
 
     def seconds(self) -> float:
-        if self._events:
-            torch.cuda.synchronize(torch.device(self.device))
-            self._seconds += sum(s.elapsed_time(e) for s, e in self._events) / 1000.0
-            self._events = []
-        return self._seconds
+        return sum(self.watch.seconds())
 
     def reset(self) -> None:
-        self.seconds()
-        self._seconds, self.calls = 0.0, 0
+        self.watch.clear()
+        self.calls = 0

@@ -33,6 +33,7 @@ import torch
 
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
+from ..heads.draws import multinomial
 from .clocks import PhaseClock
 from .drafters import ModelDrafter
 from .greedy import target_only
@@ -77,13 +78,15 @@ class Sampler:
 
 
 def draw(p: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token drawn from the probability vector ``p``."""
-    return int(torch.multinomial(p.float() if p.device.type != "cpu" else p, 1, generator=generator))
+    """One token drawn from the probability vector ``p`` (on the generator's device, see
+    :func:`thesis_lib.heads.draws.multinomial`)."""
+    return int(multinomial(p, 1, generator)[0])
 
 
 def accept_or_resample(p: torch.Tensor, q: torch.Tensor, token: int, generator: torch.Generator | None) -> int | None:
     """One position of the rule: ``None`` if ``token`` (drawn from ``q``) is kept, else the replacement drawn
     from ``norm(max(0, p - q))``. ``p`` and ``q`` are ``[V]`` probability vectors (float64)."""
+    q = q.to(p.device)  # the draft's q may come from another device than the target's p
     pt, qt = float(p[token]), float(q[token])
     if qt <= 0:
         raise ValueError(f"token {token} has draft probability 0: it cannot have been drawn from q")

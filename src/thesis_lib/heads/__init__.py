@@ -3,8 +3,10 @@
 - :mod:`~thesis_lib.heads.dense`: the dense LM head (greedy, ties to the lowest id) and its confidence.
 - :mod:`~thesis_lib.heads.clustering`: FlashHead's offline step, equal-size spherical k-means.
 - :mod:`~thesis_lib.heads.assets`: Embedl's asset format and the content-keyed clustering cache.
-- :mod:`~thesis_lib.heads.flashhead`: the FlashHead head (greedy, confidence, sampling) and how one is built
-  for a loaded model.
+- :mod:`~thesis_lib.heads.flashhead`: the FlashHead head (greedy, confidence, sampling; compiled and eager).
+- :mod:`~thesis_lib.heads.for_model`: a FlashHead for a loaded model: assets, an Embedl checkpoint's settings,
+  the always-scored tokens.
+- :mod:`~thesis_lib.heads.draws`: seeded draws whose generator lives on another device.
 - :mod:`~thesis_lib.heads.adaptive`: FlashHead whose probe count follows the cluster ranking (beyond the thesis).
 - :mod:`~thesis_lib.heads.truncated`: the frequency-truncated rival head (FR-Spec's idea).
 

@@ -33,6 +33,10 @@ class AdaptiveFlashHead(torch.nn.Module):
         self.last_probes: list[int] = []
         self.calls = self.probes_used = 0
 
+    @property
+    def device(self) -> torch.device:
+        return self.flash.device
+
     def extra_repr(self) -> str:
         return f"margin={self.margin}, probes={self.min_probes}..{self.max_probes}, C={self.flash.n_clusters}"
 

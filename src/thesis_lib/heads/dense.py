@@ -9,6 +9,9 @@ the convention FlashHead's greedy head follows too.
 The FlashHead head (:mod:`thesis_lib.heads.flashhead`) has the same call signature, so a drafter can swap one head
 for the other without touching the transformer body.
 
+Every head has a ``device``: hidden states computed elsewhere (on the CPU, or on the target's GPU) must be
+moved there before the call.
+
 ``greedy_confidence(hidden) -> (tokens, probs)`` also gives the probability the head's softmax puts on its
 greedy token (for FlashHead: the softmax over its candidates). A drafter that stops a block at a token it is
 unsure of (:class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below``) uses it; :func:`top_probability` is
@@ -43,6 +46,11 @@ class DenseGreedyHead(nn.Module):
         if isinstance(out, PackedLinear):
             return cls(None, vocab_limit, packed=out)
         return cls(out.weight.detach(), vocab_limit, getattr(out, "bias", None))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the head's weight lives (a oneDNN-packed layer: the CPU)."""
+        return self.weight.device if self.weight is not None else torch.device("cpu")
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden: [S, D] -> [S, vocab_limit]``"""

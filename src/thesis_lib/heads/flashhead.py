@@ -29,20 +29,19 @@ What this module knows:
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
 from ..errors import ClusteringAssetError, ConfigError
 from ..models.cpu import fast_bf16
-from ..models.loading import output_rows
-from .assets import ASSET_DIR, cached_clustering, load_assets
-from .clustering import Clustering, check_cluster_count
+from .clustering import Clustering
 from .dense import top_probability
+from .draws import multinomial
 
 PATHS = ("auto", "compiled", "eager", "reference")
 
@@ -58,18 +57,6 @@ def check_probes(n_probes: int, n_clusters: int) -> int:
         raise ConfigError(f"n_probes={n_probes} is out of range: use 1..{n_clusters} (the number of clusters); "
                           f"FlashHead's default is C/16 = {default_probes(n_clusters)}.")
     return n_probes
-
-
-def special_token_ids(tokenizer, extra: Iterable[int] = (), limit: int | None = None) -> list[int]:
-    """EOS and the tokenizer's special / chat-template tokens, the ids FlashHead always scores."""
-    ids = set(int(i) for i in extra)
-    ids.update(int(i) for i in getattr(tokenizer, "all_special_ids", []) or [])
-    for tok_id, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
-        if getattr(added, "special", False):
-            ids.add(int(tok_id))
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return sorted(i for i in ids if i >= 0 and (limit is None or i < limit))
 
 
 def _select(scores: torch.Tensor, ids: torch.Tensor, sentinel: int) -> torch.Tensor:
@@ -143,6 +130,7 @@ class FlashHead(nn.Module):
             raise ConfigError(f"unknown FlashHead path {path!r}: use one of {', '.join(PATHS)}.")
         self.n_clusters = clustering.n_clusters
         self.n_probes = check_probes(default_probes(self.n_clusters) if n_probes is None else n_probes, self.n_clusters)
+        self.configured_probes = self.n_probes  # what it was built with (a checkpoint's config, or C/16)
         self.vocab_size = v
         self.vocab_limit = v if vocab_limit is None else min(int(vocab_limit), v)
         self.clustering_info = dict(clustering.info)
@@ -182,10 +170,19 @@ class FlashHead(nn.Module):
         self._compiled = None
         self._compiled_conf = None
         self._active_path = None
+        self.compile_error: str | None = None
+        self.compile_mode: str | None = None  # torch.compile's mode ("reduce-overhead": CUDA graphs on a GPU)
+        self.checkpoint: str | None = None  # an Embedl checkpoint whose assets and settings it uses
+        self.body = None  # the checkpoint's own loaded model, when it replaces the dense draft's body
+        self.recompile_resets = 0
 
     def extra_repr(self) -> str:
         return (f"V={self.vocab_size}, C={self.n_clusters}, b={self.cluster_size}, n_probes={self.n_probes}, "
                 f"specials={self.special_ids.numel()}, path={self.path}, centroids={self.centroid_dtype}")
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
 
     def candidates_per_step(self) -> int:
         return self.n_probes * self.cluster_size + int(self.special_ids.numel())
@@ -209,23 +206,43 @@ class FlashHead(nn.Module):
         return self._fast(_confidence_fused, "_compiled_conf", hidden)
 
     def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor):
-        """``fn`` on the fast path: compiled (kept in ``compiled_attr``) where ``path`` allows and compilation
-        works, else eager; an "auto" head that fails to compile stays eager from then on."""
+        """``fn`` on the fast path: compiled (kept in ``compiled_attr``) where ``path`` allows, else eager.
+
+        Only a failure of compilation itself demotes an "auto" head to eager, loudly and for good: when the
+        compiled call fails, the same call runs eagerly; if that fails too the error is the caller's and is
+        raised, the head's path unchanged. ``compile_error`` keeps what failed. Hitting dynamo's recompile limit
+        (many probe counts in a sweep) resets the compiled cache and compiles again, counted in
+        ``recompile_resets``, instead of running uncompiled behind the compiled path's name."""
         args = (hidden, self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens, self.special_weight,
                 self.special_bias, self.special_ids, self.n_probes, self.vocab_size)
         if self.path in ("auto", "compiled"):
+            if getattr(self, compiled_attr) is None:
+                setattr(self, compiled_attr, torch.compile(fn, dynamic=False, mode=self.compile_mode))
             try:
-                if getattr(self, compiled_attr) is None:
-                    setattr(self, compiled_attr, torch.compile(fn, dynamic=False))
+                out = self._compiled_call(compiled_attr, args)
                 self._active_path = "compiled"
-                return getattr(self, compiled_attr)(*args)
-            except Exception as e:  # compilation needs a C++ compiler (CPU) or triton (GPU)
+                return out
+            except Exception as e:  # noqa: BLE001 - sorted out below: compile failure or the caller's error
                 if self.path == "compiled":
                     raise
-                warnings.warn(f"FlashHead: torch.compile failed ({type(e).__name__}: {e}); using the eager path.")
+                out = fn(*args)  # raises if the error is not compilation's (bad input, a device mix-up)
+                self.compile_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+                msg = f"FlashHead: torch.compile failed ({self.compile_error}); using the eager path from now on."
+                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+                logging.getLogger("thesis_lib").warning(msg)
                 self.path = "eager"
+                self._active_path = "eager"
+                return out
         self._active_path = "eager"
         return fn(*args)
+
+    def _compiled_call(self, compiled_attr: str, args: tuple):
+        try:
+            return getattr(self, compiled_attr)(*args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            torch._dynamo.reset()  # every compiled function of this process compiles again on its next call
+            self.recompile_resets += 1
+            return getattr(self, compiled_attr)(*args)
 
     @property
     def active_path(self) -> str | None:
@@ -272,93 +289,20 @@ class FlashHead(nn.Module):
             raise ConfigError("temperature must be > 0 for sampling; use the greedy head for temperature 0.")
         h = hidden.reshape(-1).float()
         cluster_p = torch.softmax((self.centroids @ h) / temperature, dim=-1)
-        clusters = torch.multinomial(cluster_p, self.n_probes, replacement=False, generator=generator)
+        clusters = multinomial(cluster_p, self.n_probes, generator)
         scores, cand = self._candidate_scores(h, clusters)
         probs = torch.softmax(scores / temperature, dim=-1) if sampler is None else sampler.probs(scores)
-        pick = torch.multinomial(probs, 1, generator=generator)[0]
+        pick = multinomial(probs, 1, generator)[0]
         return FlashHeadSample(token=cand[pick], candidates=cand, probs=probs, clusters=clusters)
 
 
 def _raise_recompile_limit(n: int = 64) -> None:
-    """Each (probe count, batch) pair compiles once; allow enough of them (a sweep uses ~10)."""
+    """Each (probe count, batch) pair compiles once; allow enough of them (a sweep uses ~10), and make hitting
+    the limit an error (:meth:`FlashHead._fast` recompiles) instead of a silent fall-back to eager code."""
     cfg = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(cfg, name) and getattr(cfg, name) < n:
-            setattr(cfg, name, n)
+    if cfg.recompile_limit < n:
+        cfg.recompile_limit = n
+    cfg.fail_on_recompile_limit_hit = True
 
 
 _raise_recompile_limit()
-
-
-def outlier_tokens(weight: torch.Tensor, clustering: Clustering, fraction: float, limit: int | None = None) -> list[int]:
-    """The ``fraction`` of tokens whose rows point furthest from their own cluster's centroid (lowest cosine).
-
-    Equal-size clusters force some tokens into clusters they barely resemble; a hidden state that points at
-    such a token rarely ranks its cluster among the probed ones. Scoring these few tokens always (like the
-    special tokens) is a data-free option of this library, not part of Embedl's FlashHead (default off).
-    """
-    if not 0 <= fraction < 1:
-        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {fraction}).")
-    k = int(round(fraction * weight.shape[0]))
-    if k == 0:
-        return []
-    w = weight.detach().float()
-    cen = clustering.centroids.to(w.device)
-    cen = cen / cen.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    cos = (w / w.norm(dim=1, keepdim=True).clamp_min(1e-12) * cen[clustering.assignments.to(w.device)]).sum(1)
-    if limit is not None:
-        cos[limit:] = float("inf")  # padding rows are never candidates anyway
-    return sorted(torch.topk(cos, k, largest=False).indices.tolist())
-
-
-def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | None = None,
-                   n_clusters: int | None = None, n_probes: int | None = None, seed: int = 0, iterations: int = 20,
-                   progress: bool = True, log=print) -> Clustering:
-    """The clustering a FlashHead for ``loaded`` uses (see :func:`flashhead_for` for where it comes from).
-
-    ``weight`` is the model's output embedding if the caller already holds it (a packed layer makes a
-    dense copy on every ``.weight`` read). Bad parameters fail before any clustering work.
-    """
-    out = loaded.model.get_output_embeddings()
-    rows = output_rows(loaded.model)
-    hidden = int(loaded.model.config.hidden_size)
-    official = Path(loaded.path) / ASSET_DIR if getattr(loaded, "path", None) else None
-    source = Path(assets) if assets else (official if official is not None and official.is_dir() else None)
-    if source is not None:
-        clustering = load_assets(source, vocab_size=rows, hidden_size=hidden)
-        if n_clusters is not None and clustering.n_clusters != n_clusters:
-            raise ConfigError(f"the assets in {source} hold {clustering.n_clusters} clusters, not {n_clusters}.")
-        if n_probes is not None:
-            check_probes(n_probes, clustering.n_clusters)
-        return clustering
-    c = rows // 16 if n_clusters is None else int(n_clusters)
-    check_cluster_count(rows, c)
-    if n_probes is not None:
-        check_probes(n_probes, c)
-    weight = out.weight.detach() if weight is None else weight
-    return cached_clustering(weight, c, seed=seed, iterations=iterations, progress=progress, log=log)
-
-
-def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
-                  seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
-                  outliers: float = 0.0, progress: bool = True, log=print) -> FlashHead:
-    """A FlashHead for a loaded model (:class:`~thesis_lib.models.loading.LoadedModel`).
-
-    Assets come from, in order: ``assets`` (a folder in Embedl's format, ours or an official checkpoint's);
-    the model folder's own ``flash_head_assets`` (an official FlashHead checkpoint); else this library's
-    clustering of the model's head, built once and cached (:func:`~thesis_lib.heads.assets.cached_clustering`).
-    Bad parameters (``n_probes``, ``n_clusters``) fail before any clustering work. ``outliers`` > 0 adds
-    that fraction of the vocabulary (:func:`outlier_tokens`) to the always-scored special tokens.
-    """
-    if not 0 <= outliers < 1:
-        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {outliers}).")
-    out = loaded.model.get_output_embeddings()
-    weight = out.weight.detach()  # read once: a packed layer builds a dense copy on each read
-    clustering = clustering_for(loaded, weight, assets=assets, n_clusters=n_clusters, n_probes=n_probes, seed=seed,
-                                iterations=iterations, progress=progress, log=log)
-    extra = outlier_tokens(weight, clustering, outliers, loaded.vocab_limit) if outliers else []
-    specials = special_token_ids(loaded.tokenizer, list(loaded.eos_ids) + extra, loaded.vocab_limit)
-    head = FlashHead(weight, clustering, special_ids=specials, vocab_limit=loaded.vocab_limit,
-                     bias=getattr(out, "bias", None), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
-    head.always_scored_outliers = len(extra)
-    return head

@@ -41,6 +41,10 @@ class TruncatedHead(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach()[idx].float(), persistent=False)
         self.vocab_limit = limit
 
+    @property
+    def device(self) -> torch.device:
+        return self.ids.device
+
     def extra_repr(self) -> str:
         return f"tokens={self.ids.numel()}, vocab_limit={self.vocab_limit}"
 

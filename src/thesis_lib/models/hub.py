@@ -22,8 +22,16 @@ def hub_snapshot(repo_id: str | None, files: tuple[str, ...] | None = None, *, f
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}
     reason = "HF_HUB_OFFLINE is set" if offline else ""
     if not offline:
+        from huggingface_hub.errors import GatedRepoError
+
         try:
             return Path(snapshot_download(repo_id, allow_patterns=patterns, etag_timeout=5))
+        except GatedRepoError:
+            raise HubUnavailableError(
+                f"{repo_id!r} is a gated repository: its files download only for accounts that were granted access. "
+                f"Ask for access on its model page (Embedl's FlashHead checkpoints: a contact form), log in with "
+                f"`hf auth login`, and run again; or download it where you have access and pass the folder's path."
+            ) from None
         except Exception as exc:  # noqa: BLE001 - any failure to reach the hub means the same to the user
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     raise HubUnavailableError(

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, TokenizerMismatchError
+from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
+from . import embedl, virtual
 from .packing import pack_linears, packing_available
-from .specs import DEFAULT_DRAFT, DEFAULT_TARGET, ModelSpec, check_available, local_dir
+from .specs import DEFAULT_DRAFT, DEFAULT_TARGET, ModelSpec, check_available, local_dir, model_config
 
 
 @dataclass
@@ -72,10 +73,58 @@ def _dtype(name: str, device: str):
         raise ConfigError(f"Unknown dtype {name!r}: use auto, float32, bfloat16, float16 or float64.") from None
 
 
+#: Quantisation methods transformers 5 loads through another package: AWQ and GPTQ go through gptqmodel
+#: (``autoawq`` is archived upstream, untested beyond torch 2.6 and ignored by transformers 5).
+QUANTIZED_WITH = {"awq": "gptqmodel", "gptq": "gptqmodel"}
+GPU_STACK = ("the GPU stack: `make book PARAMS=gpu-thesis` installs it, or pip install -e '.[gpu]' "
+             "(gptqmodel 7.7.0, which needs torch 2.14.1)")
+
+
+def check_quantization(spec: str | ModelSpec) -> dict | None:
+    """The quantisation a model's config declares, checked before any weights load: a method whose loader
+    package is missing raises :class:`MissingPackageError` naming it."""
+    import importlib.util
+
+    config = model_config(spec if isinstance(spec, str) else spec.spec)
+    q = config.get("quantization_config") or None
+    if not q:
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    package = QUANTIZED_WITH.get(method)
+    if package and importlib.util.find_spec(package) is None:
+        raise MissingPackageError(
+            f"{spec if isinstance(spec, str) else spec.spec} is {method.upper()}-quantised ({q.get('bits')}-bit, "
+            f"group size {q.get('group_size')}); transformers 5 loads {method.upper()} checkpoints through "
+            f"`{package}`, which is not installed. Install {GPU_STACK}. (`autoawq` is archived upstream and "
+            "transformers 5 ignores it.)")
+    return q
+
+
+def quantization_info(model: Any) -> dict | None:
+    """What a quantised model was loaded with: method, bits, group size, the loader package's version and the
+    kernel classes it chose (for the run's environment)."""
+    import importlib.metadata
+
+    q = getattr(model.config, "quantization_config", None)
+    if q is None:
+        return None
+    q = q.to_dict() if hasattr(q, "to_dict") else dict(q)
+    method = str(q.get("quant_method", "")).lower()
+    package = QUANTIZED_WITH.get(method)
+    try:
+        version = importlib.metadata.version(package) if package else None
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    kernels = sorted({type(m).__name__ for m in model.modules()
+                      if type(m).__module__.split(".")[0] in {"gptqmodel", "awq"}})
+    return {"method": method, "bits": q.get("bits"), "group_size": q.get("group_size"), "package": package,
+            "package_version": version, "kernels": kernels}
+
+
 def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(local_dir(spec, progress=progress))
+    return AutoTokenizer.from_pretrained(local_dir(spec, progress=progress, what="tokenizer"))
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
@@ -83,26 +132,49 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
     ``pack`` (default: on for float32 models on CPU) swaps the linear layers for oneDNN-packed ones
-    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike."""
+    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike.
+    A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
+    FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
+    recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quantized = check_quantization(spec)
     path = local_dir(spec, progress=progress)
     t0 = time.perf_counter()
     torch_dtype = _dtype(dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=device if device != "cpu" else None)
+    on_virtual = device.startswith("cuda") and virtual.active()
+    kwargs = {"dtype": torch_dtype, "device_map": device if device != "cpu" and not on_virtual else None}
+    raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if embedl.is_checkpoint(raw):
+        kwargs["config"] = embedl.base_config(raw)
+    model, loading_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
+    missing = [k for k in loading_info.get("missing_keys", []) if "lm_head" not in k]
+    if missing:
+        raise ConfigError(f"{spec}: {len(missing)} weights of the model are missing from its files "
+                          f"(e.g. {missing[0]}); the checkpoint does not fit its config.")
+    if on_virtual:
+        virtual.place(model, device)
     model.eval()
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
     if pack is None:
-        pack = device == "cpu" and torch_dtype == torch.float32 and packing_available()
+        pack = device == "cpu" and torch_dtype == torch.float32 and quantized is None and packing_available()
     packed = pack_linears(model) if pack else 0
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
-            "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock"}
+            "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock",
+            "dtype_requested": str(torch_dtype).replace("torch.", "")}
+    if quantized is not None:
+        info["quantization"] = quantization_info(model)
+    if embedl.is_checkpoint(raw):
+        info["flashhead_checkpoint"] = {k: raw.get(k) for k in embedl.FLASH_KEYS if k in raw}
+    if on_virtual:
+        info["virtual_device"] = True
     marker = path / "thesis_lib.json"
-    if marker.is_file():
-        info.update(json.loads(marker.read_text()))
+    if marker.is_file():  # an embedded model's conversion record (its stored dtype is not the loaded one)
+        stored = json.loads(marker.read_text())
+        info.update({k: v for k, v in stored.items() if k != "dtype"}, stored_dtype=stored.get("dtype"))
     return LoadedModel(spec=str(spec), model=model, tokenizer=tok, path=path, device=device,
-                       dtype=str(torch_dtype).replace("torch.", ""), info=info)
+                       dtype=str(model.dtype).replace("torch.", ""), info=info)
 
 
 def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "target", draft_name: str = "draft") -> None:
@@ -138,6 +210,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
     check_available(target)
     check_available(draft)
+    check_quantization(target)
+    check_quantization(draft)
     t_tok = load_tokenizer(target, progress=progress)
     d_tok = load_tokenizer(draft, progress=progress)
     check_same_tokenizer(t_tok, d_tok, target, draft)

@@ -30,6 +30,16 @@ DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
 #: The thesis' own models (section 3.2), for users on a GPU host with hub access.
 THESIS_TARGET = "Qwen/Qwen3-32B-AWQ"
 THESIS_DRAFT = "Qwen/Qwen3-0.6B"
+#: The thesis' models' shapes (from their published config.json files); architecture facts, not results.
+QWEN3_CONFIGS = {
+    "Qwen3-0.6B": dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, intermediate_size=3072,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                       model_type="qwen3"),
+    "Qwen3-32B": dict(vocab_size=151936, hidden_size=5120, num_hidden_layers=64, intermediate_size=25600,
+                      num_attention_heads=64, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+                      model_type="qwen3"),
+}
+
 TINY_PREFIX = "tiny:"
 #: Tiny random models for smoke runs: a target and a noisy copy as its draft (``tiny:<name>``).
 TINY_SPECS = ("target", "draft")
@@ -91,8 +101,19 @@ def _unknown_message(spec: str) -> str:
     )
 
 
-def _hub(repo_id: str | None, files: tuple[str, ...] | None = None) -> Path:
-    return hub_snapshot(repo_id, files, fallback=f"the embedded default ({DEFAULT_TARGET} / {DEFAULT_DRAFT})")
+#: What each step needs of a hub repo (``allow_patterns``): reading a config or a tokenizer never downloads
+#: weights (a 32B target's are ~19 GB); ``model`` is everything a load reads (no GGUF or original/ files).
+HUB_FILES = {
+    "config": ("config.json",),
+    "tokenizer": ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
+                  "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                  "tokenizer.model"),
+    "model": ("*.json", "*.safetensors", "*.txt", "*.jinja", "tokenizer.model", "*.py"),
+}
+
+
+def _hub(repo_id: str | None, what: str = "model") -> Path:
+    return hub_snapshot(repo_id, HUB_FILES[what], fallback=f"the embedded default ({DEFAULT_TARGET} / {DEFAULT_DRAFT})")
 
 
 def check_available(spec: str | ModelSpec) -> ModelSpec:
@@ -103,12 +124,16 @@ def check_available(spec: str | ModelSpec) -> ModelSpec:
         if not embedded.converted_ok(ms.embedded):
             embedded.part_files(ms.embedded)  # raises MissingPackageError naming the first missing package
     elif ms.kind == "hub":
-        _hub(ms.repo_id, files=("config.json",))
+        _hub(ms.repo_id, "config")
     return ms
 
 
-def local_dir(spec: str | ModelSpec, *, progress: bool = True) -> Path:
-    """A local Hugging Face folder for any spec (converting or downloading as needed)."""
+def local_dir(spec: str | ModelSpec, *, progress: bool = True, what: str = "model") -> Path:
+    """A local Hugging Face folder for any spec (converting or downloading as needed). ``what`` says what the
+    caller will read (``config``, ``tokenizer`` or ``model``): a hub repo downloads only those files
+    (:data:`HUB_FILES`); an embedded model is converted whatever is asked (its folder is made in one piece)."""
+    if what not in HUB_FILES:
+        raise ValueError(f"what must be one of {', '.join(HUB_FILES)}, got {what!r}")
     ms = check_available(spec)
     if ms.kind == "embedded":
         assert ms.embedded is not None
@@ -116,10 +141,14 @@ def local_dir(spec: str | ModelSpec, *, progress: bool = True) -> Path:
     if ms.kind == "local":
         assert ms.path is not None
         return ms.path
-    return _hub(ms.repo_id)
+    return _hub(ms.repo_id, what)
 
 
 def model_config(spec: str) -> dict:
-    """A model's ``config.json`` (text config of multimodal wrappers), from its local folder."""
-    cfg = json.loads((local_dir(spec) / "config.json").read_text(encoding="utf-8"))
+    """A model's ``config.json`` (text config of multimodal wrappers), without loading or converting weights:
+    an embedded model not yet converted answers from what its registry entry states (vocabulary, widths)."""
+    ms = resolve(spec)
+    if ms.kind == "embedded" and not embedded.converted_ok(ms.embedded):
+        return dict(ms.embedded.config)
+    cfg = json.loads((local_dir(ms, what="config") / "config.json").read_text(encoding="utf-8"))
     return cfg.get("text_config", cfg)

@@ -54,13 +54,14 @@ def tiny_tokenizer(swap: tuple[int, int] | None = None):
 
 
 def tiny_model(arch: str = "qwen2", *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-               vocab_size: int = 272, seed: int = 0, init_std: float = 0.25, dtype=torch.float32):
-    """A randomly initialised Qwen2 or Qwen3 causal LM with an untied head, in eval mode."""
+               vocab_size: int = 272, seed: int = 0, init_std: float = 0.25, dtype=torch.float32, tied: bool = False):
+    """A randomly initialised Qwen2 or Qwen3 causal LM in eval mode; its head is untied unless ``tied`` (as
+    Qwen3-0.6B's is tied to the input embedding)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=1024,
-                  tie_word_embeddings=False, initializer_range=init_std, bos_token_id=None,
+                  tie_word_embeddings=tied, initializer_range=init_std, bos_token_id=None,
                   eos_token_id=258 if vocab_size > 258 else None, pad_token_id=256 if vocab_size > 256 else None)
     if arch == "qwen2":
         config, cls = Qwen2Config(**common), Qwen2ForCausalLM

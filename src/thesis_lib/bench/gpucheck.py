@@ -1,0 +1,180 @@
+"""``thesis-lib gpu-check``: the GPU acceptance run, at the thesis' shapes with RANDOM weights (no hub needed).
+
+What it measures, on one device, in bfloat16, timed with CUDA events on a GPU (:mod:`thesis_lib.bench.timing`):
+
+- **head** (Tables 4.1/4.2's question): one greedy head call on a Qwen3-0.6B-shaped hidden state, the dense
+  151,936 x 1,024 head against FlashHead at 64..593 probes (C = 9,496 clusters of 16), eager and compiled, and
+  compiled with CUDA graphs (``mode="reduce-overhead"``) on a GPU. The clusters are a random equal-size
+  partition: a head's cost depends on its shapes, not on which tokens share a cluster.
+- **draft step** (Tables 4.3/4.4's): one decode step of a random Qwen3-0.6B (28 layers, tied embeddings) with
+  the dense head and with FlashHead at Embedl's default 593 probes.
+- **verify curve**: the forward over a block of n = 1..13 tokens over one step of a Qwen3-32B-shaped stack
+  with fewer layers (bf16, not AWQ: the cost of the 4-bit kernels is not in these numbers).
+
+Random weights make these latency numbers, never acceptance or speedup of decoding; every report says so.
+The result is one JSON document (last line of the command's output). ``quick`` shrinks everything so that
+the command runs on a CPU in the test suite.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+
+import torch
+
+from ..decoding.state import ModelState
+from ..heads.clustering import Clustering
+from ..heads.dense import DenseGreedyHead
+from ..heads.flashhead import FlashHead
+from ..models.specs import QWEN3_CONFIGS
+from .timing import interleaved, stats_ms
+
+PROBES = (64, 128, 256, 593)
+NOTE = ("random weights at the thesis' shapes: latency only (no acceptance, no decoding speedup); the target "
+        "stack is bf16 with fewer layers, not AWQ")
+
+
+def versions(device: str) -> dict:
+    """Versions and the device, for the report."""
+    import transformers
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "cuda": torch.version.cuda, "device": device}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        out["capability"] = ".".join(map(str, torch.cuda.get_device_capability(torch.device(device))))
+    return out
+
+
+def random_clustering(vocab: int, hidden: int, n_clusters: int, seed: int = 0) -> Clustering:
+    """An equal-size random partition of ``vocab`` tokens with random centroids (latency work only)."""
+    g = torch.Generator().manual_seed(seed)
+    assignments = torch.randperm(vocab, generator=g) % n_clusters
+    return Clustering(centroids=torch.randn(n_clusters, hidden, generator=g), assignments=assignments,
+                      info={"algorithm": "random equal-size partition (gpu-check: latency only)"})
+
+
+def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16):
+    """A randomly initialised Qwen3 causal LM of ``shape`` with ``layers`` layers, built on ``device``."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
+    cfg.num_hidden_layers = layers
+    with torch.device(device):
+        model = Qwen3ForCausalLM(cfg)
+    return model.to(dtype).eval()
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(torch.device(device))
+
+
+@torch.inference_mode()
+def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool, progress: bool,
+               shape: dict = QWEN3_CONFIGS["Qwen3-0.6B"]) -> dict:
+    """Dense head vs FlashHead (eager, compiled, compiled with CUDA graphs) on random hidden states."""
+    vocab, hidden = shape["vocab_size"], shape["hidden_size"]
+    g = torch.Generator().manual_seed(1)
+    weight = (torch.randn(vocab, hidden, generator=g) * 0.02).to(device=device, dtype=torch.bfloat16)
+    states = torch.randn(rows, hidden, generator=g).to(device=device, dtype=torch.bfloat16)
+    clustering = random_clustering(vocab, hidden, vocab // 16)
+    dense = DenseGreedyHead(weight)
+    paths = ["eager", "compiled"] + (["graphs"] if graphs else [])
+    heads = {}
+    for path in paths:
+        head = FlashHead(weight, clustering, n_probes=max(probes), path="eager" if path == "eager" else "compiled")
+        if path == "graphs":
+            head.compile_mode = "reduce-overhead"
+        heads[path] = head
+    out = {"vocab": vocab, "hidden": hidden, "n_clusters": clustering.n_clusters, "rows": rows, "curve": []}
+    for p in probes:
+        fns = {"dense": lambda i: dense(states[i:i + 1])}
+        for path, head in heads.items():
+            head.with_probes(p)
+            fns[f"flash_{path}"] = lambda i, h=head: h(states[i:i + 1])
+        times = interleaved(fns, rows, reps=reps, warmup=min(rows, 8), desc=f"head p={p}", progress=progress,
+                            device=device)
+        stats = {name: stats_ms(ts) for name, ts in times.items()}
+        row = {"n_probes": p, "candidates": heads["eager"].candidates_per_step(),
+               **{f"{name}_ms": s["p50_ms"] for name, s in stats.items()},
+               **{f"speedup_{name[6:]}": stats["dense"]["p50_ms"] / s["p50_ms"]
+                  for name, s in stats.items() if name.startswith("flash_")}}
+        out["curve"].append(row)
+    out["paths"] = {path: head.active_path for path, head in heads.items()}
+    out["compile_errors"] = {path: head.compile_error for path, head in heads.items() if head.compile_error}
+    return out
+
+
+@torch.inference_mode()
+def step_check(device: str, *, layers: int, reps: int, context: int, n_probes: int, progress: bool) -> dict:
+    """One decode step of a random Qwen3-0.6B-shaped draft, dense head vs FlashHead (compiled)."""
+    shape = QWEN3_CONFIGS["Qwen3-0.6B"]
+    model = qwen3(shape, layers, device)
+    weight = model.get_output_embeddings().weight.detach()
+    head = FlashHead(weight, random_clustering(shape["vocab_size"], shape["hidden_size"], shape["vocab_size"] // 16),
+                     n_probes=n_probes, path="compiled")
+    ids = list(range(100, 100 + context))
+    states = {name: ModelState(model, head=h) for name, h in (("dense", DenseGreedyHead.from_model(model)),
+                                                               ("flashhead", head))}
+    for st in states.values():
+        st.greedy(ids[:-1], last_only=True)
+
+    def step(name: str) -> None:
+        st = states[name]
+        st.greedy([ids[-1]], last_only=True)
+        st.crop(1)
+
+    times = interleaved({n: (lambda i, n=n: step(n)) for n in states}, 1, reps=reps, warmup=3, desc="draft step",
+                        progress=progress, device=device)
+    stats = {n: stats_ms(t) for n, t in times.items()}
+    return {"layers": layers, "context": context, "n_probes": n_probes, "path": head.active_path,
+            "dense_ms": stats["dense"]["p50_ms"], "flashhead_ms": stats["flashhead"]["p50_ms"],
+            "speedup": stats["dense"]["p50_ms"] / stats["flashhead"]["p50_ms"],
+            "dense_mean_ms": stats["dense"]["mean_ms"], "flashhead_mean_ms": stats["flashhead"]["mean_ms"]}
+
+
+@torch.inference_mode()
+def verify_check(device: str, *, layers: int, reps: int, context: int, max_block: int = 13,
+                 shape: dict = QWEN3_CONFIGS["Qwen3-32B"]) -> dict:
+    """The forward over a block of n tokens over one step's, n = 1..max_block, on a Qwen3-32B-shaped stack."""
+    model = qwen3(shape, layers, device)
+    state = ModelState(model, buckets={})
+    ids = list(range(200, 200 + context + max_block))
+    state.hidden(ids[:context])
+    ms = {}
+    for n in range(1, max_block + 1):
+        times = []
+        for _ in range(reps + 1):
+            _sync(device)
+            t0 = time.perf_counter()
+            state.hidden(ids[context:context + n])
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+            state.crop(n)
+        ms[n] = 1000 * statistics.median(times[1:])
+    return {"layers": layers, "context": context, "ms": ms, "over_step": {n: v / ms[1] for n, v in ms.items()}}
+
+
+def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, target_layers: int | None = None,
+        draft_layers: int | None = None) -> dict:
+    """The whole check; ``quick`` shrinks it to a CPU-sized smoke run (few layers, few reps, two probe counts)."""
+    cuda = device.startswith("cuda")
+    t0 = time.perf_counter()
+    doc = {"note": NOTE, "versions": versions(device), "quick": quick}
+    doc["head"] = head_check(device, reps=2 if quick else 20, rows=8 if quick else 64,
+                             probes=(64, 593) if quick else PROBES, graphs=cuda, progress=progress)
+    doc["draft_step"] = step_check(device, layers=draft_layers or (2 if quick else 28), reps=3 if quick else 50,
+                                   context=32 if quick else 256, n_probes=593, progress=progress)
+    doc["verify"] = verify_check(device, layers=target_layers or (1 if quick else 8), reps=2 if quick else 10,
+                                 context=32 if quick else 256, max_block=5 if quick else 13)
+    at_default = next(r for r in doc["head"]["curve"] if r["n_probes"] == 593)
+    doc["summary"] = {"head_speedup_at_593": at_default.get("speedup_graphs", at_default["speedup_compiled"]),
+                      "head_speedup_at_593_compiled": at_default["speedup_compiled"],
+                      "draft_step_speedup": doc["draft_step"]["speedup"],
+                      "verify_13_over_step": doc["verify"]["over_step"].get(13),
+                      "thesis": {"head_speedup": 4.32, "draft_step_speedup": 1.108}}
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    return doc

@@ -1,0 +1,135 @@
+"""A FlashHead for a loaded model: where its clustering and settings come from, and which tokens it always
+scores (thesis section 3.4).
+
+:func:`flashhead_for` is the one call: assets from ``assets`` (a folder in Embedl's format, an Embedl
+checkpoint's folder or hub id, :mod:`thesis_lib.models.embedl`), else the model folder's own, else this
+library's clustering of the model's head (built once, cached). A checkpoint's config sets the probe count and
+the special tokens; :func:`special_token_ids` finds them in a tokenizer otherwise, and :func:`outlier_tokens`
+adds, on request, the tokens that fit their cluster worst.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from ..errors import ClusteringAssetError, ConfigError
+from ..models import embedl
+from ..models.loading import output_rows
+from .assets import ASSET_DIR, cached_clustering, load_assets
+from .clustering import Clustering, check_cluster_count
+from .flashhead import FlashHead, check_probes
+
+
+def special_token_ids(tokenizer, extra: Iterable[int] = (), limit: int | None = None) -> list[int]:
+    """EOS and the tokenizer's special / chat-template tokens, the ids FlashHead always scores."""
+    ids = set(int(i) for i in extra)
+    ids.update(int(i) for i in getattr(tokenizer, "all_special_ids", []) or [])
+    for tok_id, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(added, "special", False):
+            ids.add(int(tok_id))
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return sorted(i for i in ids if i >= 0 and (limit is None or i < limit))
+
+
+def outlier_tokens(weight: torch.Tensor, clustering: Clustering, fraction: float, limit: int | None = None) -> list[int]:
+    """The ``fraction`` of tokens whose rows point furthest from their own cluster's centroid (lowest cosine).
+
+    Equal-size clusters force some tokens into clusters they barely resemble; a hidden state that points at
+    such a token rarely ranks its cluster among the probed ones. Scoring these few tokens always (like the
+    special tokens) is a data-free option of this library, not part of Embedl's FlashHead (default off).
+    """
+    if not 0 <= fraction < 1:
+        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {fraction}).")
+    k = int(round(fraction * weight.shape[0]))
+    if k == 0:
+        return []
+    w = weight.detach().float()
+    cen = clustering.centroids.to(w.device)
+    cen = cen / cen.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    cos = (w / w.norm(dim=1, keepdim=True).clamp_min(1e-12) * cen[clustering.assignments.to(w.device)]).sum(1)
+    if limit is not None:
+        cos[limit:] = float("inf")  # padding rows are never candidates anyway
+    return sorted(torch.topk(cos, k, largest=False).indices.tolist())
+
+
+def checkpoint_for(loaded, assets: str | None = None) -> embedl.Checkpoint | None:
+    """Where a FlashHead's clustering and settings come from: ``assets`` (a folder in Embedl's format, an
+    Embedl checkpoint's folder or hub id), else the model's own folder if it is a FlashHead checkpoint or holds
+    ``flash_head_assets``; ``None``: this library's clustering."""
+    if assets:
+        return embedl.resolve(str(assets))
+    folder = Path(loaded.path) if getattr(loaded, "path", None) else None
+    if folder is not None and ((folder / ASSET_DIR).is_dir() or embedl.is_checkpoint(embedl.read_config(folder))):
+        return embedl.resolve(str(folder))
+    return None
+
+
+def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | None = None,
+                   n_clusters: int | None = None, n_probes: int | None = None, seed: int = 0, iterations: int = 20,
+                   progress: bool = True, log=print, checkpoint: embedl.Checkpoint | None = None) -> Clustering:
+    """The clustering a FlashHead for ``loaded`` uses (see :func:`flashhead_for` for where it comes from).
+
+    ``weight`` is the model's output embedding if the caller already holds it (a packed layer makes a
+    dense copy on every ``.weight`` read). Bad parameters fail before any clustering work.
+    """
+    out = loaded.model.get_output_embeddings()
+    rows = output_rows(loaded.model)
+    hidden = int(loaded.model.config.hidden_size)
+    checkpoint = checkpoint or checkpoint_for(loaded, assets)
+    if checkpoint is not None:
+        clustering = load_assets(checkpoint.assets, vocab_size=rows, hidden_size=hidden)
+        stated = checkpoint.n_clusters
+        if stated is not None and clustering.n_clusters != int(stated):
+            raise ClusteringAssetError(f"{checkpoint.source}: its config says n_clusters={stated}, its assets hold "
+                                       f"{clustering.n_clusters} clusters.")
+        if n_clusters is not None and clustering.n_clusters != n_clusters:
+            raise ConfigError(f"the assets of {checkpoint.source} hold {clustering.n_clusters} clusters, not "
+                              f"{n_clusters}.")
+        if n_probes is not None:
+            check_probes(n_probes, clustering.n_clusters)
+        clustering.info.setdefault("source", checkpoint.source)
+        return clustering
+    c = rows // 16 if n_clusters is None else int(n_clusters)
+    check_cluster_count(rows, c)
+    if n_probes is not None:
+        check_probes(n_probes, c)
+    weight = out.weight.detach() if weight is None else weight
+    return cached_clustering(weight, c, seed=seed, iterations=iterations, progress=progress, log=log)
+
+
+def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
+                  seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
+                  outliers: float = 0.0, progress: bool = True, log=print) -> FlashHead:
+    """A FlashHead for a loaded model (:class:`~thesis_lib.models.loading.LoadedModel`).
+
+    Assets come from, in order: ``assets`` (a folder in Embedl's format, ours or an official checkpoint's, or
+    an Embedl checkpoint's hub id); the model folder's own assets (an official FlashHead checkpoint); else this
+    library's clustering of the model's head, built once and cached
+    (:func:`~thesis_lib.heads.assets.cached_clustering`). A checkpoint's config sets the probe count and the
+    always-scored special tokens unless ``n_probes`` is given. Bad parameters (``n_probes``, ``n_clusters``)
+    fail before any clustering work. ``outliers`` > 0 adds that fraction of the vocabulary
+    (:func:`outlier_tokens`) to the always-scored special tokens.
+    """
+    if not 0 <= outliers < 1:
+        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {outliers}).")
+    checkpoint = checkpoint_for(loaded, assets)
+    out = loaded.model.get_output_embeddings()
+    weight = out.weight.detach()  # read once: a packed layer builds a dense copy on each read
+    clustering = clustering_for(loaded, weight, n_clusters=n_clusters, n_probes=n_probes, seed=seed,
+                                iterations=iterations, progress=progress, log=log, checkpoint=checkpoint)
+    extra = outlier_tokens(weight, clustering, outliers, loaded.vocab_limit) if outliers else []
+    if checkpoint is not None and checkpoint.special_ids:
+        specials = sorted({*checkpoint.special_ids, *extra})
+    else:
+        specials = special_token_ids(loaded.tokenizer, list(loaded.eos_ids) + extra, loaded.vocab_limit)
+    if n_probes is None and checkpoint is not None and checkpoint.n_probes is not None:
+        n_probes = int(checkpoint.n_probes)
+    head = FlashHead(weight, clustering, special_ids=specials, vocab_limit=loaded.vocab_limit,
+                     bias=getattr(out, "bias", None), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
+    head.always_scored_outliers = len(extra)
+    head.checkpoint = checkpoint.source if checkpoint is not None else None
+    return head

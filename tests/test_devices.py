@@ -1,0 +1,172 @@
+"""The GPU code path without a GPU: target on virtual ``cuda:0``, draft on virtual ``cuda:1``
+(:mod:`thesis_lib.models.virtual`). A device mix-up raises here as it would on two GPUs, GPU timers must
+synchronise (or record events on) the device they measure, and every result equals the plain CPU run's."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from thesis_lib.analysis import codesign, lookahead
+from thesis_lib.bench import modelbench, timing
+from thesis_lib.bench.prompts import Prompt
+from thesis_lib.bench.runner import Runner
+from thesis_lib.decoding import sampling
+from thesis_lib.decoding.clocks import ForwardTimer
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.heads.clustering import spherical_kmeans
+from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.heads.flashhead import FlashHead
+from thesis_lib.models import tiny
+from thesis_lib.models.loading import LoadedModel
+from thesis_lib.models.virtual import DeviceMismatch, place, virtual_cuda
+
+from conftest import TINY_VOCAB
+
+PROMPT = [1, 2, 3, 4, 5]
+PROMPTS = [Prompt("p1", "code", "def f(x):"), Prompt("p2", "chat", "Hello there")]
+
+
+@pytest.fixture(scope="module")
+def pair(tok):
+    target = tiny.tiny_model("qwen3", seed=0)
+    draft = tiny.noisy_copy(target, 0.02, seed=3)
+    w = draft.get_output_embeddings().weight.detach()
+    return target, draft, spherical_kmeans(w, 17, iterations=3, progress=False)
+
+
+def _loaded(model, tok, device) -> LoadedModel:
+    return LoadedModel(spec=f"tiny:{device}", model=model, tokenizer=tok, path=None, device=device, dtype="float32")
+
+
+@pytest.fixture
+def on_two_gpus(pair, tok):
+    """Fresh copies of the pair placed on virtual cuda:0 (target) and cuda:1 (draft), a FlashHead on cuda:1,
+    and the recorded torch.cuda clock calls."""
+    target, draft, clustering = pair
+    with virtual_cuda(2) as calls:
+        t, d = place(copy.deepcopy(target), "cuda:0"), place(copy.deepcopy(draft), "cuda:1")
+        head = FlashHead(d.get_output_embeddings().weight.detach(), clustering, n_probes=3, path="eager",
+                         vocab_limit=TINY_VOCAB)
+        yield _loaded(t, tok, "cuda:0"), _loaded(d, tok, "cuda:1"), head, calls
+
+
+def test_the_rehearsal_catches_what_a_gpu_would(pair):
+    """The harness itself: mixing devices raises, moving tensors does not, a CPU generator may not draw for a
+    CUDA tensor, and the numbers are the CPU's."""
+    target, draft, _ = pair
+    with virtual_cuda(2):
+        a, b = torch.ones(3, device="cuda:0"), torch.ones(3).to("cuda:1")
+        assert str(a.device) == "cuda:0" and str(b.device) == "cuda:1" and b.is_cuda
+        with pytest.raises(DeviceMismatch):
+            a + b
+        with pytest.raises(DeviceMismatch):
+            a + torch.ones(3)
+        assert float((a + b.to(a.device)).sum()) == 6.0 and float((a * torch.tensor(2.0)).sum()) == 6.0
+        with pytest.raises(DeviceMismatch):
+            torch.multinomial(a, 1, generator=torch.Generator())
+    assert str(torch.ones(1).device) == "cpu"  # nothing left behind
+
+
+def test_greedy_loops_run_on_two_devices_with_the_cpu_result(pair, on_two_gpus):
+    from thesis_lib.decoding.drafters import ModelDrafter
+    from thesis_lib.decoding.greedy import speculative_generate
+
+    target, draft, _ = pair
+    ref = speculative_generate(ModelState(target), ModelDrafter(draft), PROMPT, k=3, max_new_tokens=12, deferred=True)
+    t, d, _, calls = on_two_gpus
+    got = speculative_generate(ModelState(t.model), ModelDrafter(d.model), PROMPT, k=3, max_new_tokens=12,
+                               deferred=True)
+    assert got.tokens == ref.tokens
+    synced = {dev for name, dev in calls if name == "synchronize"}
+    assert synced == {torch.device("cuda", 0), torch.device("cuda", 1)}  # the phase clock syncs both sides
+
+
+def test_model_bench_keeps_hidden_states_on_the_draft_s_device(pair, on_two_gpus):
+    """Defect 1: states collected on the CPU were multiplied with the draft's CUDA weights."""
+    _, d, head, _ = on_two_gpus
+    hs = modelbench.collect_hidden_states(d, PROMPTS, max_new_tokens=4, progress=False)
+    weight = d.model.get_output_embeddings().weight.detach()
+    rows = modelbench.quality_curve(head, weight, hs.states, [1, 3], progress=False)
+    assert rows[-1]["agreement"] >= 0
+    dense = DenseGreedyHead.from_model(d.model, d.vocab_limit)
+    assert modelbench.head_latency({"dense": dense, "flashhead": head}, hs.states, reps=1, warmup=1,
+                                   progress=False)["stats"]["flashhead"]["n"] == hs.states.shape[0]
+
+
+def test_model_bench_on_two_devices_measures_what_the_cpu_measures(pair, tok, on_two_gpus):
+    target, draft, clustering = pair
+    cpu_draft = _loaded(draft, tok, "cpu")
+    cpu_head = FlashHead(draft.get_output_embeddings().weight.detach(), clustering, n_probes=3, path="eager",
+                         vocab_limit=TINY_VOCAB)
+    _, d, head, _ = on_two_gpus
+    doc = modelbench.run(d, head, PROMPTS, probes=[1, 3], state_tokens=4, head_reps=1, step_reps=1, progress=False)
+    assert doc["quality"] == _plain_run(cpu_draft, cpu_head)["quality"]
+
+
+def _plain_run(loaded, head):
+    return modelbench.run(loaded, head, PROMPTS, probes=[1, 3], state_tokens=4, head_reps=1, step_reps=1,
+                          progress=False)
+
+
+def test_timers_synchronise_the_device_they_measure(on_two_gpus):
+    """Defect 3: head and step latency on a GPU timed kernel launches; every timed call must be bracketed by
+    events on the measured device's stream (or a synchronisation of that device)."""
+    _, d, head, calls = on_two_gpus
+    states = torch.randn(4, d.model.config.hidden_size).to("cuda:1")
+    calls.clear()
+    timing.head_ms(head, states, rows=4, reps=2, warmup=1)
+    timed = [dev for name, dev in calls if name in ("event.record", "synchronize")]
+    assert timed and set(timed) == {torch.device("cuda", 1)}, calls
+    calls.clear()
+    modelbench.head_latency({"flashhead": head}, states, reps=1, warmup=1, base="flashhead", progress=False)
+    records = [dev for name, dev in calls if name == "event.record"]
+    assert len(records) >= 2 * 4 and set(records) == {torch.device("cuda", 1)}, calls
+    calls.clear()
+    fwd = ForwardTimer(lambda x: x * 2, "cuda:1")
+    fwd(states)
+    fwd.seconds()
+    assert ("synchronize", torch.device("cuda", 1)) in calls
+    assert {dev for name, dev in calls if name == "event.record"} == {torch.device("cuda", 1)}, calls
+
+
+def test_co_design_heads_see_states_on_their_own_device(pair, on_two_gpus):
+    """Defect 2a: teacher-forced states came back on the CPU and were fed to heads on the draft's GPU."""
+    target, draft, _ = pair
+    _, d, head, _ = on_two_gpus
+    out = [7, 8, 9, 10]
+    states, targets, _ = codesign.teacher_forced(d.model, [(PROMPT, out)], progress=False)
+    dense = DenseGreedyHead.from_model(d.model)
+    q = codesign.head_quality(head, states, targets, torch.tensor(out))
+    assert 0 <= q["alpha"] <= 1
+    assert timing.head_ms(dense, states, rows=2, reps=1, warmup=1) > 0
+    rows = lookahead.draft_lookahead(d.model, head, [(PROMPT, out)], depth=3, progress=False)
+    assert len(rows[0]["tokens"]) == len(out)
+
+
+@pytest.mark.parametrize("flash", [False, True], ids=["dense", "flashhead"])
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+def test_sampling_on_two_devices_draws_what_the_cpu_draws(pair, on_two_gpus, flash, schedule):
+    """Defect 2b: the seeded CPU generator drew from CUDA tensors, and p - q mixed the target's and the
+    draft's devices. Same seed, same tokens as the CPU run."""
+    target, draft, clustering = pair
+    s = sampling.Sampler(0.8, top_k=20)
+    cpu_head = FlashHead(draft.get_output_embeddings().weight.detach(), clustering, n_probes=3, path="eager",
+                         vocab_limit=TINY_VOCAB)
+    ref = sampling.speculative_sample(ModelState(target), sampling.SamplingModelDrafter(
+        draft, s, flash_head=cpu_head if flash else None), PROMPT, k=3, max_new_tokens=10, sampler=s,
+        generator=torch.Generator().manual_seed(5), schedule=schedule)
+    t, d, head, _ = on_two_gpus
+    got = sampling.speculative_sample(ModelState(t.model), sampling.SamplingModelDrafter(
+        d.model, s, flash_head=head if flash else None), PROMPT, k=3, max_new_tokens=10, sampler=s,
+        generator=torch.Generator().manual_seed(5), schedule=schedule)
+    assert got.tokens == ref.tokens
+
+
+def test_runner_sampling_modes_on_two_devices(on_two_gpus):
+    t, d, head, _ = on_two_gpus
+    runner = Runner(t, d, k=3, max_new_tokens=8, flash_head=head, sampler=sampling.Sampler(0.8))
+    for mode in ("sample_baseline", "sample_dense", "sample_flash"):
+        assert len(runner.run(mode, PROMPT).tokens) == 8
