@@ -288,10 +288,10 @@ def test_make_book_for_a_gpu_set_installs_the_gpu_stack_and_converts_no_embedded
     import subprocess
 
     root = params.ROOT
-    gpu = subprocess.run(["make", "-n", "book", "PARAMS=gpu-thesis"], cwd=root, capture_output=True, text=True).stdout
+    gpu = subprocess.run(["make", "-n", "-B", "book", "PARAMS=gpu-thesis"], cwd=root, capture_output=True, text=True).stdout
     assert "torch==2.14.1" in gpu and "'.[gpu,test,book]'" in gpu and ".venv-gpu/bin/python" in gpu
     assert "prepare" not in gpu and "--params gpu-thesis" in gpu
-    cpu = subprocess.run(["make", "-n", "book"], cwd=root, capture_output=True, text=True).stdout
+    cpu = subprocess.run(["make", "-n", "-B", "book"], cwd=root, capture_output=True, text=True).stdout
     assert "torch==2.13.0" in cpu and "'.[embedded,test,book]'" in cpu and "thesis_lib.cli prepare" in cpu
     extras = (root / "pyproject.toml").read_text()
     assert '"gptqmodel==7.7.0"' in extras and '"flash-head==0.1.10"' in extras

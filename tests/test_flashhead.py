@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import importlib.util
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -456,3 +458,24 @@ def test_a_sweep_past_the_recompile_limit_stays_compiled(tiny_models, tiny_clust
         assert torch.equal(head(h), ref(h)) and head.active_path == "compiled"
     assert head.recompile_resets >= 1
     assert counters["stats"]["unique_graphs"] >= 5  # every probe count ran a compiled graph
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_head") is None,
+                    reason="Embedl's flash-head is not installed (optional extra `embedl`; never installed by default)")
+def test_embedl_s_head_picks_our_tokens_on_the_same_assets(tiny_models, tiny_clusterings):
+    """Embedl's FlashHead built from our clustering: with the same (float32) cluster ranking it picks our token
+    on every state but exact ties and rows past the tokenizer (the tiny model's padding rows are random; Embedl's
+    head scores them, ours never does), and the comparison classifies every difference."""
+    from thesis_lib.bench import embedl_peer
+
+    model = tiny_models[("f32", "qwen2", "target")]
+    w = model.get_output_embeddings().weight.detach()
+    head = FlashHead(w, tiny_clusterings[17], n_probes=3, special_ids=[258], vocab_limit=TINY_VOCAB, path="eager",
+                     centroid_dtype="float32")
+    states = torch.randn(48, 64, generator=torch.Generator().manual_seed(4)) * 3
+    doc = embedl_peer.compare(head, w, states, reps=1, progress=False)
+    assert doc["installed"] and doc["states"] == 48
+    assert doc["other"] == 0 and doc["ranking"] == 0 and doc["padding"] > 0
+    assert doc["same"] + doc["ties"] + doc["padding"] == 48
+    assert all(d["embedl"] >= TINY_VOCAB for d in doc["differences"] if d["kind"] == "padding")
+    assert doc["latency"]["ours"]["n"] == doc["latency"]["embedl"]["n"] == 48

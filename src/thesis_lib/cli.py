@@ -213,14 +213,18 @@ def cmd_cluster(args) -> int:
 
 def cmd_model_bench(args) -> int:
     from .analysis import formatting
-    from .bench import modelbench
+    from .bench import embedl_peer, modelbench
     from .models import loading
     from .models.cpu import cpu_name
 
     parts = tuple(args.parts.split(","))
-    bad = [p for p in parts if p not in modelbench.PARTS]
+    known = modelbench.PARTS + modelbench.OPTIONAL_PARTS
+    bad = [p for p in parts if p not in known]
     if bad:
-        raise ConfigError(f"Unknown part(s) {', '.join(bad)}; use some of {', '.join(modelbench.PARTS)}.")
+        raise ConfigError(f"Unknown part(s) {', '.join(bad)}; use some of {', '.join(known)}.")
+    if "embedl" in parts and not embedl_peer.available():
+        raise ConfigError("--parts embedl compares with Embedl's own head, which needs its PyPI package: "
+                          "pip install -e '.[embedl]' (flash-head 0.1.10).")
     _check_flash_args(args, args.draft)
     probes = [int(x) for x in args.probe_list.split(",")] if args.probe_list else None
     if probes and min(probes) < 1:
@@ -370,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
     p.add_argument("--thinking", choices=["on", "off"], default=None,
                    help="the chat template's thinking switch (Qwen3's enable_thinking; default: the template's own)")
-    p.add_argument("--parts", default="quality,head,step", help="comma-separated: quality, head, step (default: all)")
+    p.add_argument("--parts", default="quality,head,step", help="comma-separated: quality, head, step, embedl (Embedl's head beside ours; needs the embedl extra) "
+                   "(default: quality,head,step)")
     p.add_argument("--probe-list", default=None, help="probe counts for the curves (default: powers of 2, C/16 and C)")
     p.add_argument("--state-tokens", type=int, default=128, help="decode steps per prompt for the hidden states (default: 128)")
     p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")

@@ -250,6 +250,30 @@ def table_4_11(run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def embedl_table(doc: dict) -> pd.DataFrame:
+    """This library's FlashHead beside Embedl's on the same assets and states: latency and agreement."""
+    lat = doc["latency"]
+    rows = []
+    for name, label in (("ours", "this library's FlashHead"), ("embedl", "Embedl's FlashHead (flash-head "
+                                                                          f"{doc['version']})")):
+        rows.append({"Head": label, "Median (ms)": lat[name]["p50_ms"], "Mean (ms)": lat[name]["mean_ms"],
+                     "P95 (ms)": lat[name]["p95_ms"], "States": doc["states"]})
+    return pd.DataFrame(rows)
+
+
+def embedl_verdict(doc: dict) -> str:
+    """One sentence on agreement, computed: how many states agree and what every difference is."""
+    n, same = doc["states"], doc["same"]
+    kinds = {k: doc.get(k, 0) for k in ("ties", "padding", "ranking", "other")}
+    if same == n:
+        what = "no state differs"
+    elif kinds["other"] == 0 and kinds["ranking"] == 0 and kinds["padding"] == 0:
+        what = f"all {n - same} differences are exact ties broken differently"
+    else:
+        what = "the differences are " + ", ".join(f"{v} {k}" for k, v in kinds.items() if v)
+    return f"the two heads pick the same token on {same} of {n} states ({100 * same / n:.2f} %); {what}"
+
+
 def phase_shares(run, modes, suffix: str = "") -> dict[str, dict[str, float]]:
     """Per mode (labelled): decode time shares of propose, verify, finalize and the rest (Figure 4.2)."""
     run = as_run(run)

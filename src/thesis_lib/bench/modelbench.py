@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..heads.flashhead import check_probes
 from .prompts import Prompt, encode
+from . import embedl_peer
 from .timing import interleaved, stats_ms
 
 
@@ -217,6 +218,8 @@ def step_latency(model, heads: dict[str, torch.nn.Module | None], contexts: Sequ
 
 
 PARTS = ("quality", "head", "step")
+#: Parts run only when asked for: Embedl's own head beside ours (needs PyPI ``flash-head``, extra ``embedl``).
+OPTIONAL_PARTS = ("embedl",)
 
 
 def default_probe_list(n_clusters: int) -> list[int]:
@@ -235,9 +238,9 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
     ``parts``: any of "quality" (agreement/recall curves), "head" (Tables 4.1/4.2, plus the latency curve
     over ``probes``), "step" (Tables 4.3/4.4). Hidden states are collected once and shared by all parts.
     """
-    unknown = [p for p in parts if p not in PARTS]
+    unknown = [p for p in parts if p not in PARTS + OPTIONAL_PARTS]
     if unknown:
-        raise ConfigError(f"unknown part(s) {unknown}; use some of {', '.join(PARTS)}.")
+        raise ConfigError(f"unknown part(s) {unknown}; use some of {', '.join(PARTS + OPTIONAL_PARTS)}.")
     probes = default_probe_list(flash_head.n_clusters) if probes is None else [check_probes(p, flash_head.n_clusters) for p in probes]
     doc: dict = {"flashhead": {"n_clusters": flash_head.n_clusters, "cluster_size": flash_head.cluster_size,
                                "n_probes": flash_head.n_probes, "candidates": flash_head.candidates_per_step(),
@@ -258,6 +261,10 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
         weight = loaded.model.get_output_embeddings().weight.detach()  # a dense copy if the layer is packed
         doc["quality"] = quality_curve(flash_head, weight, states, probes, categories=hs.categories,
                                        progress=progress)
+        del weight
+    if "embedl" in parts:
+        weight = loaded.model.get_output_embeddings().weight.detach()
+        doc["embedl"] = embedl_peer.compare(flash_head, weight, states, reps=head_reps, progress=progress)
         del weight
     if "head" in parts:
         flash_head(states[:1])  # compile before timing

@@ -91,6 +91,8 @@ class Params:
     top_k: int | None = 20
     top_p: float | None = 0.8
     sampling_check_file: str | None = "data/reference/sampling-check-d0.01.json"
+    #: ``thesis-lib model-bench --parts embedl``'s saved output, shown where Embedl's package is not installed
+    embedl_peer_file: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True

@@ -14,11 +14,11 @@ import json
 import os
 from pathlib import Path
 
-from ..bench import drafts, modelbench, protocol
+from ..bench import drafts, embedl_peer, modelbench, protocol
 from ..bench.environment import environment
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
-from .params import Params, selected_prompts
+from .params import ROOT, Params, selected_prompts
 
 
 def digest(doc) -> str:
@@ -99,16 +99,32 @@ def model_bench(p: Params) -> dict:
                "state_tokens": p.state_tokens, "head_reps": p.head_reps, "step_reps": p.step_reps,
                "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "flash_path": p.flash_path,
                "kmeans_iterations": p.kmeans_iterations}
+    peer = embedl_peer.available()
+    if peer:  # Embedl's head beside ours, where its package is installed
+        doc_key["embedl"] = peer
 
     def compute():
         _, draft, head = pair(p)
         probes = sorted(set(modelbench.default_probe_list(head.n_clusters)) | {head.n_probes})
-        doc = modelbench.run(draft, head, prompts, probes=probes, state_tokens=p.state_tokens, head_reps=p.head_reps,
+        parts = modelbench.PARTS + (("embedl",) if peer else ())
+        doc = modelbench.run(draft, head, prompts, parts=parts, probes=probes, state_tokens=p.state_tokens,
+                             head_reps=p.head_reps,
                              step_reps=p.step_reps, progress=p.progress, thinking=p.thinking)
         doc["environment"] = environment(("draft", draft))
         return doc
 
     return cached_document(p, "model-bench", doc_key, compute)
+
+
+def embedl_comparison(p: Params, mb: dict) -> tuple[dict | None, str]:
+    """Embedl's head beside ours (:mod:`thesis_lib.bench.embedl_peer`) and where the numbers come from: this run's
+    model bench where the package is installed, else the saved document ``EMBEDL_PEER_FILE`` names, else none."""
+    if (mb.get("embedl") or {}).get("installed"):
+        return mb["embedl"], "this run's model bench"
+    if p.embedl_peer_file and (ROOT / p.embedl_peer_file).is_file():
+        doc = json.loads((ROOT / p.embedl_peer_file).read_text(encoding="utf-8"))
+        return doc["embedl"], f"thesis-lib model-bench --parts embedl, saved in {p.embedl_peer_file}"
+    return None, "not measured: Embedl's flash-head is not installed (pip install -e '.[embedl]')"
 
 
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
