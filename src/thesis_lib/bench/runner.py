@@ -41,6 +41,7 @@ class _Stamps:
     def put(self, value):
         self.calls += 1
         if self.calls == 2:  # call 1 is the prompt, call 2 the first new token(s)
+            value.tolist()  # on a GPU, wait until the token exists (a host read), then stamp the time
             self.first_token_at = time.perf_counter()
             # assisted generation verifies prompt + first draft block in its first forward, so the first
             # call can carry several tokens: they were produced inside TTFT, not in the decode phase
@@ -200,8 +201,8 @@ class Runner:
         stamps = _Stamps()
         t0 = time.perf_counter()
         out = model.generate(inp, streamer=stamps, **kwargs)
+        tokens = out[0, inp.shape[1]:].tolist()  # a host read: the device's work is done before t2
         t2 = time.perf_counter()
-        tokens = out[0, inp.shape[1]:].tolist()
         t1 = stamps.first_token_at or t2
         st = DecodeStats(mode=mode, k=self.k if mode == "hf_assisted" else 0, new_tokens=len(tokens),
                          ttft_s=t1 - t0, decode_s=t2 - t1, first_emit=min(stamps.first_count, len(tokens)),
