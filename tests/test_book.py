@@ -46,8 +46,9 @@ def smoke_book(tmp_path_factory):
     old = os.environ.get("THESIS_LIB_CACHE")
     os.environ["THESIS_LIB_CACHE"] = str(tmp / "cache")
     try:
-        fates = execute.execute("smoke", recompute=True, overrides={"RUNS_DIR": str(tmp / "runs")}, progress=False)
-        html = build.build("smoke", progress=False)  # unchanged parameters: reuses the executions above
+        overrides = {"RUNS_DIR": str(tmp / "runs")}
+        fates = execute.execute("smoke", recompute=True, overrides=overrides, progress=False)
+        html = build.build("smoke", progress=False, overrides=overrides)  # the same parameters: reuses them
     finally:
         if old is None:
             os.environ.pop("THESIS_LIB_CACHE")
@@ -104,7 +105,7 @@ def test_chapter_4_glue_and_tables(smoke_book):
     assert g["thesis_def_flash_vs_dense"] == reference.value("4.10", "Dense deferred vs. FlashHead deferred", "Speedup")
     for n in reference.TABLE_IDS:
         html = g[f"table-{n.replace('.', '-')}"]
-        assert "thesis = Qwen3-32B-AWQ" in html and "(parameter set smoke)" in html and ">this run<" in html, n
+        assert "thesis = Qwen3-32B-AWQ" in html and "(parameter set smoke, measured 20" in html and ">this run<" in html, n
 
 
 def test_chapter_5_and_explorer_glue(smoke_book):
@@ -138,7 +139,7 @@ def test_chapter_6_glue(smoke_book):
     assert g["best_fixed_k_all"] in (2, 3)  # the smoke sweep: K = 2 beside the main run's K = 3
     assert g["winner_ratio"] > 0 and g["target_met"] in ("meets", "does not meet")
     assert (g["winner_ratio"] >= 1.10) == (g["target_met"] == "meets")
-    assert "this run (smoke)" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
+    assert "this run (smoke, measured 20" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
     # section 6.6: the confidence stop, tuned by the walk, run end to end; the clairvoyant bound beats every policy
     assert 0 < g["tau"] < 1 and 1 <= g["sim_best_fixed_k"] <= 5
     assert g["sim_oracle_ratio"] >= max(1.0, g["sim_tau_ratio"]) - 1e-9
@@ -169,7 +170,9 @@ def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_
 
 
 def test_reused_when_nothing_changed_and_bad_input_fails_first(smoke_book, monkeypatch):
-    assert set(execute.execute("smoke", progress=False).values()) == {"reused"}
+    _, _, tmp = smoke_book
+    same = {"RUNS_DIR": str(tmp / "runs")}
+    assert set(execute.execute("smoke", progress=False, overrides=same).values()) == {"reused"}
     import papermill
 
     monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("no notebook may run"))
@@ -260,10 +263,10 @@ def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(tmp_path, monkeyp
     assert set(thesis) <= set(rehearsal)  # the same keys as the set it rehearses
     for key in ("TARGET", "DRAFT", "DEVICE", "DRAFT_DEVICE", "DTYPE", "ASSETS", "FLASH_PATH", "THINKING"):
         assert rehearsal[key] == thesis[key], key
-    fates = execute.execute("rehearsal", recompute=True, overrides={"RUNS_DIR": str(tmp_path / "runs")},
-                            progress=False)
+    overrides = {"RUNS_DIR": str(tmp_path / "runs")}
+    fates = execute.execute("rehearsal", recompute=True, overrides=overrides, progress=False)
     assert fates == {n: "executed" for n in execute.NOTEBOOKS}
-    html = build.build("rehearsal", progress=False)
+    html = build.build("rehearsal", progress=False, overrides=overrides)
     assert (html / "results.html").is_file()
     bench = next((tmp_path / "runs").glob("rehearsal-bench-*"))
     env = json.loads((bench / "environment.json").read_text())

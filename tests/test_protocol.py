@@ -360,3 +360,20 @@ def test_beyond_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monke
         with pytest.raises(ConfigError):
             protocol.run(_config(pair_dir, tmp_path / "runs", **{**FLASH, **kw}), progress=False)
     assert not (tmp_path / "runs").exists()
+
+
+def test_cheap_checks_come_before_any_model_file_with_an_empty_model_cache(tmp_path, monkeypatch):
+    """With the embedded default pair and an empty model cache: an existing run folder and a probe count out of
+    range are reported at once, and the cache stays empty (nothing assembled, converted or downloaded)."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(cache))
+    runs = tmp_path / "runs"
+    (runs / "taken").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="exists"):
+        protocol.run(protocol.BenchConfig(name="taken", out=str(runs)), progress=False)
+    with pytest.raises(ConfigError, match="out of range"):
+        protocol.run(protocol.BenchConfig(name="new", out=str(runs), modes=("baseline", "flash_deferred"),
+                                          probes=10_000), progress=False)
+    assert cli.main(["bench", "--name", "taken", "--out", str(runs)]) == 2
+    assert list(cache.rglob("*")) == [] and sorted(p.name for p in runs.iterdir()) == ["taken"]

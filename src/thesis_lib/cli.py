@@ -482,12 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_sampling_check(args) -> int:
     from .analysis import distcheck
+    from .bench.environment import provenance
 
     if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
         raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists():
         raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
+    measured = provenance()  # taken before the hour of draws: the code and revision that make them
     pair = distcheck.tiny_pair()
     rows, t0 = [], time.perf_counter()
     for case in range(len(distcheck.CASES)):
@@ -508,7 +510,7 @@ def cmd_sampling_check(args) -> int:
     doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "configurations": rows,
            "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
            "environment": {"python": platform.python_version(), "machine": platform.machine(),
-                           "processor": platform.processor()}}
+                           "processor": platform.processor()}, "measured": measured}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")

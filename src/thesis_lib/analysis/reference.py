@@ -106,8 +106,8 @@ def sources(ours: str) -> str:
     """Caption for a :func:`beside` table: what *thesis* and *this run* stand for (``ours``: models and
     hardware of this run, e.g. :func:`thesis_lib.book.source_label`)."""
     thesis = setup()["label"].removeprefix("thesis: ")
-    m = re.fullmatch(r"this run \(([^)]*)\): (.*)", ours)
-    ours = f"{m[2]} (parameter set {m[1]})" if m else ours
+    m = re.fullmatch(r"this run \(([^,)]*)(?:, ([^)]*))?\): (.*)", ours)
+    ours = f"{m[3]} (parameter set {m[1]}{', ' + m[2] if m[2] else ''})" if m else ours
     return f"thesis = {thesis}, as printed in the thesis; this run = {ours}"
 
 

@@ -3,6 +3,7 @@ paths of this machine)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -11,6 +12,26 @@ from pathlib import Path
 
 from ..models import virtual
 from ..models.cpu import cpu_name
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A short hash of this library's source (every ``.py`` under ``thesis_lib``, paths included): what a result
+    was measured with, so that a result made by other code can be told apart. Taken once, when this module is
+    first imported (the code a process runs is the code it loaded)."""
+    import hashlib
+
+    src = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(src.rglob("*.py")):
+        h.update(str(f.relative_to(src)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def provenance() -> dict:
+    """When and with which code a result is being made: the time, the git revision, the library's digest."""
+    return {"recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": git_revision(), "library": code_digest()}
 
 
 def git_revision(start: Path | None = None) -> dict:
@@ -44,6 +65,8 @@ def environment(*loaded, extra: dict | None = None) -> dict:
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         if torch.cuda.is_available() or virtual.active() else [],
         "git": git_revision(),
+        "library": code_digest(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
         "models": {},
     }
     for role, m in loaded:
@@ -51,3 +74,6 @@ def environment(*loaded, extra: dict | None = None) -> dict:
         env["models"][role] = {"spec": m.spec, "device": m.device, "dtype": m.dtype, **info}
     env.update(extra or {})
     return env
+
+
+code_digest()  # the code this process loaded

@@ -257,14 +257,13 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
     doc["flashhead"]["always_scored_outliers"] = getattr(flash_head, "always_scored_outliers", 0)
     dense = DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit)
     states = hs.states.to(flash_head.device)  # kept on the CPU between runs; measured where the head lives
-    if "quality" in parts:
-        weight = loaded.model.get_output_embeddings().weight.detach()  # a dense copy if the layer is packed
-        doc["quality"] = quality_curve(flash_head, weight, states, probes, categories=hs.categories,
-                                       progress=progress)
-        del weight
-    if "embedl" in parts:
-        weight = loaded.model.get_output_embeddings().weight.detach()
-        doc["embedl"] = embedl_peer.compare(flash_head, weight, states, reps=head_reps, progress=progress)
+    if "quality" in parts or "embedl" in parts:
+        weight = loaded.model.get_output_embeddings().weight.detach()  # a dense copy if the layer is packed: once
+        if "quality" in parts:
+            doc["quality"] = quality_curve(flash_head, weight, states, probes, categories=hs.categories,
+                                           progress=progress)
+        if "embedl" in parts:
+            doc["embedl"] = embedl_peer.compare(flash_head, weight, states, reps=head_reps, progress=progress)
         del weight
     if "head" in parts:
         flash_head(states[:1])  # compile before timing

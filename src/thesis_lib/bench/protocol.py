@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import torch
+
 from ..decoding.sampling import Sampler
 from ..errors import ConfigError
 from ..heads.clustering import check_cluster_count
@@ -87,6 +89,10 @@ class BenchConfig:
     top_p: float | None = 0.8
     # draft-confidence block ends (modes *_sk): the draft's probability below which a block stops
     stop_below: float | None = None
+    #: torch's intra-op threads for the run (None: every core this process may use); recorded with the run
+    threads: int | None = None
+    #: pipelined modes: the draft side and the target's append get half the threads each (False: all, both)
+    split_threads: bool = True
 
     def __post_init__(self):
         if isinstance(self.modes, str):
@@ -154,10 +160,13 @@ class BenchConfig:
     def check_prompts(self) -> list[Prompt]:
         return select(load_prompts(self.prompt_file), self.categories, self.prompts, self.per_category)
 
-    def check(self) -> list[Prompt]:
-        """Every cheap check; returns the selected prompts. Loads no weights."""
+    def check_name(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise ConfigError(f"The run name must be a plain folder name (got {self.name!r}).")
+
+    def check(self) -> list[Prompt]:
+        """Every cheap check; returns the selected prompts. Loads no weights."""
+        self.check_name()
         if not isinstance(self.k, int) or self.k < 1:
             raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -166,6 +175,8 @@ class BenchConfig:
             raise ConfigError(f"iterations must be >= 1 (got {self.iterations}).")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0 (got {self.warmup}).")
+        if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
+            raise ConfigError(f"threads must be an integer >= 1 or None (got {self.threads!r}).")
         if self.turns not in TURNS:
             raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
         check_modes(self.modes)
@@ -185,7 +196,17 @@ class BenchConfig:
 #: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
                 "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below",
-                "thinking")
+                "thinking", "threads", "split_threads")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity), torch's default thread count for a run."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def check_flash(cfg) -> None:
@@ -245,8 +266,10 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     ``loaded``: an already loaded ``(target, draft)`` pair, or ``(target, draft, flash_head)``, to share
     between several runs of one session (their specs must be the configuration's)."""
     cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_dict(config)
+    cfg.check_name()
+    check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)  # first: it touches no model file
     prompts = cfg.check()
-    check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
+    torch.set_num_threads(cfg.threads or available_cores())
     if loaded is not None:
         target, draft, *rest = loaded
         if (target.spec, draft.spec) != (cfg.target, cfg.draft):
@@ -264,7 +287,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
-                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
+                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None, split_threads=cfg.split_threads)
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}
     if head is not None:

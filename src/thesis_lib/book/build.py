@@ -34,10 +34,11 @@ def stage(set_name: str = DEFAULT_SET) -> Path:
     return out
 
 
-def build(set_name: str = DEFAULT_SET, *, recompute: bool = False, progress: bool = True) -> Path:
-    """Execute (or reuse) the notebooks, stage, and build the HTML with warnings as errors; returns the
-    folder of the built pages."""
-    execute(set_name, recompute=recompute, progress=progress)
+def build(set_name: str = DEFAULT_SET, *, recompute: bool = False, progress: bool = True,
+          overrides: dict | None = None) -> Path:
+    """Execute (or reuse) the notebooks with the parameter set (and ``overrides``), stage, and build the HTML with
+    warnings as errors; returns the folder of the built pages."""
+    execute(set_name, recompute=recompute, progress=progress, overrides=overrides)
     out = stage(set_name)
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(out), "-W", "-n", "--keep-going",

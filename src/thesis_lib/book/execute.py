@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+from ..bench.environment import code_digest
 from ..errors import ConfigError
 from .params import DEFAULT_SET, ROOT, Params, load_parameters
 from .shared import digest
@@ -18,15 +19,6 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "ch6_beyond", "explorer")
 #: Chapter 4 runs the benchmarks the others read, so it goes first.
 RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "ch6_beyond", "explorer")
-
-
-def _library_digest() -> str:
-    src = ROOT / "src" / "thesis_lib"
-    h = hashlib.sha256()
-    for f in sorted(src.rglob("*.py")):
-        h.update(str(f.relative_to(src)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def notebook_parameters(name: str) -> set[str]:
@@ -74,7 +66,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     values.setdefault("SET_NAME", set_name)
     values["FIG_DIR"] = str((out_dir / "figures").relative_to(ROOT))
-    lib = _library_digest()
+    lib = code_digest()
     fates = {}
     for name in sorted(names, key=RUN_ORDER.index):
         src = NOTEBOOK_DIR / f"{name}.ipynb"

@@ -39,6 +39,7 @@ from ..heads.for_model import flashhead_for
 from ..heads.truncated import frequency_head
 from ..models.loading import output_rows
 from .params import ROOT, Params
+from .provenance import measured_when
 from .shared import cached_document, named, obtain, pair
 
 #: The new modes of the chapter (all deferred: the thesis' best schedule on every machine it measured).
@@ -123,26 +124,29 @@ def codesign_sweep(p: Params, cal: dict | None = None) -> dict:
         c = cal or calibration(p)
         target, draft, default = pair(p)
         rows_v = output_rows(draft.model)
-        heads = {}
-        for b in p.codesign_cluster_sizes:
-            n_c = rows_v // b
-            heads[n_c] = default if n_c == default.n_clusters else flashhead_for(
-                draft, n_clusters=n_c, iterations=p.kmeans_iterations, path=p.flash_path, progress=p.progress)
-        probes = {n_c: sorted({max(1, n_c // d) for d in (256, 128, 64, 32, 16, 8)}
-                              | ({default.n_probes} if n_c == default.n_clusters else set())) for n_c in heads}
         ids = c["sequences"][0]["prompt_ids"]
         dense_head = DenseGreedyHead.from_model(draft.model, draft.vocab_limit)
         costs = codesign.step_costs(ModelState(target.model, vocab_limit=target.vocab_limit), draft.model, ids,
                                     dense_head, k_max=p.k_max, vocab_limit=draft.vocab_limit)
-        rows = codesign.sweep(heads, probes, c["states"], c["targets"], c["dense"], costs, k_max=p.k_max,
-                              progress=p.progress)
+        weight = draft.model.get_output_embeddings().weight.detach()  # one dense copy for every head built here
+        rows = []
+        for b in p.codesign_cluster_sizes:  # one FlashHead at a time: each holds a copy of the head's rows
+            n_c = rows_v // b
+            head = default if n_c == default.n_clusters else flashhead_for(
+                draft, n_clusters=n_c, iterations=p.kmeans_iterations, path=p.flash_path, progress=p.progress,
+                weight=weight)
+            probes = sorted({max(1, n_c // d) for d in (256, 128, 64, 32, 16, 8)}
+                            | ({default.n_probes} if n_c == default.n_clusters else set()))
+            rows += codesign.sweep({n_c: head}, {n_c: probes}, c["states"], c["targets"], c["dense"], costs,
+                                   k_max=p.k_max, progress=p.progress)
+            del head
         dense_q = codesign.head_quality(dense_head, c["states"], c["targets"], c["dense"])
         dense_pred = codesign.predict(dense_q["alpha"], costs["dense_head_ms"], costs, k_max=p.k_max)
         counts, corpus = token_counts(_calibration_cfg(p), draft, progress=p.progress)
         specials = default.special_ids.tolist()
         freq = []
         for n in sorted({r["candidates"] - len(specials) for r in rows}):
-            h = frequency_head(draft, counts, n, specials)
+            h = frequency_head(draft, counts, n, specials, weight=weight)
             q = codesign.head_quality(h, c["states"], c["targets"], c["dense"])
             ms = head_ms(h, c["states"])
             pred = codesign.predict(q["alpha"], ms, costs, k_max=p.k_max)
@@ -239,7 +243,8 @@ def sampling_check(p: Params) -> tuple[dict, str]:
     named by ``SAMPLING_CHECK_FILE``, or (without one) the check run here at ``SAMPLING_DELTA``."""
     if p.sampling_check_file and (ROOT / p.sampling_check_file).is_file():
         check = json.loads((ROOT / p.sampling_check_file).read_text(encoding="utf-8"))
-        return check, f"`thesis-lib sampling-check --delta {check['delta']}` ({p.sampling_check_file})"
+        return check, (f"`thesis-lib sampling-check --delta {check['delta']}` ({p.sampling_check_file}, "
+                       f"{measured_when(check.get('measured') or {})})")
     pair_ = distcheck.tiny_pair()
     rows = [distcheck.run_case(pair_, c, d, s, delta=p.sampling_delta) for c in range(len(distcheck.CASES))
             for d in ("dense", "flash") for s in ("ordinary", "deferred")]

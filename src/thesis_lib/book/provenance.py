@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 
+from ..bench.environment import code_digest, environment
 from .params import Params
 from .shared import digest
 
@@ -22,11 +23,31 @@ def hardware(env: dict) -> str:
     return f"{cpu}" + (f", {threads} threads" if threads else "")
 
 
+def measured_when(record: dict) -> str:
+    """When and with which code a result was made, from its environment or ``measured`` record: the date, the
+    git revision (``+`` if the tree had uncommitted changes), and a note if the library's code differs now."""
+    if not record:
+        return "date and revision not recorded"
+    date = (record.get("recorded_at") or "")[:10] or "date not recorded"
+    git = record.get("git") or {}
+    rev = (git.get("commit") or "")[:7] + ("+" if git.get("dirty") else "") if git.get("commit") else "revision not recorded"
+    changed = record.get("library") and record["library"] != code_digest()
+    return f"measured {date} at {rev}" + ("; the library's code has changed since" if changed else "")
+
+
 def source_label(run_or_doc, p: Params) -> str:
-    """The ``Source`` of this project's rows in a table: parameter set, models and machine."""
-    env = run_or_doc.environment if hasattr(run_or_doc, "environment") else run_or_doc.get("environment", {})
+    """The ``Source`` of this project's rows in a table: parameter set, when and with which revision the numbers
+    were measured, models and machine; ``None``: measured live, now."""
+    if run_or_doc is None:
+        env = record = environment()
+    elif hasattr(run_or_doc, "environment"):
+        env = run_or_doc.environment
+        record = env
+    else:
+        env = run_or_doc.get("environment", {})
+        record = run_or_doc.get("measured") or env
     short = lambda s: s.split(":")[-1].split("/")[-1]
-    return f"this run ({p.set_name}): {short(p.target)} + {short(p.draft)}, {hardware(env)}"
+    return f"this run ({p.set_name}, {measured_when(record)}): {short(p.target)} + {short(p.draft)}, {hardware(env)}"
 
 
 def environment_table(run, model_bench_doc: dict | None = None):

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ..bench import drafts, embedl_peer, modelbench, protocol
-from ..bench.environment import environment
+from ..bench.environment import environment, provenance
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
 from .params import ROOT, Params, selected_prompts
@@ -135,8 +135,10 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
+    measured = provenance()  # the date, revision and code this document is made with (taken before the work)
     doc = compute()
     doc["key"] = key
+    doc["measured"] = measured
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
     tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")

@@ -68,9 +68,10 @@ def target_only(target: ModelState, prompt_ids: Sequence[int], next_token, *, mo
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
                          max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
                          schedule: str | None = None, clock: PhaseClock | None = None,
-                         k_policy=None) -> Generation:
+                         k_policy=None, split_threads: bool = True) -> Generation:
     """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or
-    pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``.
+    pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``. Pipelined,
+    ``split_threads`` gives the draft side and the target's append half of torch's threads each.
     ``k_policy`` (see :mod:`thesis_lib.decoding.policies`) chooses each round's block length; without it every
     round drafts ``k`` tokens. Either way the output is target-only greedy's.
 
@@ -86,9 +87,18 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
     check_request(max_new_tokens, prompt_ids, k)
     if schedule != "pipelined":
         return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None, k_policy)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append") as worker:
-        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker,
-                            k_policy)
+    # The two sides run at once: with ``split_threads`` each gets its own share of torch's intra-op threads
+    # (per-thread OpenMP settings), instead of two parallel regions of all threads fighting over the cores.
+    total = torch.get_num_threads()
+    side = max(1, total // 2) if split_threads else total
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=torch.set_num_threads,
+                            initargs=(side,)) as worker:
+        torch.set_num_threads(max(1, total - side) if split_threads else total)
+        try:
+            return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker,
+                                k_policy)
+        finally:
+            torch.set_num_threads(total)
 
 
 @torch.inference_mode()

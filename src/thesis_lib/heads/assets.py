@@ -121,9 +121,9 @@ def _read_json(path: Path) -> dict:
 
 def head_sha256(weight: torch.Tensor) -> str:
     """sha256 of a head's float32 bytes (shape included), the content key of its clusterings."""
-    w = weight.detach().to(torch.float32).cpu().contiguous()
+    w = weight.detach().to(torch.float32).cpu().contiguous()  # no copy for a contiguous float32 CPU head
     h = hashlib.sha256(f"{tuple(w.shape)}".encode())
-    h.update(w.numpy().tobytes())
+    h.update(memoryview(w.numpy()).cast("B"))  # hashed in place, not copied into a bytes object
     return h.hexdigest()
 
 

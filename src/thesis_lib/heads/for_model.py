@@ -103,7 +103,8 @@ def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | 
 
 def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
                   seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
-                  outliers: float = 0.0, progress: bool = True, log=print) -> FlashHead:
+                  outliers: float = 0.0, progress: bool = True, log=print,
+                  weight: torch.Tensor | None = None) -> FlashHead:
     """A FlashHead for a loaded model (:class:`~thesis_lib.models.loading.LoadedModel`).
 
     Assets come from, in order: ``assets`` (a folder in Embedl's format, ours or an official checkpoint's, or
@@ -112,13 +113,14 @@ def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None =
     (:func:`~thesis_lib.heads.assets.cached_clustering`). A checkpoint's config sets the probe count and the
     always-scored special tokens unless ``n_probes`` is given. Bad parameters (``n_probes``, ``n_clusters``)
     fail before any clustering work. ``outliers`` > 0 adds that fraction of the vocabulary
-    (:func:`outlier_tokens`) to the always-scored special tokens.
+    (:func:`outlier_tokens`) to the always-scored special tokens. ``weight``: the output embedding if the
+    caller holds it already (a packed layer makes a dense copy on every read).
     """
     if not 0 <= outliers < 1:
         raise ConfigError(f"outlier fraction must lie in [0, 1) (got {outliers}).")
     checkpoint = checkpoint_for(loaded, assets)
     out = loaded.model.get_output_embeddings()
-    weight = out.weight.detach()  # read once: a packed layer builds a dense copy on each read
+    weight = out.weight.detach() if weight is None else weight  # read once: a packed layer copies on each read
     clustering = clustering_for(loaded, weight, n_clusters=n_clusters, n_probes=n_probes, seed=seed,
                                 iterations=iterations, progress=progress, log=log, checkpoint=checkpoint)
     extra = outlier_tokens(weight, clustering, outliers, loaded.vocab_limit) if outliers else []

@@ -63,14 +63,17 @@ def ranked_tokens(counts: Counter, vocab: int) -> list[int]:
     return seen + rest
 
 
-def frequency_head(loaded, counts: Counter, n_tokens: int, specials: Sequence[int] = ()) -> TruncatedHead:
-    """The truncated head of the ``n_tokens`` most frequent tokens plus ``specials``."""
+def frequency_head(loaded, counts: Counter, n_tokens: int, specials: Sequence[int] = (),
+                   weight: torch.Tensor | None = None) -> TruncatedHead:
+    """The truncated head of the ``n_tokens`` most frequent tokens plus ``specials``; ``weight``: the output
+    embedding if the caller holds it already (a packed layer makes a dense copy on every read)."""
     limit = loaded.vocab_limit
     if not 1 <= n_tokens <= limit:
         raise ConfigError(f"the truncated head's token count must lie in 1..{limit} (got {n_tokens}).")
     out = loaded.model.get_output_embeddings()
     keep = ranked_tokens(counts, limit)[:n_tokens] + [int(s) for s in specials]
-    return TruncatedHead(out.weight.detach(), keep, bias=getattr(out, "bias", None), vocab_limit=limit)
+    weight = out.weight.detach() if weight is None else weight
+    return TruncatedHead(weight, keep, bias=getattr(out, "bias", None), vocab_limit=limit)
 
 
 __all__ = ["TruncatedHead", "ranked_tokens", "frequency_head"]

@@ -145,6 +145,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     torch_dtype = _dtype(dtype, device)
     on_virtual = device.startswith("cuda") and virtual.active()
     kwargs = {"dtype": torch_dtype, "device_map": device if device != "cpu" and not on_virtual else None}
+    if pack is None:
+        pack = device == "cpu" and torch_dtype == torch.float32 and packing_available()
     raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if embedl.is_checkpoint(raw):
         kwargs["config"] = embedl.base_config(raw)
@@ -157,9 +159,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
         virtual.place(model, device)
     model.eval()
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
-    if pack is None:
-        pack = device == "cpu" and torch_dtype == torch.float32 and quantized is None and packing_available()
-    packed = pack_linears(model) if pack else 0
+    packed = pack_linears(model) if pack and quantized is None else 0
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock",
             "dtype_requested": str(torch_dtype).replace("torch.", "")}

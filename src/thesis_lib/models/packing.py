@@ -58,12 +58,80 @@ def is_packed(module: nn.Module) -> bool:
 
 
 def pack_linears(module: nn.Module) -> int:
-    """Replace every float32 ``nn.Linear`` below ``module`` (on CPU) by a :class:`PackedLinear`; return how many."""
+    """Replace every float32 ``nn.Linear`` below ``module`` (on CPU) by a :class:`PackedLinear`; return how many.
+
+    A head tied to the input embedding stays as it is (packing it would keep a second copy of the embedding).
+    Pages of a memory-mapped safetensors file that a packed weight came from leave the resident set as soon as
+    it is packed, and freed heap memory is handed back afterwards (:func:`release_freed_memory`): the process
+    holds the packed model, not the model twice."""
+    skip = frozenset()
+    get_in, get_out = getattr(module, "get_input_embeddings", None), getattr(module, "get_output_embeddings", None)
+    if get_in is not None and get_out is not None and get_in() is not None and get_out() is not None \
+            and get_out().weight is get_in().weight:
+        skip = frozenset({id(get_out().weight)})
+    count = _pack(module, skip=skip)
+    release_freed_memory()
+    return count
+
+
+def _pack(module: nn.Module, maps: list | None = None, skip: frozenset = frozenset()) -> int:
+    maps = _file_maps() if maps is None else maps
     count = 0
     for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu":
+        if (isinstance(child, nn.Linear) and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu"
+                and id(child.weight) not in skip):
             setattr(module, name, PackedLinear(child))
+            _drop_file_pages(child.weight, maps)
             count += 1
         else:
-            count += pack_linears(child)
+            count += _pack(child, maps, skip)
     return count
+
+
+def _file_maps() -> list[tuple[int, int]]:
+    """Address ranges of this process' private (copy-on-write) mappings of ``.safetensors`` files
+    (``/proc/self/maps``): safetensors maps its files so."""
+    out = []
+    try:
+        for line in open("/proc/self/maps", encoding="utf-8"):
+            parts = line.split()
+            if len(parts) >= 6 and parts[-1].endswith(".safetensors") and parts[1].endswith("p"):
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                out.append((lo, hi))
+    except OSError:
+        pass
+    return out
+
+
+def _drop_file_pages(t: torch.Tensor, maps: list[tuple[int, int]]) -> None:
+    """If ``t`` lies in a private mapping of a safetensors file, tell the kernel its pages are not needed
+    (``MADV_DONTNEED``): they leave this process' resident memory now, not when the whole file is unmapped.
+    Only whole pages inside ``t`` of a file mapping qualify: touched again they are read back from the file,
+    and ``t`` is no longer used once packed; anonymous memory is never advised (it would lose its contents)."""
+    import ctypes
+    import os
+
+    start = t.data_ptr()
+    end = start + t.numel() * t.element_size()
+    if not any(lo <= start and end <= hi for lo, hi in maps):
+        return
+    page = os.sysconf("SC_PAGE_SIZE")
+    a, b = -(-start // page) * page, end // page * page
+    if b > a:
+        try:
+            ctypes.CDLL(None).madvise(ctypes.c_void_p(a), ctypes.c_size_t(b - a), 4)  # 4: MADV_DONTNEED
+        except (OSError, AttributeError):
+            pass
+
+
+def release_freed_memory() -> None:
+    """Ask glibc to return freed heap memory to the system (``malloc_trim``): after packing, the unpacked
+    weights' gigabytes would otherwise stay counted in the process' memory. A no-op without glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
