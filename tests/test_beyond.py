@@ -52,7 +52,10 @@ def test_adaptive_probes_follow_the_margin(head_and_states):
     out = narrow(h)
     assert narrow.mean_probes == 2 and set(narrow.last_probes) == {2}
     two = FlashHead(w, clustering.spherical_kmeans(w, 32, progress=False), n_probes=2, path="eager")
-    assert (out == two(h)).float().mean() > 0.95  # the same clusters as fixed 2 probes (fp ranking aside)
+    fixed = two(h)  # the same two clusters, scored by the fixed head: equal up to float near-ties of the logits
+    for i in torch.nonzero(out != fixed).flatten().tolist():
+        a, b = float(w[out[i]] @ h[i]), float(w[fixed[i]] @ h[i])
+        assert abs(a - b) <= 1e-5 * max(abs(a), abs(b)), (i, a, b)
     mid = adaptive.AdaptiveFlashHead(fh, margin=0.05, min_probes=1, max_probes=8)
     mid(h)
     assert 1 <= min(mid.last_probes) and max(mid.last_probes) <= 8 and len(set(mid.last_probes)) > 1

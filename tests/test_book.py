@@ -5,8 +5,10 @@ thesis' numbers file against the tables' shapes."""
 from __future__ import annotations
 
 import ast
+import html
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,9 @@ from thesis_lib.models import specs
 DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
 
 
-def glued(name: str) -> dict:
-    """The values a notebook glued (text/plain, literal-evaluated) in the smoke build."""
-    nb = json.loads((execute.build_dir("smoke") / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
+def glued(name: str, set_name: str = "smoke") -> dict:
+    """The values a notebook glued (text/plain, literal-evaluated) in a build (default: the smoke build)."""
+    nb = json.loads((execute.build_dir(set_name) / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
     out = {}
     for cell in nb["cells"]:
         for o in cell.get("outputs", []):
@@ -99,7 +101,17 @@ def test_chapter_4_glue_and_tables(smoke_book):
     assert g["head_speedup"] > 0 and g["step_speedup"] > 0
     assert 0 <= g["append_def"] <= 3 < g["append_base"]  # at most one standalone append per sample (3 prompts)
     assert g["head_ceiling"] >= 1 and 0 < g["outside_propose_flash"] < 100
-    assert g["sweep_best_k"] in (1, 3)
+    # the K sweep's best K and its speedup, recomputed from the sweep's own samples
+    runs = smoke_book[2] / "runs"
+    speedups = {}
+    for k in (1, 3):
+        folder = next(runs.glob(f"smoke-sweep-k{k}-*"))
+        recs = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+        tps = {m: sum(r["new_tokens"] - r["first_emit"] for r in recs if r["mode"] == m)
+               / sum(r["decode_s"] for r in recs if r["mode"] == m) for m in ("baseline", "flash_deferred")}
+        speedups[k] = tps["flash_deferred"] / tps["baseline"]
+    assert g["sweep_best_k"] == max(speedups, key=speedups.get)
+    assert math.isclose(g["sweep_best_speedup"], max(speedups.values()), rel_tol=1e-9)
     # the thesis' numbers in the prose come from the data file, next to ours
     assert g["thesis_head_speedup"] == reference.value("4.2", "Dense LM head vs. FlashHead", "Speedup")
     assert g["thesis_def_flash_vs_dense"] == reference.value("4.10", "Dense deferred vs. FlashHead deferred", "Speedup")
@@ -127,7 +139,14 @@ def test_chapter_6_glue(smoke_book):
     assert g["sampling_all_ok"] == "all pass" and g["sampling_control_ok"] == "rejected"
     assert g["sampling_min_power"] >= 0.99 and g["sampling_min_draws"] > 0 and "this notebook" in g["sampling_source"]
     assert g["lossless"] == "every greedy sample equals target-only greedy output"
-    assert g["margin"] in (0.05, 0.2) and 1 <= g["margin_mean_probes"] <= g["fixed_probes"] == 3
+    # the tuned margin is the cheapest whose agreement stays within the tolerance of the fixed head's (from the
+    # margins document): a property of the choice, not a restatement of the grid
+    from thesis_lib.analysis.beyond import MARGIN_TOLERANCE
+
+    curve = json.loads(next((smoke_book[2] / "runs").glob("smoke-margins-*.json")).read_text())["rows"]
+    ok = [r for r in curve[1:] if r["agreement"] >= curve[0]["agreement"] - MARGIN_TOLERANCE]
+    assert g["margin"] == (min(ok, key=lambda r: r["mean_probes"])["margin"] if ok else max(r["margin"] for r in curve[1:]))
+    assert 1 <= g["margin_mean_probes"] <= g["fixed_probes"] == 3
     assert 0 <= g["margin_agreement"] <= 100 and 0 <= g["fixed_agreement"] <= 100
     assert g["best_c"] in (8, 17) and 1 <= g["best_p"] <= g["best_c"] and 1 <= g["best_k"] <= 5
     assert g["best_pred"] >= g["default_pred"] > 0  # the best setting of the sweep includes the default
@@ -298,3 +317,78 @@ def test_make_book_for_a_gpu_set_installs_the_gpu_stack_and_converts_no_embedded
     assert "torch==2.13.0" in cpu and "'.[embedded,test,book]'" in cpu and "thesis_lib.cli prepare" in cpu
     extras = (root / "pyproject.toml").read_text()
     assert '"gptqmodel==7.7.0"' in extras and '"flash-head==0.1.10"' in extras
+
+
+#: Sentences of the results pages that use a verdict word about the method or the chapter's aim, not a run.
+NOT_VERDICTS = {("beyond.md", "This chapter lifts each of them"), ("beyond.md", "a bound no rule can beat"),
+                ("beyond.md", "The target of this chapter was a configuration that beats")}
+VERDICT_WORDS = re.compile(r"\b(wins?|beats?|loses|dilutes|lifts|lowers|is wrong|meets|does not meet|barely changes|"
+                           r"agrees (more|less) often|is small beside|faster than|slower than|cannot get there|"
+                           r"throws away)\b", re.I)
+
+
+def test_no_verdict_is_typed_beside_the_numbers():
+    """Outside glued spans, the results pages use no verdict word (who wins, what was met, where a model is
+    wrong) except in the sentences listed, which speak of the method or the aim."""
+    typed = []
+    for name in ("results.md", "conclusion.md", "beyond.md"):
+        text = re.sub(r"\{glue:text\}`[^`]*`", "GLUED", (params.ROOT / "book" / name).read_text(encoding="utf-8"))
+        for sentence in re.split(r"(?<=[.:;])\s+", text):
+            if VERDICT_WORDS.search(sentence) and not any(n == name and s in sentence for n, s in NOT_VERDICTS):
+                typed.append((name, sentence.strip()[:120]))
+    assert not typed, typed
+
+
+def _verdicts_hold(set_name: str) -> dict:
+    """Every verdict each chapter glued, checked against the numbers the same chapter glued (the rules of
+    analysis.verdicts applied to what the page prints), and found in the built page's text."""
+    from thesis_lib.analysis import verdicts
+
+    seen = {}
+    for nb, rules in verdicts.RULES.items():
+        g = glued(nb, set_name)
+        page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
+        prose = {"ch4_results": "results", "ch5_conclusion": "conclusion", "ch6_beyond": "beyond"}[nb]
+        text = (execute.build_dir(set_name) / "_build" / "html" / f"{prose}.html").read_text()
+        text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text))).replace("\u2019", "'")
+        for key, (rule, inputs) in rules.items():
+            assert g[key] == rule(*(g[k] for k in inputs)), (set_name, nb, key)
+            assert g[key] in text, (set_name, key)
+            seen[(nb, key)] = g[key]
+        assert page
+    return seen
+
+
+def test_no_page_states_a_verdict_its_own_numbers_contradict(smoke_book, tmp_path):
+    """The smoke book twice, with other seeds and K: in both, every glued verdict is what the page's own numbers
+    give, and the rendered page says exactly that."""
+    import yaml
+
+    first = _verdicts_hold("smoke")
+    doc = yaml.safe_load((params.PARAMS_DIR / "smoke.yaml").read_text())
+    doc.update(SEED=1, K=2, PROBES=1, RUNS_DIR=str(tmp_path / "runs"))
+    other = tmp_path / "smoke-reseeded.yaml"
+    other.write_text(yaml.safe_dump(doc))
+    try:
+        build.build(str(other), progress=False)
+        second = _verdicts_hold(str(other))
+    finally:
+        import shutil
+
+        shutil.rmtree(execute.build_dir(str(other)).parent, ignore_errors=True)
+    assert set(first) == set(second)
+
+
+def test_progress_reaches_the_terminal_not_the_pages(smoke_book):
+    """Long work reports to the build (per-notebook time and kernel peak memory; bars and run-folder lines in
+    the progress file), and no progress bar or weight-loading bar is stored in an executed notebook."""
+    report = json.loads((execute.build_dir("smoke") / "execution.json").read_text())
+    assert {r["notebook"] for r in report} == set(execute.NOTEBOOKS)
+    for name in execute.NOTEBOOKS:
+        nb = json.loads((execute.build_dir("smoke") / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
+        meta = nb["metadata"]["thesis_companion"]
+        assert meta["seconds"] > 0 and meta["peak_rss_gb"] > 0, name
+        for cell in nb["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", "")) + json.dumps(out.get("data", {}))
+                assert not re.search(r"\d+%\|| it/s|gen/s|Loading weights|FloatProgress", text), (name, text[:200])

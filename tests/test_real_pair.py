@@ -38,8 +38,18 @@ def test_embedded_models_are_the_pinned_files(real_pair):
     assert target.model.config.num_hidden_layers == 28 and draft.model.config.num_hidden_layers == 24
 
 
+def _diverges_only_at_a_near_tie(target, ids, ref, got, what):
+    """``got`` equals target-only ``ref``, or parts from it where the target's top two logits nearly tie."""
+    if got == ref:
+        return
+    j = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), None)
+    assert j is not None, f"{what}: one output is a strict prefix of the other"
+    gap = _top2_gap(target, ids + ref[:j])
+    assert gap < REAL_NEAR_TIE, (what, j, gap, target.tokenizer.decode(got))
+
+
 @pytest.mark.parametrize("qid", ["demo-code-1", "demo-chat-1", "demo-translation-1"])
-def test_every_mode_equals_target_only_greedy(real_pair, qid):
+def test_dense_draft_equals_target_only_greedy(real_pair, qid):
     target, draft = real_pair
     prompt = next(p for p in prompts.demo_prompts() if p.question_id == qid)
     ids = prompts.encode(target.tokenizer, prompt.text)
@@ -49,12 +59,38 @@ def test_every_mode_equals_target_only_greedy(real_pair, qid):
     assert len(ref.tokens) == 32 or ref.tokens[-1] in target.eos_ids
     for deferred in (False, True):
         spec = speculative_generate(t, d, ids, k=4, max_new_tokens=32, eos_ids=target.eos_ids, deferred=deferred)
-        if spec.tokens != ref.tokens:
-            j = next((i for i, (a, b) in enumerate(zip(spec.tokens, ref.tokens)) if a != b), None)
-            assert j is not None, f"{qid}: one output is a strict prefix of the other"
-            gap = _top2_gap(target, ids + ref.tokens[:j])
-            assert gap < REAL_NEAR_TIE, (qid, deferred, j, gap, target.tokenizer.decode(spec.tokens))
+        _diverges_only_at_a_near_tie(target, ids, ref.tokens, spec.tokens, (qid, deferred))
         assert spec.stats.acceptance > 0.2  # a real same-family draft agrees often (a broken loop would not)
+
+
+#: Every greedy mode of the benchmark: the thesis' drafts and schedules, and chapter 6's drafters and block-length
+#: policies (adaptive K: heuristic and cost model; the confidence stop), through the runner the benchmark uses.
+GREEDY_MODES = ("dense_ordinary", "dense_deferred", "dense_pipelined", "flash_ordinary", "flash_deferred",
+                "flash_pipelined", "shared_ordinary", "adaflash_deferred", "ngram_deferred", "hybrid_deferred",
+                "dense_deferred_hk", "flash_deferred_ck", "flash_deferred_sk", "hybrid_deferred_sk")
+
+
+def test_every_greedy_mode_equals_target_only_greedy(real_pair):
+    """One real prompt through every greedy mode: each output is target-only greedy output (or parts from it only
+    where the target's top two logits nearly tie)."""
+    from thesis_lib.bench.modes import ALL_MODES
+    from thesis_lib.bench.runner import Runner
+    from thesis_lib.heads.adaptive import AdaptiveFlashHead
+    from thesis_lib.heads.for_model import flashhead_for
+
+    assert set(GREEDY_MODES) <= set(ALL_MODES)
+    target, draft = real_pair
+    head = flashhead_for(draft, progress=False)
+    runner = Runner(target, draft, k=4, max_new_tokens=24, flash_head=head, k_max=8, stop_below=0.6,
+                    extra_heads={"adaflash": AdaptiveFlashHead(head, margin=0.12, min_probes=8)})
+    prompt = next(p for p in prompts.demo_prompts() if p.question_id == "demo-code-1")
+    ids = prompts.encode(target.tokenizer, prompt.text)
+    ref = runner.run("baseline", ids).tokens
+    for mode in GREEDY_MODES:
+        gen = runner.run(mode, ids)
+        _diverges_only_at_a_near_tie(target, ids, ref, gen.tokens, mode)
+        if mode.startswith(("dense", "flash", "shared", "adaflash", "hybrid")):
+            assert gen.stats.acceptance > 0.2, mode
 
 
 def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair):

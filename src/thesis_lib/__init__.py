@@ -12,6 +12,11 @@ import os as _os
 
 __version__ = "0.1.0"
 
+if _os.environ.get("THESIS_LIB_PROGRESS"):  # a book build's kernel: progress to the build's terminal
+    import importlib as _importlib
+
+    _importlib.import_module(".progress", __name__)  # registers the kernel's peak-memory report at exit
+
 if _os.environ.get("THESIS_LIB_VIRTUAL_CUDA"):  # a rehearsal of the GPU path on a CPU (models.virtual)
     from .models import virtual as _virtual
 

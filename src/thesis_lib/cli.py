@@ -556,9 +556,14 @@ def cmd_book(args) -> int:
 
     t0 = time.perf_counter()
     fates = execute.execute(args.params, recompute=args.recompute, progress=True)
+    report = json.loads((execute.build_dir(args.params) / "execution.json").read_text())
     t1 = time.perf_counter()
     html = build.build(args.params, recompute=False, progress=True)
     t2 = time.perf_counter()
+    print(f"\n{'notebook':<16}{'':>10}{'seconds':>9}{'peak memory':>13}")
+    for r in report:
+        peak = f"{r['peak_rss_gb']:.1f} GB" if r["peak_rss_gb"] is not None else "-"
+        print(f"{r['notebook']:<16}{r['fate']:>10}{r['seconds']:>9.0f}{peak:>13}")
     print(f"notebooks: {', '.join(f'{k} {v}' for k, v in fates.items())} ({t1 - t0:.0f} s); "
           f"book built in {t2 - t1:.0f} s")
     if args.check:
@@ -569,7 +574,8 @@ def cmd_book(args) -> int:
             return 1
     print(f"open {html / 'index.html'}")
     print(json.dumps({"parameter_set": args.params, "notebooks": fates, "execute_s": round(t1 - t0, 1),
-                      "build_s": round(t2 - t1, 1), "html": str(html.relative_to(params.ROOT))}))
+                      "build_s": round(t2 - t1, 1), "per_notebook": report,
+                      "html": str(html.relative_to(params.ROOT))}))
     return 0
 
 

@@ -34,7 +34,7 @@ def teacher_forced(model, sequences: Sequence[tuple[Sequence[int], Sequence[int]
     """For each ``(prompt_ids, target_tokens)``: the draft's hidden states at the positions that predict
     ``target_tokens`` (one forward over prompt + tokens[:-1]). Returns states ``[N, D]`` (float32), the
     target tokens ``[N]`` and the sequence index of each row."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     state = ModelState(model, vocab_limit=vocab_limit)
     hs, ts, owner = [], [], []
@@ -98,7 +98,7 @@ def sweep(heads: dict[int, object], probes: dict[int, Sequence[int]], states: to
           progress: bool = True) -> list[dict]:
     """Clusters x probes: for each FlashHead (by cluster count) and probe count, quality, head latency and
     the cost model's best K and decode tok/s. Sets each head's probe count as it goes (restored after)."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     rows = []
     todo = [(c, p) for c in heads for p in probes[c]]

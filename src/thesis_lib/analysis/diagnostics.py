@@ -10,6 +10,7 @@ from collections import Counter
 
 import pandas as pd
 
+from ..bench.modes import k_policy_of
 from ..errors import ConfigError
 from .pooled import LABELS, as_run, per_sample_ratios, quartiles3, samples_of, totals
 
@@ -82,22 +83,27 @@ def verification_table(run) -> pd.DataFrame:
 
 
 def accepted_lengths(run) -> pd.DataFrame:
-    """Rounds per accepted length (0..K) for each speculative mode (full-length rounds only: a round cut
-    short near the token limit drafts fewer than K)."""
+    """Rounds per accepted length for each speculative mode, in columns 0..L with L the longest block any mode
+    drafted. A fixed-K mode counts its full-length rounds (a round cut short near the token limit drafts fewer
+    than K); a mode whose block length varies (adaptive K, the confidence stop) counts every round."""
     run = as_run(run)
-    rows = []
     k = run.config.get("k")
+    counts: dict[str, Counter] = {}
+    longest = k or 0
     for mode in run.modes():
         c: Counter = Counter()
+        fixed = k_policy_of(mode) == "fixed"
         for r in run.of(mode):
             for a, d in zip(r.get("accepted_per_round", []), r.get("drafted_per_round", [])):
-                if d == k:
+                if d == k or not fixed:
                     c[a] += 1
+                    longest = max(longest, d)
         if c:
-            rows.append({"Mode": LABELS.get(mode, mode), **{f"accepted {i}": c.get(i, 0) for i in range(k + 1)}})
-    if not rows:
+            counts[mode] = c
+    if not counts:
         raise ConfigError(f"Run {run.name!r} has no speculative rounds of full length K = {k}.")
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"Mode": LABELS.get(m, m), **{f"accepted {i}": c.get(i, 0) for i in range(longest + 1)}}
+                         for m, c in counts.items()])
 
 
 def reproducibility(run_a, run_b) -> pd.DataFrame:

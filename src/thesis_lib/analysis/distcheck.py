@@ -130,7 +130,7 @@ def check(samples: Iterable[Sequence[int]], exact: dict[tuple[int, ...], float],
 
 def sequences(prompt_ids: Sequence[int], n: int, draw, count: int, progress: bool = False) -> list[tuple[int, ...]]:
     """``count`` sequences of the first ``n`` tokens from ``draw(prompt_ids, n) -> list[int]``."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     return [tuple(draw(prompt_ids, n)[:n]) for _ in tqdm(range(count), disable=not progress, desc="draws")]
 

@@ -45,7 +45,7 @@ def draft_lookahead(model, head, sequences: Sequence[tuple[Sequence[int], Sequen
 
     Where the target's token equals the continuation's first token, the next position's continuation is the
     same chain one token on, so only one more draft step is needed (the cache already holds the rest)."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     if depth < 1:
         raise ConfigError(f"depth must be at least 1, got {depth}.")

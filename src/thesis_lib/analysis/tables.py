@@ -250,6 +250,12 @@ def table_4_11(run) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def flash_vs_dense_quartiles(run, schedule: str = "deferred") -> tuple[float, float, float]:
+    """P25, median and P75 of the per-prompt ratio of the FlashHead draft's decode speed over the dense draft's."""
+    run = as_run(run)
+    return quartiles3(per_sample_ratios(run, f"flash_{schedule}", against=f"dense_{schedule}"))
+
+
 def embedl_table(doc: dict) -> pd.DataFrame:
     """This library's FlashHead beside Embedl's on the same assets and states: latency and agreement."""
     lat = doc["latency"]

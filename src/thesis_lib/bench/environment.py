@@ -76,4 +76,16 @@ def environment(*loaded, extra: dict | None = None) -> dict:
     return env
 
 
+def measured_when(record: dict) -> str:
+    """When and with which code a result was made, from its environment or ``measured`` record: the date, the
+    git revision (``+`` if the tree had uncommitted changes), and a note if the library's code differs now."""
+    if not record:
+        return "date and revision not recorded"
+    date = (record.get("recorded_at") or "")[:10] or "date not recorded"
+    git = record.get("git") or {}
+    rev = (git.get("commit") or "")[:7] + ("+" if git.get("dirty") else "") if git.get("commit") else "revision not recorded"
+    changed = record.get("library") and record["library"] != code_digest()
+    return f"measured {date} at {rev}" + ("; the library's code has changed since" if changed else "")
+
+
 code_digest()  # the code this process loaded

@@ -36,7 +36,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     With ``costs``, the component costs are measured right after each sample's modes, on that prompt, and
     each speculative record gets the decode tok/s they predict: prediction and measurement then share the
     machine's state (this shared machine drifts by tens of percent over a long run)."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     modes = check_modes(modes)
     if "baseline" not in modes:

@@ -51,7 +51,7 @@ class HiddenStates:
 def collect_hidden_states(loaded, prompts: Sequence[Prompt], *, max_new_tokens: int = 128, chat: bool = True,
                           progress: bool = True, thinking: bool | None = None) -> HiddenStates:
     """Decode each prompt greedily with the model's dense head and keep the hidden state of every step."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     if not prompts:
         raise ConfigError("No prompts selected.")
@@ -122,7 +122,7 @@ def quality_curve(head, weight: torch.Tensor, states: torch.Tensor, probes: Sequ
                   categories: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
     """Top-1 agreement and top-1/top-5 recall of FlashHead against the dense head, per probe count. Everything
     is computed on the head's device (the states are moved there); only the counts come back."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     states = states.to(head.device)
     top5 = _dense_topk(weight, head.vocab_limit, states).to(head.device)

@@ -18,6 +18,7 @@ category (14), 32 new tokens, K = 4, one warm-up round, one measured iteration.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import torch
 
 from ..decoding.sampling import Sampler
 from ..errors import ConfigError
+from ..progress import note
 from ..heads.clustering import check_cluster_count
 from ..heads.flashhead import check_probes, default_probes
 from ..models import embedl, loading, specs
@@ -266,6 +268,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     ``loaded``: an already loaded ``(target, draft)`` pair, or ``(target, draft, flash_head)``, to share
     between several runs of one session (their specs must be the configuration's)."""
     cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_dict(config)
+    started = time.perf_counter()
     cfg.check_name()
     check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)  # first: it touches no model file
     prompts = cfg.check()
@@ -308,4 +311,5 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         env["k_costs"] = runner.k_costs  # the step costs the cost-model K policy planned with
         write_environment(folder, env)
     folder.write_summary(summarize(folder.samples))
+    note(f"run folder {folder.path.name}: {len(folder.samples)} samples ({time.perf_counter() - started:.0f} s)")
     return folder

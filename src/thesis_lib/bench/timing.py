@@ -30,7 +30,7 @@ def interleaved(fns: dict[str, Callable[[int], object]], n_items: int, *, reps: 
                 desc: str, progress: bool, device="cpu") -> dict[str, list[float]]:
     """Time ``fn(i)`` for every item and mode, modes interleaved per item with the order alternating, on
     ``device``'s clock (:class:`~thesis_lib.decoding.clocks.Stopwatch`: CUDA events on a GPU)."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     names = list(fns)
     for w in range(warmup):

@@ -7,11 +7,15 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 
 from ..bench.environment import code_digest
 from ..errors import ConfigError
+from ..progress import ENV as PROGRESS_ENV
+from ..progress import Follower
 from .params import DEFAULT_SET, ROOT, Params, load_parameters
 from .shared import digest
 
@@ -41,8 +45,14 @@ def _environment(env: dict):
                 os.environ[k] = v
 
 
+def set_label(set_name: str) -> str:
+    """A parameter set's name: a named set's own, a YAML file's stem."""
+    return Path(set_name).stem if set_name.endswith((".yaml", ".yml")) else set_name
+
+
 def build_dir(set_name: str) -> Path:
-    return ROOT / "build" / set_name / "book"
+    """Where a parameter set's book is staged and built."""
+    return ROOT / "build" / set_label(set_name) / "book"
 
 
 def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[str] | None = None,
@@ -63,12 +73,16 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
 
         env = rehearsal.environment(rehearsal.prepare())
     out_dir = build_dir(set_name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    follower = Follower(out_dir / "progress.log", out=sys.stderr if progress else open(os.devnull, "w"))
+    env.update({PROGRESS_ENV: str(follower.path), "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
-    values.setdefault("SET_NAME", set_name)
+    values.setdefault("SET_NAME", set_label(set_name))
     values["FIG_DIR"] = str((out_dir / "figures").relative_to(ROOT))
     lib = code_digest()
-    fates = {}
-    for name in sorted(names, key=RUN_ORDER.index):
+    fates, report = {}, []
+    order = sorted(names, key=RUN_ORDER.index)
+    for i, name in enumerate(order, 1):
         src = NOTEBOOK_DIR / f"{name}.ipynb"
         declared = notebook_parameters(name)
         given = {k: v for k, v in values.items() if k in declared}
@@ -78,20 +92,39 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
             meta = json.loads(dest.read_text(encoding="utf-8")).get("metadata", {}).get("thesis_companion", {})
             if meta.get("key") == key:
                 fates[name] = "reused"
+                report.append({"notebook": name, "fate": "reused", "seconds": 0.0, "peak_rss_gb": None})
                 continue
         t0 = time.perf_counter()
+        if progress:
+            print(f"[{i}/{len(order)}] {name}: executing ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         tmp = dest.with_suffix(".partial.ipynb")
-        with _environment(env):  # the kernels inherit it
-            papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT), kernel_name="python3",
-                                       progress_bar=progress, log_output=False)
+        done = threading.Event()
+        watcher = threading.Thread(target=follower.follow, args=(done.is_set,), daemon=True)
+        watcher.start()
+        try:
+            with _environment(env):  # the kernels inherit it
+                papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT),
+                                           kernel_name="python3", progress_bar=False, log_output=False)
+        finally:
+            done.set()
+            watcher.join()
+        seconds = round(time.perf_counter() - t0, 1)
+        peak = follower.peaks[-1] / 1024 if follower.peaks else None
+        report.append({"notebook": name, "fate": "executed", "seconds": seconds,
+                       "peak_rss_gb": None if peak is None else round(peak, 2)})
+        if progress:
+            print(f"[{i}/{len(order)}] {name}: done in {seconds:.0f} s"
+                  + (f", kernel peak memory {peak:.1f} GB" if peak is not None else ""), file=sys.stderr, flush=True)
         nb = json.loads(tmp.read_text(encoding="utf-8"))
         for cell in nb["cells"]:  # the parameter cells fold away in the book ("Show code cell source")
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
             if {"parameters", "injected-parameters"} & set(tags) and "hide-input" not in tags:
                 tags.append("hide-input")
         nb.setdefault("metadata", {})["thesis_companion"] = {
-            "key": key, "parameter_set": set_name, "parameters": given, "seconds": round(time.perf_counter() - t0, 1)}
+            "key": key, "parameter_set": set_name, "parameters": given, "seconds": seconds,
+            "peak_rss_gb": report[-1]["peak_rss_gb"]}
         tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, dest)
         fates[name] = "executed"
+    (out_dir / "execution.json").write_text(json.dumps(report, indent=1))
     return fates

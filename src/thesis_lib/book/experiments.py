@@ -29,6 +29,7 @@ import json
 from ..analysis import codesign, distcheck
 from ..analysis import lookahead as la
 from ..bench.drafts import token_counts
+from ..bench.environment import measured_when
 from ..bench.timing import head_ms
 from ..bench.prompts import encode, load_prompts, prompt_text
 from ..decoding.greedy import greedy_generate
@@ -39,7 +40,6 @@ from ..heads.for_model import flashhead_for
 from ..heads.truncated import frequency_head
 from ..models.loading import output_rows
 from .params import ROOT, Params
-from .provenance import measured_when
 from .shared import cached_document, named, obtain, pair
 
 #: The new modes of the chapter (all deferred: the thesis' best schedule on every machine it measured).
@@ -62,7 +62,7 @@ def _target_outputs(p: Params) -> dict:
            "dtype": p.dtype}
 
     def compute():
-        from tqdm.auto import tqdm
+        from ..progress import tqdm
 
         target, _, _ = pair(p)
         state = ModelState(target.model, vocab_limit=target.vocab_limit)
@@ -232,9 +232,14 @@ def k_sweep_runs(p: Params) -> dict:
 
 
 def codesign_run(p: Params, setting: dict):
-    """The co-designed FlashHead (clusters, probes, K from the sweep) end to end, beside the baseline."""
-    cfg = p.bench(k=int(setting["k"]), modes=("baseline", "flash_deferred"), clusters=int(setting["clusters"]),
-                  probes=int(setting["probes"]), costs=False)
+    """The co-designed FlashHead (clusters, probes, K from the sweep) end to end, beside the baseline. A cluster
+    count other than the configured head's is this library's clustering (FlashHead assets, an Embedl checkpoint's
+    included, hold one clustering only)."""
+    _, _, head = pair(p)
+    clusters = int(setting["clusters"])
+    cfg = p.bench(k=int(setting["k"]), modes=("baseline", "flash_deferred"), clusters=clusters,
+                  probes=int(setting["probes"]), costs=False,
+                  assets=p.assets if clusters == head.n_clusters else None)
     return obtain(named(cfg, p.set_name, "codesign"), p)
 
 

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from ..bench.environment import code_digest, environment
+from ..bench.environment import environment, measured_when
 from .params import Params
 from .shared import digest
 
@@ -21,18 +21,6 @@ def hardware(env: dict) -> str:
     cpu = env.get("cpu") or env.get("processor") or "CPU"
     threads = env.get("threads") or env.get("torch_threads")
     return f"{cpu}" + (f", {threads} threads" if threads else "")
-
-
-def measured_when(record: dict) -> str:
-    """When and with which code a result was made, from its environment or ``measured`` record: the date, the
-    git revision (``+`` if the tree had uncommitted changes), and a note if the library's code differs now."""
-    if not record:
-        return "date and revision not recorded"
-    date = (record.get("recorded_at") or "")[:10] or "date not recorded"
-    git = record.get("git") or {}
-    rev = (git.get("commit") or "")[:7] + ("+" if git.get("dirty") else "") if git.get("commit") else "revision not recorded"
-    changed = record.get("library") and record["library"] != code_digest()
-    return f"measured {date} at {rev}" + ("; the library's code has changed since" if changed else "")
 
 
 def source_label(run_or_doc, p: Params) -> str:

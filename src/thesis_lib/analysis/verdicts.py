@@ -1,0 +1,156 @@
+"""The book's verdict sentences, computed from the numbers printed beside them.
+
+A sentence that says which setting wins, whether a target was met, or where a model is off is true of one run
+and false of another, so the book never types it: a notebook glues what one of these functions returns for its
+own numbers. Each function states its rule in its docstring; :data:`RULES` maps every glued verdict key to its
+function and the glued keys of its inputs, so that a test can check each page against its own numbers.
+"""
+
+from __future__ import annotations
+
+
+def step_vs_head(step_speedup: float, head_speedup: float) -> str:
+    """Whether a whole draft step gains less than its head alone (the body dilutes the head's gain)."""
+    if step_speedup < head_speedup:
+        return ("the body, which FlashHead does not touch, dilutes the head's gain, as chapter 2's head-share table "
+                "predicts")
+    return "here the step gained no less than the head alone, which chapter 2's head-share table does not predict"
+
+
+def lift(after: float, before: float) -> str:
+    """``lifts`` when a ratio rose from ``before`` to ``after``, else ``lowers``."""
+    return "lifts" if after > before else "lowers"
+
+
+def acceptance_change(a: float, b: float, tolerance: float = 0.02) -> str:
+    """How two acceptance rates compare: within ``tolerance`` they 'barely change'."""
+    if abs(a - b) <= tolerance:
+        return "barely changes"
+    return "is higher with the dense draft" if a > b else "is higher with the FlashHead draft"
+
+
+def gain_source(flash_vs_dense: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
+    """Where FlashHead's end-to-end difference from the dense draft comes from, by the draft path's cost."""
+    if flash_vs_dense > 1 and draft_ms_flash < draft_ms_dense:
+        return "the gain comes from the draft path"
+    if flash_vs_dense > 1:
+        return "the gain does not come from a cheaper draft path"
+    return "FlashHead gains nothing end to end here, although its draft path"
+
+
+def beats(ratio: float) -> str:
+    """``beats`` when a speedup over a baseline exceeds 1, else ``does not beat``."""
+    return "beats" if ratio > 1 else "does not beat"
+
+
+def agrees_more(ours: float, theirs: float) -> str:
+    """How this run's acceptance compares with the thesis' (``agrees more often`` / ``less often``)."""
+    return "agrees more often" if ours > theirs else "agrees less often"
+
+
+def deferred_counts(def_flash_vs_base: float, ord_flash_vs_base: float) -> str:
+    """Whether deferred verification also helps here (the thesis found it did on its GPUs)."""
+    if def_flash_vs_base > ord_flash_vs_base:
+        return "on both kinds of hardware"
+    return "on the thesis' GPUs, though not in this run"
+
+
+def cheaper(a_ms: float, b_ms: float) -> str:
+    """``cheaper`` when ``a_ms`` < ``b_ms``, else ``not cheaper here``."""
+    return "cheaper" if a_ms < b_ms else "not cheaper here"
+
+
+def target_met(ratio: float, target: float = 1.10) -> str:
+    """``meets`` when a ratio reaches the target, else ``does not meet``."""
+    return "meets" if ratio >= target else "does not meet"
+
+
+def head_side(head_ceiling: float, target: float = 1.10) -> str:
+    """Whether changes to the head alone could reach the target, given the free-head ceiling."""
+    if head_ceiling < target:
+        return "The head-side ideas cannot reach the target on this machine, as the measured costs show"
+    return "The head-side ideas could reach the target on this machine in principle (the free-head ceiling allows it)"
+
+
+def bound_allows(oracle_ratio: float, target: float = 1.10) -> str:
+    """Whether the clairvoyant block-length bound leaves room for the target."""
+    if oracle_ratio >= target:
+        return "do not show that no configuration can gain 10 %: a schedule that knew which blocks fail would"
+    return "leave no room for 10 % even for a schedule that knew which blocks fail"
+
+
+def share_of_room(achieved: float, bound: float) -> str:
+    """How much of the room to the bound a policy recovered (gains over 1)."""
+    room = bound - 1
+    got = achieved - 1
+    if room <= 0 or got <= 0:
+        return "none of the room"
+    share = got / room
+    return "only a small part of the room" if share < 1 / 3 else ("about half of the room" if share < 2 / 3
+                                                                  else "most of the room")
+
+
+def stop_trade(kept_share: float) -> str:
+    """What stopping at an unsure token trades, by how often such tokens are kept (in %)."""
+    if 35 <= kept_share <= 65:
+        return "throws away good tokens about as often as it saves bad ones"
+    if kept_share > 65:
+        return "throws away good tokens more often than it saves bad ones"
+    return "saves bad tokens more often than it throws away good ones"
+
+
+def furthest_off(hybrid_model: float, hybrid_run: float, stop_model: float, stop_run: float) -> str:
+    """Which of the two confidence-stopped drafts the walk models worse (relative error of its speedup ratio)."""
+    hybrid = abs(hybrid_model / hybrid_run - 1)
+    stop = abs(stop_model / stop_run - 1)
+    return "The hybrid" if hybrid >= stop else "The confidence stop without lookups"
+
+
+def ceiling_vs_spread(head_ceiling: float, p25: float, p75: float) -> str:
+    """How the free-head ceiling's gain compares with the spread (P25 to P75) of per-prompt FlashHead/dense ratios."""
+    if head_ceiling - 1 < p75 - p25:
+        return "is small beside the spread of per-prompt FlashHead/dense ratios on this shared machine"
+    return "is larger than the spread of per-prompt FlashHead/dense ratios in this run"
+
+
+def smaller_here(model_here: float, run_here: float, model_before: float) -> str:
+    """Whether the benchmark prompts leave less to gain than the calibration prompts, in the model and the run."""
+    if model_here < model_before and run_here < model_before:
+        return "smaller than on the calibration prompts, in the model as in the run, so the benchmark prompts leave less to gain"
+    return "not smaller than on the calibration prompts"
+
+
+def shared_control(body: str) -> str:
+    """What the "dense shared" control of Table 4.7 is, from the FlashHead draft's recorded body."""
+    if body.startswith("the dense draft's own"):
+        return ("here the two bodies are one model (no FlashHead checkpoint's body was given), so the control is the "
+                "dense draft again and measures the run-to-run spread of an identical configuration")
+    return f"here that body is the FlashHead checkpoint's own ({body})"
+
+
+#: glued verdict key -> (function, glued keys of its arguments, in order), per notebook
+RULES = {
+    "ch4_results": {
+        "step_vs_head": (step_vs_head, ("step_speedup", "head_speedup")),
+        "deferred_lift_dense": (lift, ("def_dense_vs_base", "ord_dense_vs_base")),
+        "acceptance_change": (acceptance_change, ("acc_dense_def", "acc_flash_def")),
+        "gain_source": (gain_source, ("def_flash_vs_dense", "draft_ms_tok_dense", "draft_ms_tok_flash")),
+        "shared_note": (shared_control, ("flash_body",)),
+    },
+    "ch5_conclusion": {
+        "ordinary_beats": (beats, ("ord_dense_vs_base",)),
+        "acceptance_vs_thesis": (agrees_more, ("acceptance_flash", "acceptance_flash_thesis")),
+        "deferred_where": (deferred_counts, ("def_flash_vs_base", "ord_flash_vs_base")),
+        "ceiling_spread": (ceiling_vs_spread, ("head_ceiling", "flash_dense_p25", "flash_dense_p75")),
+    },
+    "ch6_beyond": {
+        "freq_cheaper": (cheaper, ("freq_head_ms", "flash_head_ms_cd")),
+        "target_met": (target_met, ("winner_ratio",)),
+        "head_side": (head_side, ("head_ceiling",)),
+        "bound_allows": (bound_allows, ("sim_oracle_ratio",)),
+        "conf_room": (share_of_room, ("conf_side_ratio", "sim_oracle_ratio")),
+        "stop_trade": (stop_trade, ("rel_lo_acc",)),
+        "walk_smaller": (smaller_here, ("walk_sk_model", "walk_sk_run", "sim_tau_ratio")),
+        "walk_off_mode": (furthest_off, ("walk_hy_model", "walk_hy_run", "walk_sk_model", "walk_sk_run")),
+    },
+}

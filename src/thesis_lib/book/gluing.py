@@ -1,0 +1,31 @@
+"""Glue that remembers: the chapter notebooks glue their numbers through :class:`Glue`, which keeps every value
+it glued, so that a chapter's verdict sentences (:mod:`thesis_lib.analysis.verdicts`) are computed from exactly
+the numbers its page prints (:meth:`Glue.verdicts`), never typed beside them."""
+
+from __future__ import annotations
+
+from ..analysis import verdicts as rules
+
+
+class Glue:
+    """``glue(name, value, display=False)`` as myst-nb's, plus ``values``: every value glued so far."""
+
+    def __init__(self, glue_fn):
+        self._glue = glue_fn
+        self.values: dict = {}
+
+    def __call__(self, name: str, value, display: bool = True):
+        self.values[name] = value
+        return self._glue(name, value, display=display)
+
+    def verdicts(self, notebook: str) -> dict[str, str]:
+        """Glue every verdict :data:`thesis_lib.analysis.verdicts.RULES` lists for ``notebook``, each computed
+        from the values this notebook glued under its input names; returns them."""
+        out = {}
+        for key, (rule, inputs) in rules.RULES[notebook].items():
+            missing = [k for k in inputs if k not in self.values]
+            if missing:
+                raise KeyError(f"verdict {key!r} needs {missing}, which {notebook} did not glue")
+            out[key] = rule(*(self.values[k] for k in inputs))
+            self(key, out[key], display=False)
+        return out

@@ -1,0 +1,108 @@
+"""Progress of long work: where it is shown, and what a book build's terminal learns from its notebook kernels.
+
+Every long loop of the library shows a bar through :func:`tqdm`. Run by hand it is the usual ``tqdm.auto`` bar
+(a widget in Jupyter, text in a terminal). While ``thesis-lib book`` executes the chapters, the notebook kernels
+get ``THESIS_LIB_PROGRESS`` (a file): bars and :func:`note` lines go to that file instead of into the
+notebooks (so no progress output reaches the rendered pages), the build's terminal shows them as they come
+(:class:`Follower`), and each kernel writes its peak memory there when it exits. This module is shared by all
+layers, like :mod:`thesis_lib.errors`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from pathlib import Path
+
+ENV = "THESIS_LIB_PROGRESS"
+_STREAM = None
+
+
+def _stream():
+    global _STREAM
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    if _STREAM is None:
+        _STREAM = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - kept open for the process
+    return _STREAM
+
+
+def tqdm(*args, **kwargs):
+    """A progress bar: ``tqdm.auto``'s, or, inside a book build's kernel, a text bar into the progress file."""
+    stream = _stream()
+    if stream is None:
+        from tqdm.auto import tqdm as auto
+
+        return auto(*args, **kwargs)
+    from tqdm import tqdm as text
+
+    kwargs.update(file=stream, ascii=True, dynamic_ncols=False, ncols=100)
+    kwargs.setdefault("mininterval", 2.0)
+    return text(*args, **kwargs)
+
+
+def note(message: str) -> None:
+    """A line of progress (a finished run folder, a reused document): to the build's terminal, or to stderr."""
+    stream = _stream()
+    print(f"  {message}", file=stream or sys.stderr, flush=True)
+
+
+def peak_rss_mb() -> float | None:
+    """This process' peak resident memory so far (MB; ``VmHWM``), or None where /proc is not there."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _report_peak() -> None:
+    stream = _stream()
+    peak = peak_rss_mb()
+    if stream is not None and peak is not None:
+        print(f"\n#peak_rss_mb {os.getpid()} {peak:.0f}", file=stream, flush=True)
+
+
+if os.environ.get(ENV):
+    atexit.register(_report_peak)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' and the hub's bars stay out too
+
+
+class Follower:
+    """The build's side: shows what the kernels write to the progress file, and collects their peak memory."""
+
+    def __init__(self, path: Path, out=sys.stderr):
+        self.path, self.out, self.pos, self.peaks, self.partial = Path(path), out, 0, [], ""
+        self.path.write_text("")
+
+    def poll(self) -> None:
+        """Show what arrived since the last poll: each finished line once (a bar's last state); on a terminal the
+        bar still running is redrawn in place. Peak-memory records are kept, not shown."""
+        with open(self.path, encoding="utf-8", newline="") as f:  # keep the bars' \r as written
+            f.seek(self.pos)
+            data = f.read()
+            self.pos = f.tell()
+        self.partial += data
+        *lines, self.partial = self.partial.split("\n")
+        tty = getattr(self.out, "isatty", lambda: False)()
+        for line in lines:
+            last = line.split("\r")[-1]
+            if last.startswith("#peak_rss_mb "):
+                self.peaks.append(float(last.split()[2]))
+            elif last.strip():
+                self.out.write(("\r\033[K" if tty else "") + last + "\n")
+        if tty and self.partial.strip():
+            self.out.write("\r\033[K" + self.partial.split("\r")[-1][:150])
+        self.out.flush()
+
+    def follow(self, stop, interval: float = 1.0) -> None:
+        """Poll until ``stop()`` is true (run in a thread beside the notebook's execution)."""
+        while not stop():
+            self.poll()
+            time.sleep(interval)
+        self.poll()
