@@ -15,6 +15,8 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
 from ..bench import drafts, embedl_peer, modelbench, protocol
 from ..bench.environment import environment, measured_when, provenance
 from ..progress import note
@@ -44,6 +46,7 @@ def pair(p: Params, flash: bool = True):
     key = (p.target, p.draft, p.device, p.draft_device, p.dtype)
     if key not in _PAIRS:
         _PAIRS.clear()
+        torch.set_num_threads(protocol.available_cores())  # explicit (and recorded with every run and document)
         target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
                                          dtype=p.dtype, progress=p.progress)
         _PAIRS[key] = [target, draft, None]
