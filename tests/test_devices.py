@@ -170,3 +170,19 @@ def test_runner_sampling_modes_on_two_devices(on_two_gpus):
     runner = Runner(t, d, k=3, max_new_tokens=8, flash_head=head, sampler=sampling.Sampler(0.8))
     for mode in ("sample_baseline", "sample_dense", "sample_flash"):
         assert len(runner.run(mode, PROMPT).tokens) == 8
+
+
+def test_rehearsal_uses_real_gpus_only_where_every_named_one_exists(monkeypatch):
+    """A GPU host rehearses on its own devices; a CPU host, or one with too few GPUs, gets virtual ones."""
+    import torch
+
+    from thesis_lib.book import rehearsal
+    from thesis_lib.models.virtual import ENV
+
+    home = rehearsal.root()
+    assert ENV in rehearsal.environment(home, devices=("cuda:0", "cuda:1"))  # this host has no CUDA
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert ENV not in rehearsal.environment(home, devices=("cuda:0", "cuda:0"))
+    assert ENV not in rehearsal.environment(home, devices=("cuda", "cpu"))
+    assert rehearsal.environment(home, gpus=2, devices=("cuda:0", "cuda:1"))[ENV] == "2"  # one GPU, two named

@@ -481,6 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-layers", type=int, default=None, help="layers of the Qwen3-32B-shaped stack (default 8)")
     p.add_argument("--draft-layers", type=int, default=None, help="layers of the Qwen3-0.6B draft (default 28)")
     p.add_argument("--out", default=None, help="write the JSON document to this new file")
+    p.add_argument("--book", action="store_true", help="then execute the rehearsal book's notebooks with target and "
+                   "draft on --device (needs the book extra)")
     p.set_defaults(func=cmd_gpu_check)
     return parser
 
@@ -548,12 +550,43 @@ def cmd_gpu_check(args) -> int:
     st = doc["draft_step"]
     print(f"  draft step ({st['layers']} layers): dense {st['dense_ms']:.2f} ms, FlashHead {st['flashhead_ms']:.2f} ms "
           f"({st['speedup']:.3f}x; thesis 1.108x)")
+    st = doc["draft_step_graphs"]
+    if "error" in st:
+        print(f"  draft step, body in a CUDA graph: FAILED ({st['error'][:300]})")
+    else:
+        print(f"  draft step, body in a CUDA graph ({st['compile_mode']}): body {st['body_ms']:.3f} ms, with the dense head "
+              f"{st['dense_ms']:.3f} ms, with FlashHead {st['flashhead_ms']:.3f} ms ({st['speedup']:.3f}x; thesis 1.108x)")
+        print(f"  draft step, body and head in one graph: dense {st['dense_one_graph_ms']:.3f} ms, FlashHead "
+              f"{st['flashhead_one_graph_ms']:.3f} ms ({st['speedup_one_graph']:.3f}x)")
+    prof = doc["head_profile"]
+    print(f"  torch.topk of {prof['n_probes']} in {doc['head']['n_clusters']}: sorted {prof['topk_sorted_True_ms']:.4f} ms, "
+          f"unsorted {prof['topk_sorted_False_ms']:.4f} ms; FlashHead's kernels per call (us): "
+          + "; ".join(f"{r['name'][:60]} {r['us_per_head_call']:.1f}" for r in prof["flashhead"][:8]))
     print("  verify / step: " + ", ".join(f"{n}: {v:.2f}" for n, v in doc["verify"]["over_step"].items()))
+    if args.book:
+        doc["book"] = _rehearsal_book_on(args.device)
+        print(f"  rehearsal book on {args.device}: " + ", ".join(f"{r['notebook']} {r['seconds']:.0f} s"
+                                                                  for r in doc["book"]["notebooks"]))
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc))
     return 0
+
+
+def _rehearsal_book_on(device: str) -> dict:
+    """Execute every chapter notebook of the rehearsal set (tiny stand-in models) with target and draft on
+    ``device`` itself, not on virtual GPUs: the book's GPU code path on a real device (notebooks only; the HTML
+    step does not depend on the device)."""
+    from .book import execute
+
+    t0 = time.perf_counter()
+    runs = f"runs/gpu-check-book-{time.strftime('%Y%m%d-%H%M%S')}"
+    fates = execute.execute("rehearsal", recompute=True, overrides={"DEVICE": device, "DRAFT_DEVICE": device,
+                                                                     "RUNS_DIR": runs}, progress=True)
+    report = json.loads((execute.build_dir("rehearsal") / "execution.json").read_text())
+    return {"set": "rehearsal", "device": device, "runs_dir": runs, "fates": fates, "notebooks": report,
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def cmd_book(args) -> int:

@@ -8,6 +8,10 @@ What it measures, on one device, in bfloat16, timed with CUDA events on a GPU (:
   partition: a head's cost depends on its shapes, not on which tokens share a cluster.
 - **draft step** (Tables 4.3/4.4's): one decode step of a random Qwen3-0.6B (28 layers, tied embeddings) with
   the dense head and with FlashHead at Embedl's default 593 probes.
+- **draft step with the body in a CUDA graph**: the same step with a static KV cache and the body compiled with
+  ``mode="reduce-overhead"`` (CUDA graphs on a GPU), both heads compiled likewise: the launch-free setting in
+  which the thesis' vLLM draft ran. In eager transformers a 28-layer step is bound by kernel launches, which
+  hides what the head costs; this row shows the head's share where launches are gone.
 - **verify curve**: the forward over a block of n = 1..13 tokens over one step of a Qwen3-32B-shaped stack
   with fewer layers (bf16, not AWQ: the cost of the 4-bit kernels is not in these numbers).
 
@@ -67,6 +71,13 @@ def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16):
     return model.to(dtype).eval()
 
 
+def _replay(fn, *args):
+    """Call a ``mode="reduce-overhead"`` function as one new step (else CUDA-graph trees record a new graph
+    while the last call's outputs are alive, and time that)."""
+    torch.compiler.cudagraph_mark_step_begin()
+    return fn(*args)
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(torch.device(device))
@@ -82,6 +93,7 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
     states = torch.randn(rows, hidden, generator=g).to(device=device, dtype=torch.bfloat16)
     clustering = random_clustering(vocab, hidden, vocab // 16)
     dense = DenseGreedyHead(weight)
+    dense_graphs = torch.compile(dense.__call__, dynamic=False, mode="reduce-overhead") if graphs else None
     paths = ["eager", "compiled"] + (["graphs"] if graphs else [])
     heads = {}
     for path in paths:
@@ -92,9 +104,12 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
     out = {"vocab": vocab, "hidden": hidden, "n_clusters": clustering.n_clusters, "rows": rows, "curve": []}
     for p in probes:
         fns = {"dense": lambda i: dense(states[i:i + 1])}
+        if dense_graphs is not None:
+            fns["dense_graphs"] = lambda i: _replay(dense_graphs, states[i:i + 1])
         for path, head in heads.items():
             head.with_probes(p)
-            fns[f"flash_{path}"] = lambda i, h=head: h(states[i:i + 1])
+            fns[f"flash_{path}"] = ((lambda i, h=head: _replay(h, states[i:i + 1])) if path == "graphs"
+                                    else (lambda i, h=head: h(states[i:i + 1])))
         times = interleaved(fns, rows, reps=reps, warmup=min(rows, 8), desc=f"head p={p}", progress=progress,
                             device=device)
         stats = {name: stats_ms(ts) for name, ts in times.items()}
@@ -102,6 +117,8 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
                **{f"{name}_ms": s["p50_ms"] for name, s in stats.items()},
                **{f"speedup_{name[6:]}": stats["dense"]["p50_ms"] / s["p50_ms"]
                   for name, s in stats.items() if name.startswith("flash_")}}
+        if dense_graphs is not None:  # both heads in CUDA graphs: the like-for-like comparison on a GPU
+            row["speedup_graphs_vs_dense_graphs"] = stats["dense_graphs"]["p50_ms"] / stats["flash_graphs"]["p50_ms"]
         out["curve"].append(row)
     out["paths"] = {path: head.active_path for path, head in heads.items()}
     out["compile_errors"] = {path: head.compile_error for path, head in heads.items() if head.compile_error}
@@ -137,6 +154,103 @@ def step_check(device: str, *, layers: int, reps: int, context: int, n_probes: i
 
 
 @torch.inference_mode()
+def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_probes: int, progress: bool) -> dict:
+    """One decode step with a static KV cache and the body compiled (CUDA graphs on a GPU), dense vs FlashHead."""
+    from transformers import StaticCache
+
+    cuda = device.startswith("cuda")
+    mode = "reduce-overhead" if cuda else None
+    shape = QWEN3_CONFIGS["Qwen3-0.6B"]
+    model = qwen3(shape, layers, device)
+    weight = model.get_output_embeddings().weight.detach()
+    flash = FlashHead(weight, random_clustering(shape["vocab_size"], shape["hidden_size"], shape["vocab_size"] // 16),
+                      n_probes=n_probes, path="compiled")
+    flash.compile_mode = mode
+    dense_head = DenseGreedyHead(weight)
+    dense = torch.compile(dense_head.__call__, dynamic=False, mode=mode)
+    cache = StaticCache(config=model.config, max_cache_len=context + 1)
+    ids = torch.arange(100, 100 + context, device=device)[None]
+    model.model(input_ids=ids[:, :-1], past_key_values=cache, cache_position=torch.arange(context - 1, device=device),
+                use_cache=True)
+    token, position = ids[:, -1:], torch.tensor([context - 1], device=device)
+    counters = [layer.cumulative_length for layer in getattr(cache, "layers", ()) if hasattr(layer, "cumulative_length")]
+
+    def body_fn(token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        # the same position each time (transformers' static layers count their own length: rewound in the graph),
+        # so the step rewrites one cache slot and every repetition is the same work
+        for counter in counters:
+            counter.fill_(context - 1)
+        return model.model(input_ids=token, past_key_values=cache, cache_position=position,
+                           use_cache=True).last_hidden_state[:, -1]
+
+    flash_args = flash.fast_arguments()
+    # the whole step (body and head) as one graph, as a serving engine would capture it
+    dense_step = torch.compile(lambda t, q: dense_head(body_fn(t, q)), dynamic=False, mode=mode)
+    flash_step = torch.compile(lambda t, q: FlashHead.greedy_function(body_fn(t, q), *flash_args), dynamic=False,
+                               mode=mode)
+    body = torch.compile(body_fn, dynamic=False, mode=mode)
+
+    def step(head=None):
+        torch.compiler.cudagraph_mark_step_begin()  # a new step: the graphs may reuse the last one's outputs
+        hidden = body(token, position)
+        return hidden if head is None else head(hidden)
+
+    fns = {"body": lambda i: step(), "dense": lambda i: step(dense), "flashhead": lambda i: step(flash),
+           "dense_one_graph": lambda i: _replay(dense_step, token, position),
+           "flashhead_one_graph": lambda i: _replay(flash_step, token, position)}
+    times = interleaved(fns, 1, reps=reps, warmup=3, desc="draft step (graphs)", progress=progress, device=device)
+    stats = {n: stats_ms(t) for n, t in times.items()}
+    return {"layers": layers, "context": context, "n_probes": n_probes, "compile_mode": mode or "default",
+            "flash_path": flash.active_path, "body_ms": stats["body"]["p50_ms"], "dense_ms": stats["dense"]["p50_ms"],
+            "flashhead_ms": stats["flashhead"]["p50_ms"],
+            "speedup": stats["dense"]["p50_ms"] / stats["flashhead"]["p50_ms"],
+            "dense_one_graph_ms": stats["dense_one_graph"]["p50_ms"],
+            "flashhead_one_graph_ms": stats["flashhead_one_graph"]["p50_ms"],
+            "speedup_one_graph": stats["dense_one_graph"]["p50_ms"] / stats["flashhead_one_graph"]["p50_ms"]}
+
+
+@torch.inference_mode()
+def head_profile(device: str, *, n_probes: int = 593, calls: int = 50,
+                 shape: dict = QWEN3_CONFIGS["Qwen3-0.6B"]) -> dict:
+    """Where one head call's device time goes: torch.profiler's kernels of the compiled FlashHead (and the
+    dense head), per call, largest first; and torch.topk's cost, sorted and not, at this probe count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    vocab, hidden = shape["vocab_size"], shape["hidden_size"]
+    g = torch.Generator().manual_seed(2)
+    weight = (torch.randn(vocab, hidden, generator=g) * 0.02).to(device=device, dtype=torch.bfloat16)
+    h = torch.randn(1, hidden, generator=g).to(device=device, dtype=torch.bfloat16)
+    heads = {"flashhead": FlashHead(weight, random_clustering(vocab, hidden, vocab // 16), n_probes=n_probes,
+                                    path="compiled"), "dense": DenseGreedyHead(weight)}
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    out = {"n_probes": n_probes, "calls": calls}
+    for name, head in heads.items():
+        for _ in range(5):
+            head(h)
+        _sync(device)
+        with profile(activities=activities) as prof:
+            for _ in range(calls):
+                head(h)
+            _sync(device)
+        key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+        rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
+        out[name] = [{"name": e.key[:120], "calls_per_head_call": e.count / calls,
+                      "us_per_head_call": getattr(e, key, 0) / calls} for e in rows[:12] if getattr(e, key, 0) > 0]
+    cs = torch.randn(1, vocab // 16, generator=g).to(device=device, dtype=torch.bfloat16)
+    for sort in (True, False):
+        times = []
+        for _ in range(30):
+            _sync(device)
+            t0 = time.perf_counter()
+            for _ in range(20):
+                torch.topk(cs, n_probes, dim=-1, sorted=sort)
+            _sync(device)
+            times.append((time.perf_counter() - t0) / 20 * 1000)
+        out[f"topk_sorted_{sort}_ms"] = statistics.median(times)
+    return out
+
+
+@torch.inference_mode()
 def verify_check(device: str, *, layers: int, reps: int, context: int, max_block: int = 13,
                  shape: dict = QWEN3_CONFIGS["Qwen3-32B"]) -> dict:
     """The forward over a block of n tokens over one step's, n = 1..max_block, on a Qwen3-32B-shaped stack."""
@@ -168,12 +282,21 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
                              probes=(64, 593) if quick else PROBES, graphs=cuda, progress=progress)
     doc["draft_step"] = step_check(device, layers=draft_layers or (2 if quick else 28), reps=3 if quick else 50,
                                    context=32 if quick else 256, n_probes=593, progress=progress)
+    try:  # CUDA graphs of a whole model depend on the torch/transformers pair: a failure is reported, not fatal
+        doc["draft_step_graphs"] = graph_step_check(device, layers=draft_layers or (2 if quick else 28),
+                                                    reps=3 if quick else 50, context=32 if quick else 256,
+                                                    n_probes=593, progress=progress)
+    except Exception as exc:  # noqa: BLE001 - recorded in the document and printed by the command
+        doc["draft_step_graphs"] = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    doc["head_profile"] = head_profile(device, calls=5 if quick else 50)
     doc["verify"] = verify_check(device, layers=target_layers or (1 if quick else 8), reps=2 if quick else 10,
                                  context=32 if quick else 256, max_block=5 if quick else 13)
     at_default = next(r for r in doc["head"]["curve"] if r["n_probes"] == 593)
-    doc["summary"] = {"head_speedup_at_593": at_default.get("speedup_graphs", at_default["speedup_compiled"]),
+    doc["summary"] = {"head_speedup_at_593": at_default.get("speedup_graphs_vs_dense_graphs",
+                                                            at_default["speedup_compiled"]),
                       "head_speedup_at_593_compiled": at_default["speedup_compiled"],
                       "draft_step_speedup": doc["draft_step"]["speedup"],
+                      "draft_step_speedup_graphs": doc["draft_step_graphs"].get("speedup"),
                       "verify_13_over_step": doc["verify"]["over_step"].get(13),
                       "thesis": {"head_speedup": 4.32, "draft_step_speedup": 1.108}}
     doc["seconds"] = round(time.perf_counter() - t0, 1)

@@ -71,7 +71,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     if Params.from_namespace(values).rehearsal:
         from . import rehearsal
 
-        env = rehearsal.environment(rehearsal.prepare())
+        env = rehearsal.environment(rehearsal.prepare(), devices=(values.get("DEVICE"), values.get("DRAFT_DEVICE")))
     out_dir = build_dir(set_name)
     out_dir.mkdir(parents=True, exist_ok=True)
     follower = Follower(out_dir / "progress.log", out=sys.stderr if progress else open(os.devnull, "w"))

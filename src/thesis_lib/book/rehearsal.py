@@ -83,6 +83,18 @@ def prepare(home: Path | None = None) -> Path:
     return home
 
 
-def environment(home: Path | None = None, gpus: int = 2) -> dict[str, str]:
-    """The variables a rehearsal process needs: the stand-in hub, no network, ``gpus`` virtual CUDA devices."""
-    return {"HF_HOME": str(home or root()), "HF_HUB_OFFLINE": "1", VIRTUAL_ENV: str(gpus)}
+def real_devices(devices) -> bool:
+    """Whether every CUDA device in ``devices`` exists in this process (then no virtual ones are needed)."""
+    import torch
+
+    wanted = [torch.device(d).index or 0 for d in devices if str(d).startswith("cuda")]
+    return torch.cuda.is_available() and all(i < torch.cuda.device_count() for i in wanted)
+
+
+def environment(home: Path | None = None, gpus: int = 2, devices=()) -> dict[str, str]:
+    """The variables a rehearsal process needs: the stand-in hub, no network, and ``gpus`` virtual CUDA devices
+    unless the ``devices`` the set names are real ones here (a GPU host runs the rehearsal on its own GPUs)."""
+    env = {"HF_HOME": str(home or root()), "HF_HUB_OFFLINE": "1"}
+    if not real_devices(devices):
+        env[VIRTUAL_ENV] = str(gpus)
+    return env
