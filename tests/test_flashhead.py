@@ -510,3 +510,18 @@ def test_the_bf16_cluster_ranking_differs_from_float32_only_at_bf16_ties(tiny_mo
         best = exact.max()
         assert int(fast[i]) == int(ids[exact == best].min()), i
     assert 0 < differ < 0.1 * h.shape[0]  # exercised (seeded), and a precision effect, not another ranking
+
+
+def test_the_triton_path_is_refused_where_it_cannot_run():
+    """Asking for the GPU kernel on a CPU is a clear error at construction, not a crash at the first token."""
+    import torch
+
+    from thesis_lib.errors import ConfigError
+    from thesis_lib.heads.clustering import Clustering
+    from thesis_lib.heads.flashhead import FlashHead
+
+    w = torch.randn(64, 32)
+    clustering = Clustering(centroids=torch.randn(4, 32), assignments=torch.arange(64) % 4, info={})
+    with pytest.raises(ConfigError, match="triton"):
+        FlashHead(w, clustering, n_probes=2, path="triton")
+    assert FlashHead(w, clustering, n_probes=2, path="auto")(torch.randn(1, 32)).shape == (1,)  # auto: CPU path

@@ -546,7 +546,9 @@ def cmd_gpu_check(args) -> int:
     for r in doc["head"]["curve"]:
         print(f"  head, {r['n_probes']:>4} probes: dense {r['dense_ms']:.3f} ms, FlashHead "
               + ", ".join(f"{k[6:-3]} {v:.3f} ms ({r['speedup_' + k[6:-3]]:.2f}x)" for k, v in r.items()
-                          if k.startswith("flash_") and k.endswith("_ms")))
+                          if k.startswith("flash_") and k.endswith("_ms"))
+              + "; same token as the float32 reference: "
+              + ", ".join(f"{k} {v}/{doc['head']['rows']}" for k, v in r["agree_with_reference"].items()))
     st = doc["draft_step"]
     print(f"  draft step ({st['layers']} layers): dense {st['dense_ms']:.2f} ms, FlashHead {st['flashhead_ms']:.2f} ms "
           f"({st['speedup']:.3f}x; thesis 1.108x)")
@@ -556,6 +558,9 @@ def cmd_gpu_check(args) -> int:
     else:
         print(f"  draft step, body in a CUDA graph ({st['compile_mode']}): body {st['body_ms']:.3f} ms, with the dense head "
               f"{st['dense_ms']:.3f} ms, with FlashHead {st['flashhead_ms']:.3f} ms ({st['speedup']:.3f}x; thesis 1.108x)")
+        if "flashhead_triton_ms" in st:
+            print(f"  draft step, body in a CUDA graph, FlashHead's Triton kernel: {st['flashhead_triton_ms']:.3f} ms "
+                  f"({st['speedup_triton']:.3f}x)")
         print(f"  draft step, body and head in one graph: dense {st['dense_one_graph_ms']:.3f} ms, FlashHead "
               f"{st['flashhead_one_graph_ms']:.3f} ms ({st['speedup_one_graph']:.3f}x)")
     prof = doc["head_profile"]

@@ -31,6 +31,7 @@ import torch
 from ..decoding.state import ModelState
 from ..heads.clustering import Clustering
 from ..heads.dense import DenseGreedyHead
+from ..heads import gpu_kernels
 from ..heads.flashhead import FlashHead
 from ..models.specs import QWEN3_CONFIGS
 from .timing import interleaved, stats_ms
@@ -71,6 +72,24 @@ def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16):
     return model.to(dtype).eval()
 
 
+def _captured(head, states: torch.Tensor):
+    """``head`` captured in a CUDA graph over a static input row; the returned ``fn(i)`` copies ``states[i]``
+    in and replays."""
+    static = states[:1].clone()
+    head(static)  # warm-up outside the capture (Triton compiles its kernels on the first launch)
+    torch.cuda.synchronize(static.device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = head(static)
+
+    def call(i: int) -> torch.Tensor:
+        static.copy_(states[i:i + 1])
+        graph.replay()
+        return out
+
+    return call
+
+
 def _replay(fn, *args):
     """Call a ``mode="reduce-overhead"`` function as one new step (else CUDA-graph trees record a new graph
     while the last call's outputs are alive, and time that)."""
@@ -94,13 +113,16 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
     clustering = random_clustering(vocab, hidden, vocab // 16)
     dense = DenseGreedyHead(weight)
     dense_graphs = torch.compile(dense.__call__, dynamic=False, mode="reduce-overhead") if graphs else None
-    paths = ["eager", "compiled"] + (["graphs"] if graphs else [])
+    triton = graphs and gpu_kernels.available(device)
+    paths = ["eager", "compiled"] + (["graphs"] if graphs else []) + (["triton"] if triton else [])
     heads = {}
     for path in paths:
-        head = FlashHead(weight, clustering, n_probes=max(probes), path="eager" if path == "eager" else "compiled")
+        head = FlashHead(weight, clustering, n_probes=max(probes),
+                         path={"graphs": "compiled"}.get(path, path))
         if path == "graphs":
             head.compile_mode = "reduce-overhead"
         heads[path] = head
+    reference = FlashHead(weight, clustering, n_probes=max(probes), path="reference")
     out = {"vocab": vocab, "hidden": hidden, "n_clusters": clustering.n_clusters, "rows": rows, "curve": []}
     for p in probes:
         fns = {"dense": lambda i: dense(states[i:i + 1])}
@@ -110,6 +132,14 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
             head.with_probes(p)
             fns[f"flash_{path}"] = ((lambda i, h=head: _replay(h, states[i:i + 1])) if path == "graphs"
                                     else (lambda i, h=head: h(states[i:i + 1])))
+        if triton:  # each head captured in one CUDA graph by hand, as a serving engine replays its step
+            fns["dense_captured"] = _captured(dense, states)
+            fns["flash_triton_captured"] = _captured(heads["triton"], states)
+        # every path's token against the float32 reference over the probed clusters, on every state
+        reference.with_probes(p)
+        want = [int(reference(states[i:i + 1])) for i in range(rows)]
+        agree = {name: sum(int(fn(i)) == want[i] for i in range(rows)) for name, fn in fns.items()
+                 if name.startswith("flash_")}
         times = interleaved(fns, rows, reps=reps, warmup=min(rows, 8), desc=f"head p={p}", progress=progress,
                             device=device)
         stats = {name: stats_ms(ts) for name, ts in times.items()}
@@ -119,6 +149,10 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
                   for name, s in stats.items() if name.startswith("flash_")}}
         if dense_graphs is not None:  # both heads in CUDA graphs: the like-for-like comparison on a GPU
             row["speedup_graphs_vs_dense_graphs"] = stats["dense_graphs"]["p50_ms"] / stats["flash_graphs"]["p50_ms"]
+        if triton:
+            row["speedup_triton_captured_vs_dense_captured"] = (stats["dense_captured"]["p50_ms"]
+                                                                 / stats["flash_triton_captured"]["p50_ms"])
+        row["agree_with_reference"] = {name[6:]: n for name, n in agree.items()}
         out["curve"].append(row)
     out["paths"] = {path: head.active_path for path, head in heads.items()}
     out["compile_errors"] = {path: head.compile_error for path, head in heads.items() if head.compile_error}
@@ -132,7 +166,7 @@ def step_check(device: str, *, layers: int, reps: int, context: int, n_probes: i
     model = qwen3(shape, layers, device)
     weight = model.get_output_embeddings().weight.detach()
     head = FlashHead(weight, random_clustering(shape["vocab_size"], shape["hidden_size"], shape["vocab_size"] // 16),
-                     n_probes=n_probes, path="compiled")
+                     n_probes=n_probes, path="auto")
     ids = list(range(100, 100 + context))
     states = {name: ModelState(model, head=h) for name, h in (("dense", DenseGreedyHead.from_model(model)),
                                                                ("flashhead", head))}
@@ -163,8 +197,8 @@ def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_pro
     shape = QWEN3_CONFIGS["Qwen3-0.6B"]
     model = qwen3(shape, layers, device)
     weight = model.get_output_embeddings().weight.detach()
-    flash = FlashHead(weight, random_clustering(shape["vocab_size"], shape["hidden_size"], shape["vocab_size"] // 16),
-                      n_probes=n_probes, path="compiled")
+    clustering = random_clustering(shape["vocab_size"], shape["hidden_size"], shape["vocab_size"] // 16)
+    flash = FlashHead(weight, clustering, n_probes=n_probes, path="compiled")
     flash.compile_mode = mode
     dense_head = DenseGreedyHead(weight)
     dense = torch.compile(dense_head.__call__, dynamic=False, mode=mode)
@@ -195,7 +229,10 @@ def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_pro
         hidden = body(token, position)
         return hidden if head is None else head(hidden)
 
+    triton = FlashHead(weight, clustering, n_probes=n_probes, path="triton") if gpu_kernels.available(device) \
+        else None
     fns = {"body": lambda i: step(), "dense": lambda i: step(dense), "flashhead": lambda i: step(flash),
+           **({"flashhead_triton": lambda i: step(triton)} if triton is not None else {}),
            "dense_one_graph": lambda i: _replay(dense_step, token, position),
            "flashhead_one_graph": lambda i: _replay(flash_step, token, position)}
     times = interleaved(fns, 1, reps=reps, warmup=3, desc="draft step (graphs)", progress=progress, device=device)
@@ -206,7 +243,10 @@ def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_pro
             "speedup": stats["dense"]["p50_ms"] / stats["flashhead"]["p50_ms"],
             "dense_one_graph_ms": stats["dense_one_graph"]["p50_ms"],
             "flashhead_one_graph_ms": stats["flashhead_one_graph"]["p50_ms"],
-            "speedup_one_graph": stats["dense_one_graph"]["p50_ms"] / stats["flashhead_one_graph"]["p50_ms"]}
+            "speedup_one_graph": stats["dense_one_graph"]["p50_ms"] / stats["flashhead_one_graph"]["p50_ms"],
+            **({"flashhead_triton_ms": stats["flashhead_triton"]["p50_ms"],
+                "speedup_triton": stats["dense"]["p50_ms"] / stats["flashhead_triton"]["p50_ms"]}
+               if triton is not None else {})}
 
 
 @torch.inference_mode()
@@ -292,8 +332,10 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
     doc["verify"] = verify_check(device, layers=target_layers or (1 if quick else 8), reps=2 if quick else 10,
                                  context=32 if quick else 256, max_block=5 if quick else 13)
     at_default = next(r for r in doc["head"]["curve"] if r["n_probes"] == 593)
-    doc["summary"] = {"head_speedup_at_593": at_default.get("speedup_graphs_vs_dense_graphs",
-                                                            at_default["speedup_compiled"]),
+    doc["summary"] = {"head_speedup_at_593": at_default.get("speedup_triton_captured_vs_dense_captured",
+                                                            at_default.get("speedup_graphs_vs_dense_graphs",
+                                                                           at_default["speedup_compiled"])),
+                      "agree_with_reference_at_593": at_default["agree_with_reference"],
                       "head_speedup_at_593_compiled": at_default["speedup_compiled"],
                       "draft_step_speedup": doc["draft_step"]["speedup"],
                       "draft_step_speedup_graphs": doc["draft_step_graphs"].get("speedup"),
