@@ -392,3 +392,21 @@ def test_progress_reaches_the_terminal_not_the_pages(smoke_book):
             for out in cell.get("outputs", []):
                 text = "".join(out.get("text", "")) + json.dumps(out.get("data", {}))
                 assert not re.search(r"\d+%\|| it/s|gen/s|Loading weights|FloatProgress", text), (name, text[:200])
+
+
+def test_the_gpu_document_reads_as_its_numbers_say():
+    """Chapter 4's GPU paragraph on the saved H100 document: the shown path's speedup is the captured heads'
+    ratio at 593 probes, below the thesis' 4.32x, and torch.compile's 0-of-64 agreement reads as a miscompile;
+    the same rule on an agreeing count does not."""
+    import json
+
+    from thesis_lib.analysis import gpucheck, verdicts
+
+    doc = json.loads((params.ROOT / "data/reference/gpu-check-h100-random-weights.json").read_text())
+    g = gpucheck.summary(doc)
+    assert g["probes"] == 593 and g["rows"] == 64
+    assert 1.0 < g["head_speedup"] < 4.32 and verdicts.gpu_head_target(g["head_speedup"]) == "does not meet"
+    assert "miscompiled" in verdicts.compiled_sound(g["agree_compiled"], g["agree_path"], g["rows"])
+    assert "miscompiled" not in verdicts.compiled_sound(62, 63, 64)
+    table = gpucheck.head_rows(doc)
+    assert list(table.Probes) == [64, 128, 256, 593] and table["Same token, torch.compile"].iloc[-1] == "0/64"

@@ -65,6 +65,27 @@ def target_met(ratio: float, target: float = 1.10) -> str:
     return "meets" if ratio >= target else "does not meet"
 
 
+def gpu_head_target(ratio: float) -> str:
+    """Whether the GPU head ratio reaches the thesis' 4.32x (``meets`` / ``does not meet``)."""
+    return target_met(ratio, 4.32)
+
+
+def gpu_step_target(ratio: float) -> str:
+    """Whether the GPU draft-step ratio reaches the thesis' 1.108x (``meets`` / ``does not meet``)."""
+    return target_met(ratio, 1.108)
+
+
+def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
+    """What torch.compile's head did against the reference, beside the path the page shows: a count well below
+    that path's (fewer than half of it) is called wrong, not a rounding difference."""
+    if agree_compiled != agree_compiled:  # not measured
+        return "was not measured"
+    if agree_compiled < 0.5 * agree_path:
+        return (f"picked the reference's token on only {int(agree_compiled)} of {int(rows)} states: a miscompiled "
+                "head, which is why a GPU takes the Triton kernel")
+    return f"picked the reference's token on {int(agree_compiled)} of {int(rows)} states, as the kernel path does"
+
+
 def head_side(head_ceiling: float, target: float = 1.10) -> str:
     """Whether changes to the head alone could reach the target, given the free-head ceiling."""
     if head_ceiling < target:
@@ -131,6 +152,9 @@ def shared_control(body: str) -> str:
 #: glued verdict key -> (function, glued keys of its arguments, in order), per notebook
 RULES = {
     "ch4_results": {
+        "gpu_head_met": (gpu_head_target, ("gpu_head_speedup",)),
+        "gpu_step_met": (gpu_step_target, ("gpu_step_speedup",)),
+        "gpu_compiled_verdict": (compiled_sound, ("gpu_agree_compiled", "gpu_agree_path", "gpu_rows")),
         "step_vs_head": (step_vs_head, ("step_speedup", "head_speedup")),
         "deferred_lift_dense": (lift, ("def_dense_vs_base", "ord_dense_vs_base")),
         "acceptance_change": (acceptance_change, ("acc_dense_def", "acc_flash_def")),

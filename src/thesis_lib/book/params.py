@@ -93,6 +93,8 @@ class Params:
     sampling_check_file: str | None = "data/reference/sampling-check-d0.01.json"
     #: ``thesis-lib model-bench --parts embedl``'s saved output, shown where Embedl's package is not installed
     embedl_peer_file: str | None = None
+    #: a saved ``thesis-lib gpu-check`` document shown in chapter 4 (random weights: GPU cost, not acceptance)
+    gpu_check_file: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True

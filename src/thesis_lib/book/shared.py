@@ -133,6 +133,15 @@ def embedl_comparison(p: Params, mb: dict) -> tuple[dict | None, str]:
     return None, "not measured: Embedl's flash-head is not installed (pip install -e '.[embedl]')"
 
 
+def gpu_check(p: Params) -> tuple[dict | None, str]:
+    """The saved GPU acceptance document ``GPU_CHECK_FILE`` names, and a label saying what and when it is."""
+    if not p.gpu_check_file or not (ROOT / p.gpu_check_file).is_file():
+        return None, "no GPU document named (GPU_CHECK_FILE)"
+    doc = json.loads((ROOT / p.gpu_check_file).read_text(encoding="utf-8"))
+    return doc, (f"{doc['command']}, {doc['label']}; measured {doc['measured']} at {doc['revision']} on "
+                 f"{doc['machine']}; saved in {p.gpu_check_file}")
+
+
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     """A JSON result under ``RUNS_DIR`` named by the parameter set, its kind and a hash of ``key``: read back
     if there, else ``compute()``d, given its key and written atomically."""

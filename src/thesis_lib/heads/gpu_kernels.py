@@ -1,16 +1,18 @@
-"""FlashHead's two costly steps as Triton kernels, for one decode row on a GPU.
+"""FlashHead's candidate scores as a Triton kernel, for decode rows on a GPU.
 
 Measured on an H100 (``thesis-lib gpu-check``'s kernel profile, random weights at Qwen3-0.6B's shapes, 593 of
-9,496 clusters): ``torch.topk`` ran one thread block (a single row is one "slice"), 34 us, and the code
-``torch.compile`` made for the candidate scores read the 593 x 16 x 1,024 gathered rows at about 0.46 TB/s,
-42 us, while the dense head's whole matrix product took 110 us. These kernels do the same two steps:
+9,496 clusters, 2026-11-23): the code ``torch.compile`` made for the candidate scores read the 593 x 16 x 1,024
+gathered rows at about 0.46 TB/s (36-42 us), and at 593 probes it picked wrong tokens (gpu-check's agreement
+rows); the dense head's whole matrix product took 110 us. :func:`cluster_scores` computes ``h . w`` for every
+row of the probed clusters, plus the padding-slot bias, with one program per probed cluster reading its
+``b x D`` block once, coalesced: 29.5 us in isolation, the same scores as torch to 2.4e-7.
 
-- :func:`top_clusters`: the indices of the ``p`` largest centroid scores of each row, exactly (ties to the lower
-  cluster id), by one bitonic sort of ``(score, id)`` keys packed into 64-bit integers, in one program per row;
-- :func:`cluster_scores`: ``h . w`` for every row of the probed clusters (plus the padding-slot bias), one
-  program per probed cluster reading its ``b x D`` block once, coalesced.
+What it does not fix: ``torch.topk`` over a single row of cluster scores runs in one thread block (34 us at
+593 of 9,496), now the largest part of the head. A one-program bitonic sort of packed ``(score, id)`` keys in
+Triton was tried for it and took 0.54-0.61 ms, over ten times slower, so it was not kept; a multi-block radix
+select is the next thing to try.
 
-Only a CUDA device runs them; importing this module never imports Triton (:func:`available` does), so the
+Only a CUDA device runs the kernel; importing this module never imports Triton (:func:`available` does), so the
 CPU path does not depend on it. The greedy choice over the scores (ties to the lowest token id) stays in torch.
 """
 
@@ -41,18 +43,6 @@ def _kernels():
     triton, tl = _triton()
 
     @triton.jit
-    def topk_kernel(scores, out, n, stride, P: tl.constexpr, NPAD: tl.constexpr):
-        row = tl.program_id(0)
-        offs = tl.arange(0, NPAD)
-        x = tl.load(scores + row * stride + offs, mask=offs < n, other=float("-inf")).to(tl.float32)
-        bits = x.to(tl.int32, bitcast=True)
-        key = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # integer order == float order
-        packed = (key.to(tl.int64) << 32) | (NPAD - 1 - offs).to(tl.int64)  # equal scores: lower id first
-        ranked = tl.sort(packed, descending=True)
-        ids = (NPAD - 1) - (ranked & 0xFFFFFFFF).to(tl.int32)
-        tl.store(out + row * P + offs, ids.to(tl.int64), mask=offs < P)
-
-    @triton.jit
     def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, P: tl.constexpr,
                        BLOCK_D: tl.constexpr):
         j = tl.program_id(0)
@@ -68,7 +58,7 @@ def _kernels():
         acc += tl.load(bias + c * B + slots)
         tl.store(out + (row * P + j) * B + slots, acc)
 
-    return topk_kernel, cluster_kernel
+    return cluster_kernel
 
 
 def supports(cluster_size: int, hidden_size: int) -> bool:
@@ -81,22 +71,11 @@ def _block(d: int) -> int:
     return min(256, d & -d) if d > 0 else 0
 
 
-def top_clusters(scores: torch.Tensor, p: int) -> torch.Tensor:
-    """``scores [S, C] -> [S, p]`` long: each row's ``p`` best clusters (the same set as ``torch.topk``)."""
-    topk_kernel, _ = _kernels()
-    triton, _ = _triton()
-    s, n = scores.shape
-    npad = triton.next_power_of_2(n)
-    out = torch.empty(s, p, dtype=torch.long, device=scores.device)
-    topk_kernel[(s,)](scores, out, n, scores.stride(0), P=p, NPAD=npad, num_warps=16)
-    return out
-
-
 def cluster_scores(h: torch.Tensor, weight_perm: torch.Tensor, top: torch.Tensor,
                    slot_bias: torch.Tensor) -> torch.Tensor:
     """``h [S, D]``, ``weight_perm [C, b, D]``, ``top [S, p]``, ``slot_bias [C, b]`` -> float32 ``[S, p, b]``:
     each probed row's score ``h . w`` plus its slot bias (``-inf`` on padding slots)."""
-    _, cluster_kernel = _kernels()
+    cluster_kernel = _kernels()
     s, p = top.shape
     _, b, d = weight_perm.shape
     h = h.to(weight_perm.dtype).contiguous()
