@@ -263,7 +263,7 @@ def _bench_config(args, profile: bool):
         warmup=args.warmup, iterations=args.iterations, seed=args.seed, costs=not args.no_costs, profile=profile,
         probes=args.probes, clusters=args.clusters, assets=args.assets, flash_path=args.flash_path,
         centroid_dtype=args.centroid_dtype, outliers=args.outliers, cluster_seed=args.cluster_seed,
-        kmeans_iterations=args.kmeans_iterations, threads=args.threads, split_threads=not args.no_split_threads,
+        kmeans_iterations=args.kmeans_iterations, threads=args.threads, split_threads=args.split_threads,
         **_beyond_args(args))
 
 
@@ -419,8 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--no-costs", action="store_true", help="skip the per-prompt component costs (and predictions)")
         g.add_argument("--threads", type=int, default=None,
                        help="torch's intra-op threads (default: every core this process may use); recorded")
-        g.add_argument("--no-split-threads", action="store_true",
-                       help="pipelined modes: both sides use all threads (default: half each)")
+        g.add_argument("--split-threads", action="store_true",
+                       help="pipelined modes: each side gets half the threads (default: both use all; on 2 cores "
+                       "splitting measured worse, 2026-11-23)")
         g.add_argument("--out", default="runs", help="parent folder of run folders (default: %(default)s)")
         g.add_argument("--name", default=name, help="run folder name (default: %(default)s); never overwritten")
         g.add_argument("--resume", action="store_true", help="finish an interrupted run (same configuration)")

@@ -94,7 +94,7 @@ class BenchConfig:
     #: torch's intra-op threads for the run (None: every core this process may use); recorded with the run
     threads: int | None = None
     #: pipelined modes: the draft side and the target's append get half the threads each (False: all, both)
-    split_threads: bool = True
+    split_threads: bool = False
 
     def __post_init__(self):
         if isinstance(self.modes, str):
