@@ -410,3 +410,13 @@ def test_the_gpu_document_reads_as_its_numbers_say():
     assert "miscompiled" not in verdicts.compiled_sound(62, 63, 64)
     table = gpucheck.head_rows(doc)
     assert list(table.Probes) == [64, 128, 256, 593] and table["Same token, torch.compile"].iloc[-1] == "0/64"
+
+
+def test_every_notebook_cell_has_an_id():
+    """nbformat 4.5 requires cell ids (nbformat warns on each execution without them, and will refuse)."""
+    missing = []
+    for path in sorted((params.ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5), path.name
+        missing += [f"{path.name}#{i}" for i, c in enumerate(nb["cells"]) if not c.get("id")]
+    assert not missing, missing
