@@ -590,7 +590,7 @@ def _rehearsal_book_on(device: str) -> dict:
     runs = f"runs/gpu-check-book-{time.strftime('%Y%m%d-%H%M%S')}"
     fates = execute.execute("rehearsal", recompute=True, overrides={"DEVICE": device, "DRAFT_DEVICE": device,
                                                                      "RUNS_DIR": runs}, progress=True)
-    report = json.loads((execute.build_dir("rehearsal") / "execution.json").read_text())
+    report = execute.execution_report("rehearsal")
     return {"set": "rehearsal", "device": device, "runs_dir": runs, "fates": fates, "notebooks": report,
             "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -600,7 +600,7 @@ def cmd_book(args) -> int:
 
     t0 = time.perf_counter()
     fates = execute.execute(args.params, recompute=args.recompute, progress=True)
-    report = json.loads((execute.build_dir(args.params) / "execution.json").read_text())
+    report = execute.execution_report(args.params)
     t1 = time.perf_counter()
     html = build.build(args.params, recompute=False, progress=True)
     t2 = time.perf_counter()

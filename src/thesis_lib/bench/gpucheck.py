@@ -114,6 +114,7 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
     dense = DenseGreedyHead(weight)
     dense_graphs = torch.compile(dense.__call__, dynamic=False, mode="reduce-overhead") if graphs else None
     triton = graphs and gpu_kernels.available(device)
+    dense_captured = _captured(dense, states) if triton else None  # the dense head does not change with probes
     paths = ["eager", "compiled"] + (["graphs"] if graphs else []) + (["triton"] if triton else [])
     heads = {}
     for path in paths:
@@ -133,8 +134,8 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
             fns[f"flash_{path}"] = ((lambda i, h=head: _replay(h, states[i:i + 1])) if path == "graphs"
                                     else (lambda i, h=head: h(states[i:i + 1])))
         if triton:  # each head captured in one CUDA graph by hand, as a serving engine replays its step
-            fns["dense_captured"] = _captured(dense, states)
-            fns["flash_triton_captured"] = _captured(heads["triton"], states)
+            fns["dense_captured"] = dense_captured
+            fns["flash_triton_captured"] = _captured(heads["triton"], states)  # again: its probe count changed
         # every path's token against the float32 reference over the probed clusters, on every state
         reference.with_probes(p)
         want = [int(reference(states[i:i + 1])) for i in range(rows)]

@@ -128,3 +128,8 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         fates[name] = "executed"
     (out_dir / "execution.json").write_text(json.dumps(report, indent=1))
     return fates
+
+
+def execution_report(set_name: str = DEFAULT_SET) -> list[dict]:
+    """The last :func:`execute`'s per-notebook fate, seconds and peak memory for ``set_name``."""
+    return json.loads((build_dir(set_name) / "execution.json").read_text())

@@ -66,67 +66,44 @@ def _select(scores: torch.Tensor, ids: torch.Tensor, sentinel: int) -> torch.Ten
     return torch.where(scores == best, ids, torch.full_like(ids, sentinel)).amin(dim=-1)
 
 
+def _torch_cluster_scores(h: torch.Tensor, weight_perm: torch.Tensor, top: torch.Tensor,
+                          slot_bias: torch.Tensor) -> torch.Tensor:
+    """The probed clusters' rows scored in torch (what ``torch.compile`` fuses): ``[S, p, b]`` float32."""
+    hw = h.to(weight_perm.dtype)
+    return (weight_perm[top] * hw[:, None, None, :]).sum(-1).float() + slot_bias[top]
+
+
 def _candidates_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
                       tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor,
-                      special_ids: torch.Tensor, n_probes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fast path's candidate scores and their token ids, ``[S, p * b + ns]`` each."""
+                      special_ids: torch.Tensor, n_probes: int,
+                      cluster_scores=_torch_cluster_scores) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fast path's candidate scores and their token ids, ``[S, p * b + ns]`` each. ``cluster_scores`` scores
+    the probed clusters' rows: torch by default, :func:`thesis_lib.heads.gpu_kernels.cluster_scores` on a GPU."""
     s = h.shape[0]
     cs = torch.matmul(h.to(centroids.dtype), centroids.T)  # [S, C]
     # unsorted: the probes' order does not matter (ties go to the lowest id, not to probe rank), and on a GPU a
     # sorted top-593 of 9,496 costs more than the rest of the head
     top = torch.topk(cs, n_probes, dim=-1, sorted=False).indices  # [S, p]
-    hw = h.to(weight_perm.dtype)
-    logits = (weight_perm[top] * hw[:, None, None, :]).sum(-1).float() + slot_bias[top]  # [S, p, b]
-    sp = torch.matmul(hw, special_w.T).float() + special_b  # [S, ns]
+    logits = cluster_scores(h, weight_perm, top, slot_bias)  # [S, p, b]
+    sp = torch.matmul(h.to(weight_perm.dtype), special_w.T).float() + special_b  # [S, ns]
     scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
     ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
     return scores, ids
-
-
-def _candidates_triton(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
-                       tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor,
-                       special_ids: torch.Tensor, n_probes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_candidates_fused` on a GPU with the probed clusters' scores from a Triton kernel
-    (:mod:`thesis_lib.heads.gpu_kernels`), the rest in plain torch."""
-    s = h.shape[0]
-    top = torch.topk(torch.matmul(h.to(centroids.dtype), centroids.T), n_probes, dim=-1, sorted=False).indices
-    logits = gpu_kernels.cluster_scores(h, weight_perm, top, slot_bias)  # [S, p, b] float32
-    sp = torch.matmul(h.to(weight_perm.dtype), special_w.T).float() + special_b
-    scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
-    ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
-    return scores, ids
-
-
-def _greedy_triton(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
-                   sentinel: int) -> torch.Tensor:
-    scores, ids = _candidates_triton(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
-                                     n_probes)
-    return _select(scores, ids, sentinel)
-
-
-def _confidence_triton(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
-                       n_probes: int, sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    scores, ids = _candidates_triton(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
-                                     n_probes)
-    return _select(scores, ids, sentinel), top_probability(scores)
-
-
-_TRITON = {"_greedy_fused": _greedy_triton, "_confidence_fused": _confidence_triton}
 
 
 def _greedy_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
-                  sentinel: int) -> torch.Tensor:
+                  sentinel: int, cluster_scores=_torch_cluster_scores) -> torch.Tensor:
     """The whole greedy head as one function (compiled by ``torch.compile`` on the fast path)."""
     scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
-                                    n_probes)
+                                    n_probes, cluster_scores)
     return _select(scores, ids, sentinel)
 
 
 def _confidence_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
-                      sentinel: int) -> tuple[torch.Tensor, torch.Tensor]:
+                      sentinel: int, cluster_scores=_torch_cluster_scores) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_greedy_fused` plus the softmax probability of the chosen token among the candidates."""
     scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
-                                    n_probes)
+                                    n_probes, cluster_scores)
     return _select(scores, ids, sentinel), top_probability(scores)
 
 
@@ -199,7 +176,7 @@ class FlashHead(nn.Module):
         self.register_buffer("special_ids", special_t, persistent=False)
         self.register_buffer("special_weight", w[special_t].contiguous(), persistent=False)
         self.register_buffer("special_bias", bias_v[special_t].contiguous(), persistent=False)
-        if path == "triton" and not (gpu_kernels.available(device) and gpu_kernels.supports(tokens.shape[1], d)):
+        if path == "triton" and not gpu_kernels.serves(device, tokens.shape[1], d):
             raise ConfigError("FlashHead path 'triton' needs a CUDA device with Triton and a power-of-two cluster "
                               f"size (here: {device}, cluster size {tokens.shape[1]}, hidden size {d}).")
         self.path = path
@@ -251,11 +228,12 @@ class FlashHead(nn.Module):
         (many probe counts in a sweep) resets the compiled cache and compiles again, counted in
         ``recompile_resets``, instead of running uncompiled behind the compiled path's name."""
         args = (hidden, *self.fast_arguments())
-        if self.path == "triton" or (self.path == "auto" and self._triton_here()):
+        if self.path == "triton" or (self.path == "auto" and gpu_kernels.serves(self.device, self.cluster_size,
+                                                                                 self.weight_perm.shape[-1])):
             # on a GPU "auto" takes the Triton kernel: torch.compile's code for this head gave wrong tokens on an
             # H100 at 593 probes (gpu-check's agreement rows), and was slower
             self._active_path = "triton"
-            return _TRITON[fn.__name__](*args)
+            return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
         if self.path in ("auto", "compiled"):
             if getattr(self, compiled_attr) is None:
                 setattr(self, compiled_attr, torch.compile(fn, dynamic=False, mode=self.compile_mode))
@@ -276,10 +254,6 @@ class FlashHead(nn.Module):
                 return out
         self._active_path = "eager"
         return fn(*args)
-
-    def _triton_here(self) -> bool:
-        """Whether the Triton kernel serves this head: on a CUDA device with Triton, for shapes it takes."""
-        return gpu_kernels.available(self.device) and gpu_kernels.supports(self.cluster_size, self.weight_perm.shape[-1])
 
     #: the fast path's greedy head as a plain function of ``(hidden, *fast_arguments())``, for callers that
     #: compile it together with more (a whole draft step in one CUDA graph, :mod:`thesis_lib.bench.gpucheck`)

@@ -66,6 +66,11 @@ def supports(cluster_size: int, hidden_size: int) -> bool:
     return cluster_size > 0 and cluster_size & (cluster_size - 1) == 0 and _block(hidden_size) >= 16
 
 
+def serves(device, cluster_size: int, hidden_size: int) -> bool:
+    """Whether the kernel can score a head of these shapes on ``device``: :func:`available` and :func:`supports`."""
+    return available(device) and supports(cluster_size, hidden_size)
+
+
 def _block(d: int) -> int:
     """The largest power of two up to 256 that divides ``d``."""
     return min(256, d & -d) if d > 0 else 0
