@@ -248,7 +248,7 @@ def test_an_embedl_checkpoint_loads_as_its_base_architecture(tmp_path, tok):
     (folder / "config.json").write_text(json.dumps(cfg))
     ckpt = embedl.resolve(str(folder))
     assert ckpt.has_body and ckpt.assets == folder / "fh_assets" and ckpt.n_probes == 5
-    loaded = loading.load_model(str(folder), progress=False)
+    loaded = loading.load_model(str(folder), progress=False, dtype="float32")
     assert type(loaded.model).__name__ == "Qwen3ForCausalLM"
     assert torch.equal(loaded.model.get_output_embeddings().weight, w)  # its own weights, not a fresh init
     head = flashhead_for(loaded, assets=str(folder), progress=False)

@@ -10,7 +10,7 @@ import torch
 from thesis_lib.decoding.greedy import greedy_generate
 from thesis_lib.decoding.state import CPU_BUCKETS, ModelState
 from thesis_lib.heads.dense import DenseGreedyHead
-from thesis_lib.models.packing import PackedLinear, is_packed, pack_linears
+from thesis_lib.models.packing import PackedLinear, bf16_packing_available, is_packed, pack_linears
 
 from conftest import TINY_VOCAB
 
@@ -61,3 +61,107 @@ def test_packed_head_never_picks_padding_rows(tiny_models):
     assert max(out) < TINY_VOCAB
     unlimited = greedy_generate(ModelState(model), [3, 4, 5], max_new_tokens=12).tokens
     assert max(unlimited) >= TINY_VOCAB  # the limit is what keeps them out
+
+
+needs_bf16 = pytest.mark.skipif(not bf16_packing_available(), reason="this CPU has no native bf16 dot products")
+
+
+@needs_bf16
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(1, 64), (5, 64), (1, 3, 64)])
+def test_bf16_packed_linear_matches_float32_within_bf16_rounding(bias, shape):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 96, bias=bias).to(torch.bfloat16)
+    x = torch.randn(*shape, dtype=torch.bfloat16)
+    packed = PackedLinear(lin)
+    y = packed(x)
+    assert y.dtype == torch.bfloat16 and y.shape == (*shape[:-1], 96)
+    # the exact product of the same bf16 numbers, in float64: the packed layer is off by its output rounding only
+    exact = x.double() @ lin.weight.double().T + (lin.bias.double() if bias else 0)
+    torch.testing.assert_close(y.double(), exact, rtol=2 ** -7, atol=1e-2)
+    torch.testing.assert_close(packed.weight, lin.weight.detach(), rtol=0, atol=0)  # the packed copy loses nothing
+
+
+@needs_bf16
+def test_bf16_packing_keeps_a_tied_head_tied():
+    from thesis_lib.models import tiny
+
+    model = tiny.tiny_model("qwen3", seed=2, tied=True, dtype=torch.bfloat16)
+    emb = model.get_input_embeddings().weight
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert pack_linears(model) == n_linear  # the tied head too (bf16: a packed copy beside the embedding)
+    head = model.get_output_embeddings()
+    assert isinstance(head, PackedLinear) and head.weight is emb  # FlashHead clusters the embedding itself
+    h = torch.randn(3, emb.shape[1], dtype=torch.bfloat16)
+    torch.testing.assert_close(head(h).double(), h.double() @ emb.double().T, rtol=2 ** -7, atol=1e-2)
+
+
+#: bfloat16's near tie: a forward over a block of K + 1 tokens rounds the hidden states differently from one-token
+#: steps (bf16 keeps 8 significant bits), so greedy choices may part where the top two unrounded logits lie within
+#: this fraction of the top logit's magnitude (four bf16 rounding steps). Seen on tiny models: 0.18 %.
+BF16_NEAR_TIE = 2.0 ** -6
+
+
+def exact_top2(model, ids, limit):
+    """The top two unrounded logits (float32 products of the bf16 head rows and the bf16 final hidden state)
+    after ``ids``, from one forward over the whole prefix."""
+    with torch.inference_mode():
+        h = ModelState(model, vocab_limit=limit).hidden(ids)[-1].float()
+        w = model.get_output_embeddings().weight[:limit].float()
+        return torch.topk(w @ h, 2).values.tolist()
+
+
+@needs_bf16
+@pytest.mark.parametrize("deferred", [False, True])
+def test_bf16_packed_speculative_decoding_equals_target_only_up_to_near_ties(deferred):
+    """Packed bf16 target and draft: speculative output is the target's own greedy output token for token, or parts
+    from it only where the target's top two unrounded logits are within :data:`BF16_NEAR_TIE`."""
+    from thesis_lib.decoding.drafters import ModelDrafter
+    from thesis_lib.decoding.greedy import speculative_generate
+    from thesis_lib.models import tiny
+
+    target = tiny.tiny_model("qwen2", seed=0, dtype=torch.bfloat16)
+    draft = tiny.noisy_copy(target, 0.02, seed=3)
+    for m in (target, draft):
+        assert pack_linears(m) > 0
+    t = ModelState(target, vocab_limit=TINY_VOCAB)
+    equal = 0
+    for prompt in ([3, 4, 5], [17, 2, 99, 41, 8], [250, 1, 1, 7], [60, 61, 62, 63, 64, 65]):
+        ref = greedy_generate(t, prompt, max_new_tokens=24).tokens
+        got = speculative_generate(t, ModelDrafter(draft, vocab_limit=TINY_VOCAB), prompt, k=4, max_new_tokens=24,
+                                   deferred=deferred)
+        assert got.stats.acceptance > 0.3
+        if got.tokens == ref:
+            equal += 1
+            continue
+        j = next(i for i, (a, b) in enumerate(zip(got.tokens, ref)) if a != b)
+        top1, top2 = exact_top2(target, prompt + ref[:j], TINY_VOCAB)
+        assert top1 - top2 < BF16_NEAR_TIE * abs(top1), (prompt, j, top1, top2)
+    assert equal >= 2  # a broken verification would part on every prompt, not only at a rare near tie
+
+
+@needs_bf16
+def test_refined_bf16_head_picks_the_unrounded_argmax():
+    """Two tokens whose logits round to the same bf16 value: the refined head picks the larger unrounded one,
+    where the rounded argmax takes the lower id."""
+    d = 64
+    w = torch.zeros(5, d, dtype=torch.bfloat16)
+    w[1, 0], w[3, 0] = 20.0, 20.0
+    w[3, 1] = 0.0078125  # 2^-7: adds 2^-7 to token 3's logit, far below bf16's spacing of 1/8 at 20
+    h = torch.zeros(1, d, dtype=torch.bfloat16)
+    h[0, 0], h[0, 1] = 1.0, 1.0
+    assert float(torch.nn.functional.linear(h, w)[0, 1]) == float(torch.nn.functional.linear(h, w)[0, 3])
+    rounded = DenseGreedyHead(w, refine=False)
+    refined = DenseGreedyHead(w)
+    assert refined.refine and int(rounded(h)) == 1 and int(refined(h)) == 3
+    w[3, 1] = 0.0  # an exact tie: the lowest id, as argmax
+    assert int(DenseGreedyHead(w)(h)) == 1
+    packed = torch.nn.Linear(d, 5, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        packed.weight.copy_(w)
+        packed.weight[3, 1] = 0.0078125
+    m = torch.nn.Module()
+    m.lm_head = packed
+    m.get_output_embeddings = lambda: m.lm_head
+    pack_linears(m)
+    assert isinstance(m.lm_head, PackedLinear) and int(DenseGreedyHead.from_model(m)(h)) == 3

@@ -485,7 +485,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--book", action="store_true", help="then execute the rehearsal book's notebooks with target and "
                    "draft on --device (needs the book extra)")
     p.set_defaults(func=cmd_gpu_check)
+
+    p = sub.add_parser("precision-bench", help="float32 vs bfloat16 on the CPU, side by side: step and verify cost, "
+                       "end-to-end speedup (issue 19)",
+                       description="Loads the pair once per precision (oneDNN-packed layers), then times one forward "
+                       "of blocks of 1..--max-block tokens after a real prompt for target and draft, precisions "
+                       "interleaved, and decodes --e2e-prompts prompts with target-only greedy, transformers' "
+                       "generate() and FlashHead deferred in each precision. One JSON document as the last line.")
+    p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
+    p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
+    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated (default: %(default)s)")
+    p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")
+    p.add_argument("--e2e-prompts", type=int, default=3, help="demo prompts decoded end to end, 0: none "
+                   "(default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
+    p.add_argument("-k", type=int, default=4, help="block length of the speculative run (default: %(default)s)")
+    p.add_argument("--out", default=None, help="write the JSON document to this new file")
+    p.set_defaults(func=cmd_precision_bench)
     return parser
+
+
+def cmd_precision_bench(args) -> int:
+    from .bench import precision
+
+    precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
+    precision.check(precisions, args.max_block, args.reps)
+    if args.k < 1 or args.max_new_tokens < 1 or args.e2e_prompts < 0:
+        raise ConfigError("-k and --max-new-tokens must be >= 1 and --e2e-prompts >= 0.")
+    specs.check_available(args.target)
+    specs.check_available(args.draft)
+    out_path = _new_out_path(args)
+    doc = precision.run(args.target, args.draft, precisions=precisions, max_block=args.max_block, reps=args.reps,
+                        e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k)
+    doc["command"] = (f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
+                      f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
+                      f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}")
+    print(precision.text(doc))
+    if out_path:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(out_path, "x", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc))
+    return 0
 
 
 def cmd_sampling_check(args) -> int:

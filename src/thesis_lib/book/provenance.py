@@ -56,6 +56,8 @@ def environment_table(run, model_bench_doc: dict | None = None):
             rows.append((f"{role} packages", f"{len(pkgs)} PyPI packages: {pkgs[0]} ... {pkgs[-1]}"))
         if m.get("cpu_kernels"):
             rows.append((f"{role} CPU kernels", m["cpu_kernels"]))
+        if m.get("dtype_reason"):
+            rows.append((f"{role} precision (DTYPE auto)", m["dtype_reason"]))
     fh = env.get("flashhead") or {}
     if fh:
         rows.append(("FlashHead", f"C = {fh.get('n_clusters')}, p = {fh.get('n_probes')}, path {fh.get('path')}, "

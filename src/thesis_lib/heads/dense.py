@@ -26,11 +26,24 @@ from torch import nn
 from ..models.packing import PackedLinear
 
 
+#: Candidates re-scored per position when 16-bit logits are refined (:meth:`DenseGreedyHead.forward`).
+REFINE_TOP = 8
+
+
 class DenseGreedyHead(nn.Module):
-    """``argmax(h @ W[:vocab_limit].T)`` for each position; W is the model's own output embedding."""
+    """``argmax(h @ W[:vocab_limit].T)`` for each position; W is the model's own output embedding.
+
+    16-bit logits on a CPU are *refined* (``refine=None``: when the weight is bfloat16 or float16 and on the CPU):
+    a bfloat16 logit near 20 is rounded to a multiple of 1/8, so the top two tokens of a position often tie after
+    rounding, and which of them a step picks then depends on the rounding of a forward over 1 token vs a block
+    of K + 1 (measured: a real prompt whose target-only and speculative outputs parted at such a tie, 18.875 vs
+    18.875). Refining re-scores the tokens whose rounded logit lies within two rounding steps of the maximum
+    (at most :data:`REFINE_TOP`) in float32 from the same bf16 weights and hidden state, and picks the highest,
+    the lowest id on an exact tie: the greedy token of the unrounded product. The model's own logits (what
+    ``generate()`` sees) are unchanged. On a GPU the head is left as transformers has it (no refinement)."""
 
     def __init__(self, weight: torch.Tensor | None, vocab_limit: int | None = None, bias: torch.Tensor | None = None,
-                 packed: nn.Module | None = None):
+                 packed: nn.Module | None = None, refine: bool | None = None):
         super().__init__()
         rows = packed.out_features if packed is not None else weight.shape[0]
         limit = rows if vocab_limit is None else min(int(vocab_limit), rows)
@@ -39,12 +52,19 @@ class DenseGreedyHead(nn.Module):
         self.bias = None if bias is None else bias[:limit]
         self.packed = packed  # a oneDNN-packed output layer (models.packing); its logits are cut to `limit`
         self.vocab_limit = limit
+        if refine is None:
+            refine = (self.weight is not None and self.weight.dtype in (torch.bfloat16, torch.float16)
+                      and self.weight.device.type == "cpu")
+        if refine and self.weight is None:
+            raise ValueError("refining 16-bit logits needs the head's dense weight")
+        self.refine = bool(refine)
 
     @classmethod
     def from_model(cls, model, vocab_limit: int | None = None) -> "DenseGreedyHead":
         out = model.get_output_embeddings()
         if isinstance(out, PackedLinear):
-            return cls(None, vocab_limit, packed=out)
+            dense = out.dense_weight  # kept for 16-bit heads (refinement) and tied heads
+            return cls(None if dense is None else dense.detach(), vocab_limit, out.packed_bias_dense(), packed=out)
         return cls(out.weight.detach(), vocab_limit, getattr(out, "bias", None))
 
     @property
@@ -60,12 +80,30 @@ class DenseGreedyHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden: [S, D] -> token ids [S]``"""
-        return self.logits(hidden).argmax(dim=-1)
+        logits = self.logits(hidden)
+        return self._refined(hidden, logits) if self.refine else logits.argmax(dim=-1)
 
     def greedy_confidence(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden: [S, D] -> (token ids [S], softmax probability of each [S])``."""
-        logits = self.logits(hidden).float()
-        return logits.argmax(dim=-1), top_probability(logits)
+        raw = self.logits(hidden)
+        logits = raw.float()
+        tokens = self._refined(hidden, raw) if self.refine else logits.argmax(dim=-1)
+        return tokens, top_probability(logits)
+
+    def _refined(self, hidden: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The greedy tokens of the unrounded logits (see the class docstring)."""
+        vals, ids = torch.topk(logits, min(REFINE_TOP, logits.shape[-1]), dim=-1)  # [S, T], descending
+        vals = vals.float()
+        top = vals[:, :1]
+        near = vals >= top - top.abs() * 2.0 ** -6 - 1e-6  # within two rounding steps (bf16: 2^-7 relative each)
+        rows = self.weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1).float()  # [S, T, D]
+        exact = torch.einsum("std,sd->st", rows, hidden.reshape(ids.shape[0], -1).float())
+        if self.bias is not None:
+            exact = exact + self.bias.float()[ids]
+        exact = exact.masked_fill(~near, float("-inf"))
+        order = torch.argsort(ids, dim=-1)  # ascending ids: argmax's first maximum is the lowest id
+        pick = torch.gather(exact, 1, order).argmax(dim=-1, keepdim=True)
+        return torch.gather(torch.gather(ids, 1, order), 1, pick).squeeze(1)
 
 
 def top_probability(scores: torch.Tensor) -> torch.Tensor:

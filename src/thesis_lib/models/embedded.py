@@ -144,30 +144,52 @@ def concatenate(parts: list[Path], out: Path, model: EmbeddedModel, progress: bo
                     bar.update(len(block))
 
 
-def converted_dir(model: EmbeddedModel) -> Path:
-    return cache_dir() / "hf" / model.name
+#: The precisions a conversion is stored in: the one a load asks for (bfloat16), float32 for everything else.
+STORED_DTYPES = ("float32", "bfloat16")
 
 
-def converted_ok(model: EmbeddedModel) -> bool:
-    """Whether the cache holds a complete conversion of this model's GGUF, in the current format."""
-    marker = converted_dir(model) / "thesis_lib.json"
+def storage_dtype(dtype: str | None = None) -> str:
+    """The stored precision that serves a load in ``dtype`` (a torch dtype name; None: what ``DTYPE: auto``
+    picks on this CPU, :func:`thesis_lib.models.cpu.auto_dtype`): bfloat16 for bfloat16, float32 otherwise."""
+    if dtype is None or dtype == "auto":
+        from .cpu import auto_dtype
+
+        dtype = str(auto_dtype()[0]).replace("torch.", "")
+    return "bfloat16" if str(dtype).replace("torch.", "") in ("bfloat16", "bf16") else "float32"
+
+
+def converted_dir(model: EmbeddedModel, dtype: str | None = None) -> Path:
+    """The converted folder for loads in ``dtype`` (float32: ``hf/<name>``; bfloat16: ``hf/<name>-bfloat16``)."""
+    stored = storage_dtype(dtype)
+    return cache_dir() / "hf" / (model.name if stored == "float32" else f"{model.name}-{stored}")
+
+
+def converted_ok(model: EmbeddedModel, dtype: str | None = None) -> bool:
+    """Whether the cache holds a complete conversion of this model's GGUF for loads in ``dtype``, in the
+    current format."""
+    marker = converted_dir(model, dtype) / "thesis_lib.json"
     if not marker.is_file():
         return False
     try:
         info = json.loads(marker.read_text())
     except ValueError:
         return False
-    return info.get("gguf_sha256") == model.sha256 and info.get("format") == CONVERSION_FORMAT
+    return (info.get("gguf_sha256") == model.sha256 and info.get("format") == CONVERSION_FORMAT
+            and info.get("dtype") == storage_dtype(dtype))
 
 
-def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: bool = False) -> Path:
-    """Return the converted Hugging Face folder of an embedded model, building it once if needed.
+def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: bool = False,
+                     dtype: str | None = None) -> Path:
+    """Return the converted Hugging Face folder of an embedded model for loads in ``dtype`` (see
+    :func:`storage_dtype`), building it once if needed.
 
-    The GGUF tensors are de-quantised to float32 (transformers' GGUF loader) and written as safetensors with
-    the config and tokenizer; the assembled GGUF is deleted afterwards unless ``keep_gguf``.
+    The GGUF tensors are de-quantised to float32 (transformers' GGUF loader), cast to the stored precision
+    (bfloat16 where that is what loads use: no float32 copy on disk) and written as safetensors with the
+    config and tokenizer; the assembled GGUF is deleted afterwards unless ``keep_gguf``.
     """
-    out = converted_dir(model)
-    if converted_ok(model):
+    stored = storage_dtype(dtype)
+    out = converted_dir(model, stored)
+    if converted_ok(model, stored):
         return out
     import torch
     from safetensors.torch import save_file
@@ -180,6 +202,8 @@ def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: 
     tmp.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    if stored != "float32":
+        lm.to(getattr(torch, stored))  # one tensor at a time: float32 model + one tensor at the peak
     # save_pretrained refuses GGUF-loaded models, so write the plain parts by hand.
     config = lm.config
     for attr in ("quantization_config",):
@@ -200,7 +224,7 @@ def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: 
                 "gguf_sha256": model.sha256,
                 "gguf_bytes": model.size,
                 "packages": model.requirements,
-                "dtype": "float32",
+                "dtype": stored,
                 "convert_seconds": round(time.perf_counter() - t0, 1),
             },
             indent=2,

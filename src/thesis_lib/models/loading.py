@@ -2,8 +2,9 @@
 
 :func:`load_pair` runs every cheap check (both specs available, the same token table) before any weights
 load. :class:`LoadedModel` carries the model, its tokenizer, the folder it came from and what loading did
-(dtype, kernels). On CPU, float32 models get oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`)
-unless told otherwise. This module knows nothing about decoding.
+(dtype, kernels). ``dtype="auto"`` on CPU is bfloat16 where the CPU has native bf16 dot products and float32
+elsewhere (:func:`thesis_lib.models.cpu.auto_dtype`, recorded with the reason); float32 and bfloat16 models get
+oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`) unless told otherwise. This module knows nothing about decoding.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import embedl, virtual
-from .packing import pack_linears, packing_available
+from .packing import bf16_packing_available, pack_linears, packing_available
 from .specs import DEFAULT_DRAFT, DEFAULT_TARGET, ModelSpec, check_available, local_dir, model_config
 
 
@@ -65,7 +66,11 @@ def _dtype(name: str, device: str):
     import torch
 
     if name == "auto":
-        return torch.float32 if device == "cpu" else torch.bfloat16
+        if device == "cpu":
+            from .cpu import auto_dtype
+
+            return auto_dtype()[0]
+        return torch.bfloat16
     try:
         return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                 "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}[name]
@@ -121,17 +126,19 @@ def quantization_info(model: Any) -> dict | None:
             "package_version": version, "kernels": kernels}
 
 
-def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True):
+def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str | None = None):
+    """A model's tokenizer (``dtype``: the precision its weights will load in, so that an embedded model is
+    converted once, in that precision)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(local_dir(spec, progress=progress, what="tokenizer"))
+    return AutoTokenizer.from_pretrained(local_dir(spec, progress=progress, what="tokenizer", dtype=dtype))
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
                progress: bool = True, pack: bool | None = None) -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
-    ``pack`` (default: on for float32 models on CPU) swaps the linear layers for oneDNN-packed ones
+    ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
     (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike.
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
@@ -140,13 +147,14 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quantized = check_quantization(spec)
-    path = local_dir(spec, progress=progress)
-    t0 = time.perf_counter()
     torch_dtype = _dtype(dtype, device)
+    path = local_dir(spec, progress=progress, dtype=str(torch_dtype).replace("torch.", ""))
+    t0 = time.perf_counter()
     on_virtual = device.startswith("cuda") and virtual.active()
     kwargs = {"dtype": torch_dtype, "device_map": device if device != "cpu" and not on_virtual else None}
     if pack is None:
-        pack = device == "cpu" and torch_dtype == torch.float32 and packing_available()
+        pack = device == "cpu" and packing_available() and (
+            torch_dtype == torch.float32 or torch_dtype == torch.bfloat16 and bf16_packing_available())
     raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if embedl.is_checkpoint(raw):
         kwargs["config"] = embedl.base_config(raw)
@@ -163,6 +171,10 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock",
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
+    if dtype == "auto" and device == "cpu":
+        from .cpu import auto_dtype
+
+        info["dtype_reason"] = auto_dtype()[1]
     if quantized is not None:
         info["quantization"] = quantization_info(model)
     if embedl.is_checkpoint(raw):
@@ -212,8 +224,10 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     check_available(draft)
     check_quantization(target)
     check_quantization(draft)
-    t_tok = load_tokenizer(target, progress=progress)
-    d_tok = load_tokenizer(draft, progress=progress)
+    t_dtype = str(_dtype(dtype, device)).replace("torch.", "")
+    d_dtype = str(_dtype(dtype, draft_device or device)).replace("torch.", "")
+    t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
+    d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
     tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
     drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack)

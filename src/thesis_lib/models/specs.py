@@ -116,28 +116,30 @@ def _hub(repo_id: str | None, what: str = "model") -> Path:
     return hub_snapshot(repo_id, HUB_FILES[what], fallback=f"the embedded default ({DEFAULT_TARGET} / {DEFAULT_DRAFT})")
 
 
-def check_available(spec: str | ModelSpec) -> ModelSpec:
-    """Check, without heavy work, that a spec can be loaded; raise a clear error if it cannot."""
+def check_available(spec: str | ModelSpec, dtype: str | None = None) -> ModelSpec:
+    """Check, without heavy work, that a spec can be loaded (in ``dtype``: an embedded model's conversion is
+    stored per precision); raise a clear error if it cannot."""
     ms = resolve(spec) if isinstance(spec, str) else spec
     if ms.kind == "embedded":
         assert ms.embedded is not None
-        if not embedded.converted_ok(ms.embedded):
+        if not embedded.converted_ok(ms.embedded, dtype):
             embedded.part_files(ms.embedded)  # raises MissingPackageError naming the first missing package
     elif ms.kind == "hub":
         _hub(ms.repo_id, "config")
     return ms
 
 
-def local_dir(spec: str | ModelSpec, *, progress: bool = True, what: str = "model") -> Path:
+def local_dir(spec: str | ModelSpec, *, progress: bool = True, what: str = "model", dtype: str | None = None) -> Path:
     """A local Hugging Face folder for any spec (converting or downloading as needed). ``what`` says what the
     caller will read (``config``, ``tokenizer`` or ``model``): a hub repo downloads only those files
-    (:data:`HUB_FILES`); an embedded model is converted whatever is asked (its folder is made in one piece)."""
+    (:data:`HUB_FILES`); an embedded model is converted whatever is asked (its folder is made in one piece), in
+    the precision that serves loads in ``dtype`` (None: this CPU's ``auto``; :func:`embedded.storage_dtype`)."""
     if what not in HUB_FILES:
         raise ValueError(f"what must be one of {', '.join(HUB_FILES)}, got {what!r}")
-    ms = check_available(spec)
+    ms = check_available(spec, dtype)
     if ms.kind == "embedded":
         assert ms.embedded is not None
-        return embedded.prepare_embedded(ms.embedded, progress=progress)
+        return embedded.prepare_embedded(ms.embedded, progress=progress, dtype=dtype)
     if ms.kind == "local":
         assert ms.path is not None
         return ms.path

@@ -1,0 +1,201 @@
+"""The CPU precision, measured side by side in one process (issue 19): what float32 and bfloat16 cost per step.
+
+What this module knows:
+
+- :func:`check`: the precisions asked for exist here (bfloat16 needs a CPU whose oneDNN runs it natively),
+  before any model loads.
+- :func:`verify_curve`: one forward of a block of n tokens (n = 1 .. ``max_block``) after a real prompt's
+  context, for the target and the draft of every precision, precisions interleaved per repetition with their
+  order alternating; medians, and the ratio of each block to one step (the cost curve speculative decoding
+  lives on: a flat curve makes a verified block nearly free).
+- :func:`end_to_end`: per prompt, target-only greedy decoding (our loop), transformers' greedy ``generate()``
+  and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the speculative
+  output is checked against the same precision's target-only output (lossless) and the precisions' outputs
+  are compared with each other (how often bf16 rounding changes the greedy text).
+
+Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
+ratios are the precision's effect alone. The document (:func:`run`) records the CPU, torch and thread count.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from typing import Sequence
+
+import torch
+
+from ..errors import ConfigError
+
+PRECISIONS = ("float32", "bfloat16")
+
+
+def check(precisions: Sequence[str], max_block: int, reps: int) -> None:
+    """Refuse what cannot be measured here, before any weights load."""
+    from ..models.packing import bf16_packing_available
+
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad or not precisions:
+        raise ConfigError(f"Unknown precision(s) {bad or precisions}: use some of {', '.join(PRECISIONS)}.")
+    if "bfloat16" in precisions and not bf16_packing_available():
+        raise ConfigError("bfloat16 is not native on this CPU (no AVX-512 BF16 in oneDNN's view): it would be "
+                          "emulated and measure the emulation. Use --precisions float32.")
+    if max_block < 1 or reps < 1:
+        raise ConfigError(f"--max-block and --reps must be >= 1 (got {max_block}, {reps}).")
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block: int = 13, reps: int = 15,
+                 progress: bool = True, desc: str = "verify curve") -> dict:
+    """``states``: name -> :class:`~thesis_lib.decoding.state.ModelState` (each prefilled with ``context`` here).
+    Returns name -> {"ms": {n: median ms}, "over_step": {n: ms[n] / ms[1]}}."""
+    from ..progress import tqdm
+
+    names = list(states)
+    block = list(context[-max_block:]) * (max_block // max(1, len(context[-max_block:])) + 1)
+    with torch.inference_mode():
+        for s in states.values():
+            s.reset()
+            s.hidden(list(context))
+        times = {name: {n: [] for n in range(1, max_block + 1)} for name in names}
+        with tqdm(total=(reps + 1) * max_block, desc=desc, disable=not progress, unit="block") as bar:
+            for r in range(reps + 1):  # repetition 0 warms up and is dropped
+                for n in range(1, max_block + 1):
+                    order = names if (r + n) % 2 == 0 else names[::-1]
+                    for name in order:
+                        s = states[name]
+                        dt = _time(lambda: s.hidden(block[:n]))
+                        s.crop(n)
+                        if r:
+                            times[name][n].append(dt)
+                    bar.update()
+    out = {}
+    for name in names:
+        ms = {n: 1e3 * statistics.median(v) for n, v in times[name].items()}
+        out[name] = {"ms": ms, "over_step": {n: ms[n] / ms[1] for n in ms}}
+    return out
+
+
+def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress: bool = True) -> dict:
+    """``runners``: precision -> :class:`~thesis_lib.bench.runner.Runner`. Per prompt and precision (order
+    alternating), the seconds and tokens of ``baseline``, ``hf_greedy`` and ``flash_deferred``."""
+    from ..progress import tqdm
+
+    modes = ("baseline", "hf_greedy", "flash_deferred")
+    names = list(runners)
+    for name in names:  # warm-up: one short run of each mode, not recorded
+        for mode in modes:
+            runners[name].run(mode, prompts[0][:16])
+    rows = []
+    with tqdm(total=len(prompts) * len(names), desc="end to end", disable=not progress, unit="run") as bar:
+        for i, ids in enumerate(prompts):
+            row = {"prompt": i, "prompt_tokens": len(ids)}
+            for name in (names if i % 2 == 0 else names[::-1]):
+                for mode in (modes if i % 2 == 0 else modes[::-1]):
+                    g = runners[name].run(mode, ids)
+                    row[f"{name}/{mode}"] = {"seconds": g.stats.ttft_s + g.stats.decode_s, "tokens": g.tokens}
+                bar.update()
+            rows.append(row)
+    summary = {}
+    for name in names:
+        base = [r[f"{name}/baseline"] for r in rows]
+        per = {}
+        for mode in modes[1:]:
+            got = [r[f"{name}/{mode}"] for r in rows]
+            per[mode] = {
+                "speedup_median": statistics.median(b["seconds"] / g["seconds"] for b, g in zip(base, got)),
+                "speedup_pooled": sum(b["seconds"] for b in base) / sum(g["seconds"] for g in got),
+                "equal_outputs": sum(g["tokens"] == b["tokens"] for b, g in zip(base, got)),
+            }
+        summary[name] = {"baseline_ms_per_token": 1e3 * sum(b["seconds"] for b in base)
+                         / max(1, sum(len(b["tokens"]) for b in base)), "vs_baseline": per}
+    if len(names) > 1:
+        a, b = names[0], names[1]
+        summary["same_text_across_precisions"] = sum(r[f"{a}/baseline"]["tokens"] == r[f"{b}/baseline"]["tokens"]
+                                                     for r in rows)
+    for r in rows:  # the documents keep token counts, not token lists
+        for key, v in r.items():
+            if isinstance(v, dict):
+                v["tokens"] = len(v["tokens"])
+    return {"prompts": len(prompts), "rows": rows, "summary": summary}
+
+
+def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prompts: list | None = None,
+        context_prompt: int = 0, max_block: int = 13, reps: int = 15, e2e_prompts: int = 3, max_new_tokens: int = 32,
+        k: int = 4, progress: bool = True) -> dict:
+    """Load the pair once per precision, then measure the verify curves and the end-to-end runs side by side."""
+    from ..decoding.state import ModelState
+    from ..heads.for_model import flashhead_for
+    from ..models import loading
+    from ..models.cpu import auto_dtype, cpu_name, fast_bf16
+    from .prompts import demo_prompts, encode
+    from .runner import Runner
+
+    from .environment import provenance
+
+    check(precisions, max_block, reps)
+    measured = provenance()  # the code and revision that make the numbers, taken before they are made
+    prompts = prompts if prompts is not None else demo_prompts()
+    if not 0 <= context_prompt < len(prompts) or e2e_prompts > len(prompts):
+        raise ConfigError(f"{len(prompts)} prompts: --context-prompt {context_prompt} or --e2e-prompts {e2e_prompts} "
+                          "is out of range.")
+    t0 = time.perf_counter()
+    pairs = {p: loading.load_pair(target, draft, dtype=p, progress=progress) for p in precisions}
+    first = next(iter(pairs.values()))[0]
+    context = encode(first.tokenizer, prompts[context_prompt].text)
+    doc = {"measured": measured, "target": target, "draft": draft, "precisions": list(precisions), "context_tokens": len(context),
+           "max_block": max_block, "reps": reps, "k": k, "max_new_tokens": max_new_tokens,
+           "processor": cpu_name(), "machine": platform.machine(), "fast_bf16": fast_bf16(),
+           "auto": {"dtype": str(auto_dtype()[0]).replace("torch.", ""), "reason": auto_dtype()[1]},
+           "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "kernels": {p: [lm.info.get("cpu_kernels") for lm in pair] for p, pair in pairs.items()}}
+    states = {}
+    for p, (t, d) in pairs.items():
+        states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)
+        states[f"draft/{p}"] = ModelState(d.model, vocab_limit=d.vocab_limit)
+    doc["verify"] = verify_curve(states, context, max_block=max_block, reps=reps, progress=progress)
+    del states
+    if e2e_prompts:
+        runners = {p: Runner(t, d, k=k, max_new_tokens=max_new_tokens, flash_head=flashhead_for(d, progress=progress))
+                   for p, (t, d) in pairs.items()}
+        ids = [encode(first.tokenizer, pr.text) for pr in prompts[:e2e_prompts]]
+        doc["end_to_end"] = end_to_end(runners, ids, progress=progress)
+    if len(precisions) > 1 and "float32" in precisions:
+        base = "float32"
+        doc["ratios"] = {p: {"target_step": doc["verify"][f"target/{base}"]["ms"][1] / doc["verify"][f"target/{p}"]["ms"][1],
+                             "draft_step": doc["verify"][f"draft/{base}"]["ms"][1] / doc["verify"][f"draft/{p}"]["ms"][1]}
+                         for p in precisions if p != base}
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    return doc
+
+
+def text(doc: dict) -> str:
+    """The document as the command prints it."""
+    lines = [f"{doc['processor']} ({doc['threads']} threads, torch {doc['torch']}); DTYPE auto here: "
+             f"{doc['auto']['reason']}",
+             f"context {doc['context_tokens']} tokens; medians of {doc['reps']} (ms, and over one step)"]
+    names = list(doc["verify"])
+    lines.append("n    " + "".join(f"{n:>24}" for n in names))
+    for n in range(1, doc["max_block"] + 1):
+        cells = [f"{doc['verify'][m]['ms'][n]:9.1f} ms ({doc['verify'][m]['over_step'][n]:4.2f}x)" for m in names]
+        lines.append(f"{n:<5}" + "".join(f"{c:>24}" for c in cells))
+    for p, r in doc.get("ratios", {}).items():
+        lines.append(f"{p} over float32: target step {r['target_step']:.2f}x faster, draft step {r['draft_step']:.2f}x faster")
+    e2e = doc.get("end_to_end")
+    if e2e:
+        lines.append(f"end to end, {e2e['prompts']} prompts, K = {doc['k']}, {doc['max_new_tokens']} new tokens:")
+        for p in doc["precisions"]:
+            s = e2e["summary"][p]
+            parts = [f"{m}: {v['speedup_median']:.3f}x median, {v['speedup_pooled']:.3f}x pooled, "
+                     f"{v['equal_outputs']}/{e2e['prompts']} outputs equal" for m, v in s["vs_baseline"].items()]
+            lines.append(f"  {p}: baseline {s['baseline_ms_per_token']:.1f} ms/token; " + "; ".join(parts))
+        if "same_text_across_precisions" in e2e["summary"]:
+            lines.append(f"  target-only text equal across precisions: {e2e['summary']['same_text_across_precisions']}"
+                         f"/{e2e['prompts']}")
+    return "\n".join(lines)
