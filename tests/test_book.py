@@ -348,7 +348,8 @@ def _verdicts_hold(set_name: str) -> dict:
     for nb, rules in verdicts.RULES.items():
         g = glued(nb, set_name)
         page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
-        prose = {"ch4_results": "results", "ch5_conclusion": "conclusion", "ch6_beyond": "beyond"}[nb]
+        prose = {"ch2_theory": "theory", "ch4_results": "results", "ch5_conclusion": "conclusion",
+                 "ch6_beyond": "beyond"}[nb]
         text = (execute.build_dir(set_name) / "_build" / "html" / f"{prose}.html").read_text()
         text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text))).replace("\u2019", "'")
         for key, (rule, inputs) in rules.items():

@@ -137,3 +137,34 @@ def test_gpu_check_runs_on_a_cpu(tmp_path, capsys):
     assert set(doc["verify"]["over_step"]) == {"1", "2", "3", "4", "5"} and doc["verify"]["over_step"]["1"] == 1.0
     assert cli.main(["gpu-check", "--device", "cuda:0"]) == 2  # no CUDA here: a clear error, nothing measured
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_precision_bench_on_tiny_models(tmp_path, capsys):
+    """float32 beside bfloat16 (where the CPU runs it natively): every block timed in both, speculative output
+    equal to the same precision's target-only output on every prompt, the document saved once and never
+    overwritten; a precision this CPU cannot run natively or an unknown one fails before any model loads."""
+    from thesis_lib.analysis import precision as analysis
+    from thesis_lib.models.packing import bf16_packing_available
+
+    assert cli.main(["precision-bench", "--precisions", "float16"]) == 2
+    assert "Unknown precision" in capsys.readouterr().err
+    if not bf16_packing_available():
+        assert cli.main(["precision-bench"]) == 2
+        assert "not native" in capsys.readouterr().err
+        return
+    out = tmp_path / "precision.json"
+    argv = ["precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
+            "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--out", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc == json.loads(out.read_text()) and doc["measured"]["git"]
+    for name in ("target/float32", "draft/float32", "target/bfloat16", "draft/bfloat16"):
+        assert sorted(int(n) for n in doc["verify"][name]["ms"]) == [1, 2, 3, 4, 5]
+    for p in ("float32", "bfloat16"):
+        for mode in ("dense_deferred", "flash_deferred"):
+            assert doc["end_to_end"]["summary"][p]["vs_baseline"][mode]["equal_outputs"] == 2, (p, mode)
+        assert 1 <= doc["end_to_end"]["summary"][p]["vs_baseline"]["dense_deferred"]["mean_emitted"] <= 3
+    rows = analysis.model_rows(doc, 0.5)
+    assert list(rows.precision) == ["float32", "bfloat16"] and (rows["v = verify(3) / step"] > 0).all()
+    assert all(v != v for v in analysis.summary(None, 0.5).values())  # no document: nothing to glue but nan
+    assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err

@@ -7,8 +7,9 @@ What this module knows:
   target in every precision measured, beside the thesis' GPU setting (a saved ``gpu-check`` document's
   Qwen3-32B-shaped stack on an H100, random weights) when there is one.
 - :func:`model_rows`: the speedup model (:func:`thesis_lib.analysis.theory.speedup`, deferred schedule) fed with
-  each precision's own step costs (c = draft step / target step, v = verify of K + 1 tokens / target step) and
-  one acceptance rate, beside the measured end-to-end speedups of the same document.
+  each precision's own step costs (c = dense draft step / target step, v = verify of K + 1 tokens / target
+  step) and the acceptance its own dense-draft runs implied, beside the measured end-to-end speedups of the same
+  document (dense draft, which the model describes, and FlashHead).
 - :func:`summary`: the values chapter 2 glues (every key prefixed ``prec_``).
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import pandas as pd
 
 from . import theory
+
+PRECISIONS = ("float32", "bfloat16")
 
 
 def _curve(doc: dict, name: str) -> dict[int, float]:
@@ -27,40 +30,55 @@ def curve_table(doc: dict, gpu_doc: dict | None = None) -> pd.DataFrame:
     """Rows n = 1 .. max_block: the target's block cost over one step in each precision (and the GPU's)."""
     cols = {f"target, {p}": _curve(doc, f"target/{p}") for p in doc["precisions"]}
     cols.update({f"draft, {p}": _curve(doc, f"draft/{p}") for p in doc["precisions"]})
-    if gpu_doc and gpu_doc.get("verify"):
-        cols["GPU: Qwen3-32B shape, bf16 (H100, random weights)"] = {
-            int(n): float(v) for n, v in gpu_doc["verify"]["over_step"].items()}
+    verify = ((gpu_doc or {}).get("gpu_check") or gpu_doc or {}).get("verify")
+    if verify:
+        cols[f"GPU: {verify['layers']} Qwen3-32B-shaped layers, bf16 (random weights)"] = {
+            int(n): float(v) for n, v in verify["over_step"].items()}
     ns = range(1, int(doc["max_block"]) + 1)
     return pd.DataFrame({"block of n tokens": list(ns), **{c: [v.get(n) for n in ns] for c, v in cols.items()}})
 
 
-def model_rows(doc: dict, alpha: float, k: int) -> pd.DataFrame:
-    """One row per precision: its step costs, c and v, the modelled deferred speedup at ``alpha`` and ``k``, and
-    the measured FlashHead-deferred speedup of the document's end-to-end runs (where it has them)."""
+def model_rows(doc: dict, alpha: float) -> pd.DataFrame:
+    """One row per precision: its step costs, c and v at the document's K, the acceptance its dense-draft runs
+    imply (``alpha`` where it has none), the modelled deferred speedup, and the measured speedups."""
     rows = []
+    nan = float("nan")
+    k = int(doc["k"])
     for p in doc["precisions"]:
         t = {int(n): v for n, v in doc["verify"][f"target/{p}"]["ms"].items()}
         d = {int(n): v for n, v in doc["verify"][f"draft/{p}"]["ms"].items()}
         c, v = d[1] / t[1], t[min(k + 1, max(t))] / t[1]
         e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(p, {}).get("vs_baseline", {})
+        emitted = e2e.get("dense_deferred", {}).get("mean_emitted")
+        a = theory.alpha_from_emitted(emitted, k) if emitted else alpha
         rows.append({"precision": p, "target step (ms)": t[1], "draft step (ms)": d[1], "c": c,
-                     f"v = verify({k + 1}) / step": v,
-                     "model speedup (deferred)": theory.speedup(alpha, k, c, v, 0.0),
-                     "measured speedup, FlashHead deferred (median)":
-                         e2e.get("flash_deferred", {}).get("speedup_median", float("nan"))})
+                     f"v = verify({k + 1}) / step": v, "alpha": a,
+                     "model speedup, dense deferred": theory.speedup(a, k, c, v, 0.0),
+                     "measured, dense deferred": e2e.get("dense_deferred", {}).get("speedup_median", nan),
+                     "measured, FlashHead deferred": e2e.get("flash_deferred", {}).get("speedup_median", nan)})
     return pd.DataFrame(rows)
 
 
-def summary(doc: dict, alpha: float, k: int) -> dict:
-    """The glued values: bf16's step ratios over float32, verify(5)/step per precision, the model's best precision."""
-    out = {}
-    rows = model_rows(doc, alpha, k).set_index("precision")
+#: The glued keys of :func:`summary` (nan each without a document).
+KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "target_step_ms", "draft_step_ms", "model",
+                                                             "measured_dense", "measured")) + (
+    "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_context", "prec_reps")
+
+
+def summary(doc: dict | None, alpha: float) -> dict:
+    """The glued values: bf16's step ratios over float32, verify(5)/step per precision, the model's and the run's
+    speedups per precision; nan each without a document."""
+    out = {key: float("nan") for key in KEYS}
+    if doc is None:
+        return out
+    rows = model_rows(doc, alpha).set_index("precision")
     for p in doc["precisions"]:
         out[f"prec_verify5_{p}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
         out[f"prec_target_step_ms_{p}"] = float(rows.loc[p, "target step (ms)"])
         out[f"prec_draft_step_ms_{p}"] = float(rows.loc[p, "draft step (ms)"])
-        out[f"prec_model_{p}"] = float(rows.loc[p, "model speedup (deferred)"])
-        out[f"prec_measured_{p}"] = float(rows.loc[p, "measured speedup, FlashHead deferred (median)"])
+        out[f"prec_model_{p}"] = float(rows.loc[p, "model speedup, dense deferred"])
+        out[f"prec_measured_dense_{p}"] = float(rows.loc[p, "measured, dense deferred"])
+        out[f"prec_measured_{p}"] = float(rows.loc[p, "measured, FlashHead deferred"])
     for p, r in (doc.get("ratios") or {}).items():
         out[f"prec_target_ratio_{p}"] = float(r["target_step"])
         out[f"prec_draft_ratio_{p}"] = float(r["draft_step"])

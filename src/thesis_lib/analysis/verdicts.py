@@ -150,7 +150,21 @@ def shared_control(body: str) -> str:
 
 
 #: glued verdict key -> (function, glued keys of its arguments, in order), per notebook
+def best_precision(speedup_float32: float, speedup_bfloat16: float) -> str:
+    """Which precision gives FlashHead-deferred the larger speedup over its own target-only decoding (a tie
+    within 1 % is called one); ``was not measured`` when either is missing."""
+    if speedup_float32 != speedup_float32 or speedup_bfloat16 != speedup_bfloat16:
+        return "was not measured"
+    if abs(speedup_bfloat16 - speedup_float32) <= 0.01 * speedup_float32:
+        return "is about the same in both precisions"
+    return "is larger in bfloat16" if speedup_bfloat16 > speedup_float32 else "is larger in float32"
+
+
 RULES = {
+    "ch2_theory": {
+        "prec_model_best": (best_precision, ("prec_model_float32", "prec_model_bfloat16")),
+        "prec_measured_best": (best_precision, ("prec_measured_float32", "prec_measured_bfloat16")),
+    },
     "ch4_results": {
         "gpu_head_met": (gpu_head_target, ("gpu_head_speedup",)),
         "gpu_step_met": (gpu_step_target, ("gpu_step_speedup",)),

@@ -4,12 +4,12 @@ What this module knows:
 
 - :func:`check`: the precisions asked for exist here (bfloat16 needs a CPU whose oneDNN runs it natively),
   before any model loads.
-- :func:`verify_curve`: one forward of a block of n tokens (n = 1 .. ``max_block``) after a real prompt's
-  context, for the target and the draft of every precision, precisions interleaved per repetition with their
+- :func:`verify_curve`: one greedy forward (body and dense head, tokens read back) of a block of n tokens
+  (n = 1 .. ``max_block``) after a real prompt's context, for the target and the draft of every precision, precisions interleaved per repetition with their
   order alternating; medians, and the ratio of each block to one step (the cost curve speculative decoding
   lives on: a flat curve makes a verified block nearly free).
-- :func:`end_to_end`: per prompt, target-only greedy decoding (our loop), transformers' greedy ``generate()``
-  and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the speculative
+- :func:`end_to_end`: per prompt, target-only greedy decoding (our loop), transformers' greedy ``generate()``,
+  dense-draft and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the speculative
   output is checked against the same precision's target-only output (lossless) and the precisions' outputs
   are compared with each other (how often bf16 rounding changes the greedy text).
 
@@ -45,12 +45,6 @@ def check(precisions: Sequence[str], max_block: int, reps: int) -> None:
         raise ConfigError(f"--max-block and --reps must be >= 1 (got {max_block}, {reps}).")
 
 
-def _time(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block: int = 13, reps: int = 15,
                  progress: bool = True, desc: str = "verify curve") -> dict:
     """``states``: name -> :class:`~thesis_lib.decoding.state.ModelState` (each prefilled with ``context`` here).
@@ -70,8 +64,7 @@ def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block
                     order = names if (r + n) % 2 == 0 else names[::-1]
                     for name in order:
                         s = states[name]
-                        dt = _time(lambda: s.hidden(block[:n]))
-                        s.crop(n)
+                        dt = s.timed_forward(block[:n])  # body + head, tokens read back; cache restored
                         if r:
                             times[name][n].append(dt)
                     bar.update()
@@ -87,7 +80,7 @@ def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress
     alternating), the seconds and tokens of ``baseline``, ``hf_greedy`` and ``flash_deferred``."""
     from ..progress import tqdm
 
-    modes = ("baseline", "hf_greedy", "flash_deferred")
+    modes = ("baseline", "hf_greedy", "dense_deferred", "flash_deferred")
     names = list(runners)
     for name in names:  # warm-up: one short run of each mode, not recorded
         for mode in modes:
@@ -99,7 +92,8 @@ def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress
             for name in (names if i % 2 == 0 else names[::-1]):
                 for mode in (modes if i % 2 == 0 else modes[::-1]):
                     g = runners[name].run(mode, ids)
-                    row[f"{name}/{mode}"] = {"seconds": g.stats.ttft_s + g.stats.decode_s, "tokens": g.tokens}
+                    row[f"{name}/{mode}"] = {"seconds": g.stats.ttft_s + g.stats.decode_s, "tokens": g.tokens,
+                                             "rounds": g.stats.rounds, "emitted": sum(g.stats.emitted)}
                 bar.update()
             rows.append(row)
     summary = {}
@@ -112,6 +106,8 @@ def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress
                 "speedup_median": statistics.median(b["seconds"] / g["seconds"] for b, g in zip(base, got)),
                 "speedup_pooled": sum(b["seconds"] for b in base) / sum(g["seconds"] for g in got),
                 "equal_outputs": sum(g["tokens"] == b["tokens"] for b, g in zip(base, got)),
+                "mean_emitted": (sum(g["emitted"] for g in got) / sum(g["rounds"] for g in got)
+                                 if sum(g["rounds"] for g in got) else None),
             }
         summary[name] = {"baseline_ms_per_token": 1e3 * sum(b["seconds"] for b in base)
                          / max(1, sum(len(b["tokens"]) for b in base)), "vs_baseline": per}

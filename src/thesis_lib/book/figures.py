@@ -169,6 +169,27 @@ def speedup_model_curves(c: float, verify: float, alphas=(0.4, 0.6, 0.7, 0.8, 0.
     return fig
 
 
+def placeholder(text: str):
+    """A figure that says what is missing (a page whose figure needs a document the parameter set does not name)."""
+    fig, ax = plt.subplots(figsize=(7.2, 1.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, wrap=True)
+    return fig
+
+
+def verify_cost_curves(table):
+    """The verify-cost curve: a block of n tokens over one step, one line per precision (and the GPU's)."""
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    x = table["block of n tokens"]
+    for col in table.columns[1:]:
+        style_ = dict(ls="--", color="grey") if col.startswith("GPU") else dict(ls=":" if col.startswith("draft") else "-")
+        ax.plot(x, table[col], marker=".", label=col, **style_)
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set_xlabel("tokens in one forward (block of n)"), ax.set_ylabel("cost over one step")
+    ax.legend(fontsize=8)
+    return fig
+
+
 # --- methods ----------------------------------------------------------------------------------------------
 
 def timeline(traces: dict[str, tuple[list, int]], max_rounds: int | None = None):

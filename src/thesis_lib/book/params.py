@@ -95,6 +95,8 @@ class Params:
     embedl_peer_file: str | None = None
     #: a saved ``thesis-lib gpu-check`` document shown in chapter 4 (random weights: GPU cost, not acceptance)
     gpu_check_file: str | None = None
+    #: a saved ``thesis-lib precision-bench`` document shown in chapter 2 (float32 vs bfloat16 on this CPU kind)
+    precision_file: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True

@@ -142,6 +142,20 @@ def gpu_check(p: Params) -> tuple[dict | None, str]:
                  f"{doc['machine']}; saved in {p.gpu_check_file}")
 
 
+def precision_bench(p: Params) -> tuple[dict | None, str]:
+    """The saved ``thesis-lib precision-bench`` document ``PRECISION_FILE`` names, and a label saying what, when
+    and where it was measured."""
+    if not p.precision_file or not (ROOT / p.precision_file).is_file():
+        return None, "no precision document named (PRECISION_FILE)"
+    doc = json.loads((ROOT / p.precision_file).read_text(encoding="utf-8"))
+    m = doc.get("measured") or {}
+    git = m.get("git") or {}
+    rev = (git.get("commit") or "unknown")[:10] + (" with uncommitted changes" if git.get("dirty") else "")
+    return doc, (f"{doc.get('command', 'thesis-lib precision-bench')}; measured {m.get('recorded_at', '?')[:10]} at "
+                 f"{rev} on {doc['processor']} ({doc['threads']} threads, torch {doc['torch']}); saved in "
+                 f"{p.precision_file}")
+
+
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     """A JSON result under ``RUNS_DIR`` named by the parameter set, its kind and a hash of ``key``: read back
     if there, else ``compute()``d, given its key and written atomically."""
