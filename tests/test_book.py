@@ -388,7 +388,7 @@ def test_progress_reaches_the_terminal_not_the_pages(smoke_book):
     for name in execute.NOTEBOOKS:
         nb = json.loads((execute.build_dir("smoke") / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
         meta = nb["metadata"]["thesis_companion"]
-        assert meta["seconds"] > 0 and meta["peak_rss_gb"] > 0, name
+        assert meta["seconds"] > 0 and meta["peak_rss_gib"] > 0, name
         for cell in nb["cells"]:
             for out in cell.get("outputs", []):
                 text = "".join(out.get("text", "")) + json.dumps(out.get("data", {}))

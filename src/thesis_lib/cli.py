@@ -648,7 +648,7 @@ def cmd_book(args) -> int:
     t2 = time.perf_counter()
     print(f"\n{'notebook':<16}{'':>10}{'seconds':>9}{'peak memory':>13}")
     for r in report:
-        peak = f"{r['peak_rss_gb']:.1f} GB" if r["peak_rss_gb"] is not None else "-"
+        peak = f"{r['peak_rss_gib']:.1f} GiB" if r["peak_rss_gib"] is not None else "-"
         print(f"{r['notebook']:<16}{r['fate']:>10}{r['seconds']:>9.0f}{peak:>13}")
     print(f"notebooks: {', '.join(f'{k} {v}' for k, v in fates.items())} ({t1 - t0:.0f} s); "
           f"book built in {t2 - t1:.0f} s")

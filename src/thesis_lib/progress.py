@@ -50,8 +50,8 @@ def note(message: str) -> None:
     print(f"  {message}", file=stream or sys.stderr, flush=True)
 
 
-def peak_rss_mb() -> float | None:
-    """This process' peak resident memory so far (MB; ``VmHWM``), or None where /proc is not there."""
+def peak_rss_mib() -> float | None:
+    """This process' peak resident memory so far (MiB; ``VmHWM``), or None where /proc is not there."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -63,9 +63,9 @@ def peak_rss_mb() -> float | None:
 
 def _report_peak() -> None:
     stream = _stream()
-    peak = peak_rss_mb()
+    peak = peak_rss_mib()
     if stream is not None and peak is not None:
-        print(f"\n#peak_rss_mb {os.getpid()} {peak:.0f}", file=stream, flush=True)
+        print(f"\n#peak_rss_mib {os.getpid()} {peak:.0f}", file=stream, flush=True)
 
 
 if os.environ.get(ENV):
@@ -92,7 +92,7 @@ class Follower:
         tty = getattr(self.out, "isatty", lambda: False)()
         for line in lines:
             last = line.split("\r")[-1]
-            if last.startswith("#peak_rss_mb "):
+            if last.startswith("#peak_rss_mib "):
                 self.peaks.append(float(last.split()[2]))
             elif last.strip():
                 self.out.write(("\r\033[K" if tty else "") + last + "\n")

@@ -92,7 +92,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
             meta = json.loads(dest.read_text(encoding="utf-8")).get("metadata", {}).get("thesis_companion", {})
             if meta.get("key") == key:
                 fates[name] = "reused"
-                report.append({"notebook": name, "fate": "reused", "seconds": 0.0, "peak_rss_gb": None})
+                report.append({"notebook": name, "fate": "reused", "seconds": 0.0, "peak_rss_gib": None})
                 continue
         t0 = time.perf_counter()
         if progress:
@@ -111,10 +111,10 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         seconds = round(time.perf_counter() - t0, 1)
         peak = follower.peaks[-1] / 1024 if follower.peaks else None
         report.append({"notebook": name, "fate": "executed", "seconds": seconds,
-                       "peak_rss_gb": None if peak is None else round(peak, 2)})
+                       "peak_rss_gib": None if peak is None else round(peak, 2)})
         if progress:
             print(f"[{i}/{len(order)}] {name}: done in {seconds:.0f} s"
-                  + (f", kernel peak memory {peak:.1f} GB" if peak is not None else ""), file=sys.stderr, flush=True)
+                  + (f", kernel peak memory {peak:.1f} GiB" if peak is not None else ""), file=sys.stderr, flush=True)
         nb = json.loads(tmp.read_text(encoding="utf-8"))
         for cell in nb["cells"]:  # the parameter cells fold away in the book ("Show code cell source")
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
@@ -122,7 +122,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
                 tags.append("hide-input")
         nb.setdefault("metadata", {})["thesis_companion"] = {
             "key": key, "parameter_set": set_name, "parameters": given, "seconds": seconds,
-            "peak_rss_gb": report[-1]["peak_rss_gb"]}
+            "peak_rss_gib": report[-1]["peak_rss_gib"]}
         tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, dest)
         fates[name] = "executed"
