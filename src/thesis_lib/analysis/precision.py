@@ -54,8 +54,8 @@ def model_rows(doc: dict, alpha: float) -> pd.DataFrame:
         rows.append({"precision": p, "target step (ms)": t[1], "draft step (ms)": d[1], "c": c,
                      f"v = verify({k + 1}) / step": v, "alpha": a,
                      "model speedup, dense deferred": theory.speedup(a, k, c, v, 0.0),
-                     "measured, dense deferred": e2e.get("dense_deferred", {}).get("speedup_median", nan),
-                     "measured, FlashHead deferred": e2e.get("flash_deferred", {}).get("speedup_median", nan)})
+                     "measured, dense deferred": e2e.get("dense_deferred", {}).get("speedup_pooled", nan),
+                     "measured, FlashHead deferred": e2e.get("flash_deferred", {}).get("speedup_pooled", nan)})
     return pd.DataFrame(rows)
 
 
