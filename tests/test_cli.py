@@ -153,18 +153,26 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
         assert "not native" in capsys.readouterr().err
         return
     out = tmp_path / "precision.json"
+    from thesis_lib.bench.precision import int4_available
+
+    precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else [])
+    assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100"]) == 2
+    assert "--int4-group must be" in capsys.readouterr().err
     argv = ["precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
-            "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--out", str(out)]
+            "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--precisions", ",".join(precisions),
+            "--int4-group", "32", "--out", str(out)]
     assert cli.main(argv) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc == json.loads(out.read_text()) and doc["measured"]["git"]
-    for name in ("target/float32", "draft/float32", "target/bfloat16", "draft/bfloat16"):
+    for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:
         assert sorted(int(n) for n in doc["verify"][name]["ms"]) == [1, 2, 3, 4, 5]
-    for p in ("float32", "bfloat16"):
+    if "int4" in precisions:  # the target's body really is 4-bit: its kernels say so, its numbers are its own
+        assert doc["kernels"]["int4"][0].startswith("int4 weight-only (group 32)") and doc["int4"]["group_size"] == 32
+    for p in precisions:
         for mode in ("dense_deferred", "flash_deferred"):
             assert doc["end_to_end"]["summary"][p]["vs_baseline"][mode]["equal_outputs"] == 2, (p, mode)
         assert 1 <= doc["end_to_end"]["summary"][p]["vs_baseline"]["dense_deferred"]["mean_emitted"] <= 3
     rows = analysis.model_rows(doc, 0.5)
-    assert list(rows.precision) == ["float32", "bfloat16"] and (rows["v = verify(3) / step"] > 0).all()
+    assert list(rows.precision) == precisions and (rows["v = verify(3) / step"] > 0).all()
     assert all(v != v for v in analysis.summary(None, 0.5).values())  # no document: nothing to glue but nan
     assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err

@@ -494,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "generate() and FlashHead deferred in each precision. One JSON document as the last line.")
     p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
     p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
-    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated (default: %(default)s)")
+    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16 and int4 "
+                   "(the target's body 4-bit, head and draft bf16) (default: %(default)s)")
+    p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")
     p.add_argument("--e2e-prompts", type=int, default=3, help="demo prompts decoded end to end, 0: none "
@@ -510,17 +512,19 @@ def cmd_precision_bench(args) -> int:
     from .bench import precision
 
     precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
-    precision.check(precisions, args.max_block, args.reps)
+    precision.check(precisions, args.max_block, args.reps, args.int4_group)
     if args.k < 1 or args.max_new_tokens < 1 or args.e2e_prompts < 0:
         raise ConfigError("-k and --max-new-tokens must be >= 1 and --e2e-prompts >= 0.")
     specs.check_available(args.target)
     specs.check_available(args.draft)
     out_path = _new_out_path(args)
     doc = precision.run(args.target, args.draft, precisions=precisions, max_block=args.max_block, reps=args.reps,
-                        e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k)
+                        e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k,
+                        int4_group=args.int4_group)
     doc["command"] = (f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
                       f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
-                      f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}")
+                      f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}"
+                      + (f" --int4-group {args.int4_group}" if "int4" in precisions else ""))
     print(precision.text(doc))
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)

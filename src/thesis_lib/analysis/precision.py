@@ -19,7 +19,7 @@ import pandas as pd
 
 from . import theory
 
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "int4")
 
 
 def _curve(doc: dict, name: str) -> dict[int, float]:
@@ -62,7 +62,8 @@ def model_rows(doc: dict, alpha: float) -> pd.DataFrame:
 #: The glued keys of :func:`summary` (nan each without a document).
 KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "target_step_ms", "draft_step_ms", "model",
                                                              "measured_dense", "measured")) + (
-    "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_context", "prec_reps")
+    "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_target_ratio_int4", "prec_draft_ratio_int4",
+    "prec_context", "prec_reps")
 
 
 def summary(doc: dict | None, alpha: float) -> dict:

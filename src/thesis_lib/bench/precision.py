@@ -1,4 +1,5 @@
-"""The CPU precision, measured side by side in one process (issue 19): what float32 and bfloat16 cost per step.
+"""The CPU precision, measured side by side in one process (issue 19): what float32, bfloat16 and a 4-bit target
+cost per step.
 
 What this module knows:
 
@@ -14,7 +15,11 @@ What this module knows:
   are compared with each other (how often bf16 rounding changes the greedy text).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
-ratios are the precision's effect alone. The document (:func:`run`) records the CPU, torch and thread count.
+ratios are the precision's effect alone. ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
+which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
+draft in packed bfloat16. It is a different model from the bf16 one (its greedy text parts from bf16's after a
+dozen or so tokens on a real prompt), so its losslessness is checked against its own target-only output. The document (:func:`run`) records the CPU, torch and thread count.
 """
 
 from __future__ import annotations
@@ -28,19 +33,34 @@ import torch
 
 from ..errors import ConfigError
 
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "int4")
+#: int4's quantisation group (weights per scale and zero point along the input dimension)
+INT4_GROUP = 128
 
 
-def check(precisions: Sequence[str], max_block: int, reps: int) -> None:
+def int4_available() -> bool:
+    """Whether torchao (the ``embedded`` extra) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
+
+
+def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int = INT4_GROUP) -> None:
     """Refuse what cannot be measured here, before any weights load."""
     from ..models.packing import bf16_packing_available
 
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad or not precisions:
         raise ConfigError(f"Unknown precision(s) {bad or precisions}: use some of {', '.join(PRECISIONS)}.")
-    if "bfloat16" in precisions and not bf16_packing_available():
+    if {"bfloat16", "int4"} & set(precisions) and not bf16_packing_available():
         raise ConfigError("bfloat16 is not native on this CPU (no AVX-512 BF16 in oneDNN's view): it would be "
-                          "emulated and measure the emulation. Use --precisions float32.")
+                          "emulated and measure the emulation (int4 runs its activations and draft in bf16). "
+                          "Use --precisions float32.")
+    if "int4" in precisions and not int4_available():
+        raise ConfigError("--precisions int4 quantises the target with torchao, which is not installed: "
+                          "pip install -e '.[embedded]' (torchao 0.18.0).")
+    if int4_group not in (32, 64, 128, 256):
+        raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
     if max_block < 1 or reps < 1:
         raise ConfigError(f"--max-block and --reps must be >= 1 (got {max_block}, {reps}).")
 
@@ -124,7 +144,7 @@ def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress
 
 def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prompts: list | None = None,
         context_prompt: int = 0, max_block: int = 13, reps: int = 15, e2e_prompts: int = 3, max_new_tokens: int = 32,
-        k: int = 4, progress: bool = True) -> dict:
+        k: int = 4, int4_group: int = INT4_GROUP, progress: bool = True) -> dict:
     """Load the pair once per precision, then measure the verify curves and the end-to-end runs side by side."""
     from ..decoding.state import ModelState
     from ..heads.for_model import flashhead_for
@@ -142,7 +162,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
         raise ConfigError(f"{len(prompts)} prompts: --context-prompt {context_prompt} or --e2e-prompts {e2e_prompts} "
                           "is out of range.")
     t0 = time.perf_counter()
-    pairs = {p: loading.load_pair(target, draft, dtype=p, progress=progress) for p in precisions}
+    pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
+                 else loading.load_pair(target, draft, dtype=p, progress=progress)) for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)
     doc = {"measured": measured, "target": target, "draft": draft, "precisions": list(precisions), "context_tokens": len(context),
@@ -162,6 +183,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
                    for p, (t, d) in pairs.items()}
         ids = [encode(first.tokenizer, pr.text) for pr in prompts[:e2e_prompts]]
         doc["end_to_end"] = end_to_end(runners, ids, progress=progress)
+    doc["int4"] = {"group_size": int4_group, "method": "torchao PrototypeInt4WeightOnlyConfig (weight-only, RTN)",
+                   "quantised": "target body; head and draft bf16"} if "int4" in precisions else None
     if len(precisions) > 1 and "float32" in precisions:
         base = "float32"
         doc["ratios"] = {p: {"target_step": doc["verify"][f"target/{base}"]["ms"][1] / doc["verify"][f"target/{p}"]["ms"][1],
@@ -169,6 +192,23 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
                          for p in precisions if p != base}
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     return doc
+
+
+def int4_pair(target: str, draft: str, *, group_size: int = INT4_GROUP, progress: bool = True):
+    """The target with its body's linear layers quantised to int4 (weight-only, ``group_size`` weights per scale),
+    its head packed bf16; the draft packed bf16."""
+    from torchao.quantization import quantize_
+    from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
+
+    from ..models import loading
+    from ..models.packing import pack_linears
+
+    t, d = loading.load_pair(target, draft, dtype="bfloat16", progress=progress, pack=False)
+    quantize_(t.model, PrototypeInt4WeightOnlyConfig(group_size=group_size),
+              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m is not t.model.get_output_embeddings())
+    t.info["cpu_kernels"] = f"int4 weight-only (group {group_size}) body, oneDNN-packed bf16 head ({pack_linears(t.model)} layer)"
+    d.info["cpu_kernels"] = f"oneDNN-packed ({pack_linears(d.model)} linear layers)"
+    return t, d
 
 
 def text(doc: dict) -> str:

@@ -129,7 +129,8 @@ def pack_linears(module: nn.Module) -> int:
 def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set) -> int:
     count = 0
     for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and child.weight.dtype in dtypes and child.weight.device.type == "cpu":
+        if (isinstance(child, nn.Linear) and child.weight.dtype in dtypes and child.weight.device.type == "cpu"
+                and type(child.weight.detach()) is torch.Tensor):  # not a quantised tensor subclass (torchao)
             kept = id(child.weight) in keep
             if kept and child.weight.dtype == torch.float32:
                 continue  # a tied float32 head: F.linear on the embedding, no second copy
