@@ -158,6 +158,9 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else [])
     assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100"]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
+    if not int4_available():  # the optional extra is missing: said before any model loads
+        assert cli.main(["precision-bench", "--precisions", "float32,int4"]) == 2
+        assert "torchao, which is not installed" in capsys.readouterr().err
     argv = ["precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
             "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--precisions", ",".join(precisions),
             "--int4-group", "32", "--out", str(out)]
