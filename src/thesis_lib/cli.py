@@ -133,6 +133,18 @@ def _select_prompts(args) -> list:
     return select(prompts, getattr(args, "categories", None), args.prompts)
 
 
+def _emit(doc: dict, text: str, out_path: Path | None) -> int:
+    """Print a measurement's table, save its document to the new file ``out_path`` (never overwriting), and print
+    the document as the last line."""
+    print(text)
+    if out_path:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(out_path, "x", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc))
+    return 0
+
+
 def _new_out_path(args) -> Path | None:
     out_path = Path(args.out) if args.out else None
     if out_path and out_path.exists():
@@ -241,13 +253,7 @@ def cmd_model_bench(args) -> int:
     doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=cpu_name(), threads=_threads(),
                prompts_used=[p.question_id for p in prompts])
-    print(formatting.model_bench_text(doc))
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(out_path, "x", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc))
-    return 0
+    return _emit(doc, formatting.model_bench_text(doc), out_path)
 
 
 def _bench_config(args, profile: bool):
@@ -525,13 +531,7 @@ def cmd_precision_bench(args) -> int:
                       f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
                       f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}"
                       + (f" --int4-group {args.int4_group}" if "int4" in precisions else ""))
-    print(precision.text(doc))
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(out_path, "x", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc))
-    return 0
+    return _emit(doc, precision.text(doc), out_path)
 
 
 def cmd_sampling_check(args) -> int:
