@@ -6,12 +6,12 @@ What this module knows:
 - :func:`check`: the precisions asked for exist here (bfloat16 needs a CPU whose oneDNN runs it natively),
   before any model loads.
 - :func:`verify_curve`: one greedy forward (body and dense head, tokens read back) of a block of n tokens
-  (n = 1 .. ``max_block``) after a real prompt's context, for the target and the draft of every precision, precisions interleaved per repetition with their
-  order alternating; medians, and the ratio of each block to one step (the cost curve speculative decoding
+  (n = 1 .. ``max_block``) after a real prompt's context, for the target and the draft of every precision,
+  precisions interleaved per repetition with their order alternating; medians, and the ratio of each block to one step (the cost curve speculative decoding
   lives on: a flat curve makes a verified block nearly free).
 - :func:`end_to_end`: per prompt, target-only greedy decoding (our loop), transformers' greedy ``generate()``,
-  dense-draft and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the speculative
-  output is checked against the same precision's target-only output (lossless) and the precisions' outputs
+  dense-draft and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the
+  speculative output is checked against the same precision's target-only output (lossless) and the precisions' outputs
   are compared with each other (how often bf16 rounding changes the greedy text).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
@@ -19,8 +19,9 @@ ratios are the precision's effect alone. ``int4`` is the thesis' kind of target 
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16; it needs the optional ``int4`` extra (torchao), kept out of the default environment
-because its mere presence slowed the packed bf16 step from 61 to 91 ms here. It is a different model from the bf16 one (its greedy text parts from bf16's after a
-dozen or so tokens on a real prompt), so its losslessness is checked against its own target-only output. The document (:func:`run`) records the CPU, torch and thread count.
+because its mere presence slowed the packed bf16 step from 61 to 91 ms here. It is a different model from the
+bf16 one (its greedy text parts from bf16's after a dozen or so tokens on a real prompt), so its losslessness is
+checked against its own target-only output. The document (:func:`run`) records the CPU, torch and thread count.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block
 
 def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress: bool = True) -> dict:
     """``runners``: precision -> :class:`~thesis_lib.bench.runner.Runner`. Per prompt and precision (order
-    alternating), the seconds and tokens of ``baseline``, ``hf_greedy`` and ``flash_deferred``."""
+    alternating), the seconds, tokens, rounds and emitted tokens of ``baseline``, ``hf_greedy``, ``dense_deferred``
+    and ``flash_deferred``."""
     from ..progress import tqdm
 
     modes = ("baseline", "hf_greedy", "dense_deferred", "flash_deferred")
@@ -153,11 +155,10 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     from ..models import loading
     from ..models.cpu import auto_dtype, cpu_name, fast_bf16
     from .prompts import demo_prompts, encode
+    from .environment import provenance
     from .runner import Runner
 
-    from .environment import provenance
-
-    check(precisions, max_block, reps)
+    check(precisions, max_block, reps, int4_group)
     measured = provenance()  # the code and revision that make the numbers, taken before they are made
     prompts = prompts if prompts is not None else demo_prompts()
     if not 0 <= context_prompt < len(prompts) or e2e_prompts > len(prompts):
