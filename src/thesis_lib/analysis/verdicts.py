@@ -160,8 +160,27 @@ def best_precision(speedup_float32: float, speedup_bfloat16: float) -> str:
     return "is larger in bfloat16" if speedup_bfloat16 > speedup_float32 else "is larger in float32"
 
 
+def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, verify5_bfloat16: float) -> str:
+    """How bfloat16 moves the speedup model's two costs: the draft gaining less than the target (a smaller
+    float32/bf16 step ratio) raises c, a smaller verify(5)/step lowers v; whether the two moves pull the speedup
+    the same way or apart."""
+    values = (target_ratio, draft_ratio, verify5_float32, verify5_bfloat16)
+    if any(x != x for x in values):
+        return "the costs were not measured"
+    c_up = draft_ratio < target_ratio
+    v_down = verify5_bfloat16 < verify5_float32
+    c_text = ("the draft gains less than the target, so c rises" if c_up
+              else "the draft gains no less than the target, so c does not rise")
+    v_text = "v falls" if v_down else "v does not fall"
+    pull = ("the two pull the speedup in opposite directions" if c_up == v_down
+            else "both favour bfloat16" if v_down else "both favour float32")
+    return f"{c_text} while {v_text}: {pull}"
+
+
 RULES = {
     "ch2_theory": {
+        "prec_cost_shift": (cost_shift, ("prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16",
+                                         "prec_verify5_float32", "prec_verify5_bfloat16")),
         "prec_model_best": (best_precision, ("prec_model_float32", "prec_model_bfloat16")),
         "prec_measured_best": (best_precision, ("prec_measured_float32", "prec_measured_bfloat16")),
     },
