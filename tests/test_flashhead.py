@@ -3,9 +3,9 @@ the FlashHead draft in the speculative loops."""
 
 from __future__ import annotations
 
-import json
-
 import importlib.util
+import json
+import shutil
 
 import pytest
 import torch
@@ -164,6 +164,37 @@ def test_cache_reuses_and_rebuilds_a_corrupt_entry(tiny_models, tmp_path, monkey
     assert assets.load_assets(folder, vocab_size=272, hidden_size=64).n_clusters == 17  # sound again
     # another head (other bytes) gets another entry
     assert assets.head_sha256(w) != assets.head_sha256(w + 1e-3)
+
+
+def test_a_shipped_clustering_is_used_for_its_own_head_only(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(assets, "SHIPPED_DIR", tmp_path / "shipped")
+    w = head_weight(tiny_models[("f32", "qwen2", "target")])
+    built = assets.cached_clustering(w, 17, iterations=4, progress=False)
+    key, sha = built.info["cache_key"], built.info["head_sha256"]
+    path = assets.ship_clustering(built, sha, key)
+    with pytest.raises(ClusteringAssetError, match="exists"):
+        assets.ship_clustering(built, sha, key)
+    shutil.rmtree(tmp_path / "cache")
+
+    def no_kmeans(*a, **k):
+        raise AssertionError("k-means ran although a shipped clustering fits")
+
+    monkeypatch.setattr(assets, "spherical_kmeans", no_kmeans)
+    got = assets.cached_clustering(w, 17, iterations=4, progress=False)
+    assert torch.equal(got.assignments, built.assignments)
+    assert torch.equal(got.centroids, built.centroids)  # rebuilt from the head exactly as k-means stores them
+    assert got.info["shipped"].endswith(path.name) and got.info["iterations"] == built.info["iterations"]
+    assert assets.load_assets(assets.cache_folder(sha, 17, 0, 4, "bf16" in key)).n_clusters == 17  # now cached
+    # another head under the same file name is not given this clustering
+    assert assets.shipped_clustering(w + 1e-3, assets.head_sha256(w + 1e-3), key, 17) is None
+    # a file whose clusters are not the equal sizes is refused, not used
+    bad = built.assignments.clone()
+    bad[bad == 0] = 1
+    from safetensors.torch import save_file
+    save_file({"cluster_assignments": bad.to(torch.int16)}, str(path), metadata={"head_sha256": sha})
+    with pytest.raises(ClusteringAssetError, match="equal-size"):
+        assets.shipped_clustering(w, sha, key, 17)
 
 
 # ----------------------------------------------------------------------------------------------- greedy head

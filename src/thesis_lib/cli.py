@@ -201,7 +201,7 @@ def cmd_compare(args) -> int:
 def cmd_cluster(args) -> int:
     import time
 
-    from .heads.assets import save_assets
+    from .heads.assets import save_assets, ship_clustering
     from .heads.for_model import clustering_for
     from .models import loading
 
@@ -219,6 +219,11 @@ def cmd_cluster(args) -> int:
     if export:
         save_assets(clustering, export)
         info["exported_to"] = str(export)
+    if args.ship:
+        if "cache_key" not in clustering.info or "head_sha256" not in clustering.info:
+            raise ConfigError("--ship ships this library's own clusterings (from its cache), not a folder of assets.")
+        info["shipped_to"] = ship_clustering(clustering, clustering.info["head_sha256"],
+                                             clustering.info["cache_key"]).name
     print(json.dumps(info))
     return 0
 
@@ -370,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="build (or find in the cache) a FlashHead clustering of a model's head")
     p.add_argument("--model", default=specs.DEFAULT_DRAFT, help="model spec (default: %(default)s)")
     p.add_argument("--export", default=None, help="also write the assets (Embedl's format) into this new folder")
+    p.add_argument("--ship", action="store_true",
+                   help="also write its assignments into the library's shipped clusterings (thesis_lib/data/clusterings)")
     _add_flash_args(p)
     p.set_defaults(func=cmd_cluster)
 

@@ -7,6 +7,13 @@
   or truncated folder is detected, never used.
 - **The cache** (:func:`cached_clustering`): keyed by the sha256 of the head's bytes and the parameters;
   an entry that fails its checksum is rebuilt.
+- **Shipped clusterings** (:func:`ship_clustering`, :func:`shipped_clustering`): the k-means of the embedded
+  draft head takes minutes on a 2-core CPU, so the library ships the assignments of the clusterings its
+  default book uses (``thesis_lib/data/clusterings/<cache key>.safetensors``: ``[V]`` int16 assignments
+  and the build's record, about 0.3 MB each). On a cache miss a shipped file with the same key *and* the
+  same full head sha256 is used: its sizes must be the equal-size capacities, and its centroids are
+  rebuilt from the head (the members' mean rows), exactly what k-means stores. Any other head is clustered
+  here as before. ``thesis-lib cluster --ship`` writes such a file.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ import torch
 from ..errors import ClusteringAssetError
 from ..models.cache import cache_dir, sha256_file
 from ..models.cpu import fast_bf16
-from .clustering import ALGORITHM_VERSION, Clustering, check_cluster_count, spherical_kmeans
+from .clustering import ALGORITHM_VERSION, Clustering, capacities, check_cluster_count, spherical_kmeans
 
 ASSET_DIR = "flash_head_assets"
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "clusterings"
 CACHE_FILE = "clustering_cache.safetensors"
 CONFIG_FILE = "clustering_config.json"
 SIDECAR_FILE = "thesis_lib_clustering.json"
@@ -136,10 +144,67 @@ def cache_folder(weight_sha: str, n_clusters: int, seed: int, iterations: int, l
     return clustering_cache_root() / key / ASSET_DIR
 
 
+def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: str | Path | None = None) -> Path:
+    """Write ``clustering``'s assignments and record as the shipped file for cache key ``key``.
+
+    Only the assignments travel (centroids are rebuilt from the head on use). Refuses to overwrite.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder) if folder is not None else SHIPPED_DIR
+    path = folder / f"{key}.safetensors"
+    if path.exists():
+        raise ClusteringAssetError(f"{path} exists; remove it first to ship another clustering under that key.")
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = torch.int16 if clustering.n_clusters <= torch.iinfo(torch.int16).max else torch.int32
+    info = {k: v for k, v in clustering.info.items() if k not in ("cache_key", "source", "shipped", "sha256", "head_sha256")}
+    meta = {"head_sha256": weight_sha, "key": key, "n_clusters": str(clustering.n_clusters),
+            "info": json.dumps(info)}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({"cluster_assignments": clustering.assignments.to(dtype).contiguous()}, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+    return path
+
+
+def shipped_clustering(weight: torch.Tensor, weight_sha: str, key: str, n_clusters: int,
+                       folder: str | Path | None = None) -> Clustering | None:
+    """The shipped clustering for ``key`` if one is there and fits this head, else ``None``.
+
+    It fits when its recorded head sha256 is ``weight_sha`` and its cluster sizes are the equal-size
+    capacities for ``n_clusters``; a file that does not fit is an error (it would mean a damaged file).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = (Path(folder) if folder is not None else SHIPPED_DIR) / f"{key}.safetensors"
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            assign = f.get_tensor("cluster_assignments").to(torch.long)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ClusteringAssetError(f"cannot read the shipped clustering {path.name}: {e}") from e
+    if meta.get("head_sha256") != weight_sha:
+        return None  # the same key prefix, another head: cluster it here
+    v, d = weight.shape
+    cap = capacities(v, n_clusters)
+    if (assign.shape != (v,) or int(assign.min()) < 0 or int(assign.max()) >= n_clusters
+            or not torch.equal(torch.bincount(assign, minlength=n_clusters), cap)):
+        raise ClusteringAssetError(f"the shipped clustering {path.name} is not an equal-size partition of "
+                                   f"{v} tokens into {n_clusters} clusters.")
+    w = weight.detach().to(torch.float32).cpu()
+    centroids = torch.zeros(n_clusters, d).index_add_(0, assign, w) / cap.unsqueeze(1).to(w.dtype)
+    info = json.loads(meta.get("info", "{}"))
+    info["shipped"] = f"thesis_lib/data/clusterings/{path.name}"
+    return Clustering(centroids=centroids, assignments=assign, info=info)
+
+
 def cached_clustering(weight: torch.Tensor, n_clusters: int | None = None, *, seed: int = 0, iterations: int = 20,
                       low_precision: bool | None = None, progress: bool = True, rebuild: bool = False,
                       log=print) -> Clustering:
-    """The clustering of ``weight`` for these parameters: from the cache if a sound copy is there, else built.
+    """The clustering of ``weight`` for these parameters: from the cache if a sound copy is there, else the
+    shipped one for this head if the library has it (:func:`shipped_clustering`), else built (``rebuild``
+    skips both and runs k-means).
 
     A cache entry that fails its checksum or cannot be read is reported and rebuilt, never used.
     """
@@ -159,8 +224,10 @@ def cached_clustering(weight: torch.Tensor, n_clusters: int | None = None, *, se
         except ClusteringAssetError as e:
             log(f"FlashHead cache unusable ({e}): rebuilding it.")
         shutil.rmtree(folder, ignore_errors=True)
-    c = spherical_kmeans(weight, n_clusters, iterations=iterations, seed=seed, low_precision=low_precision,
-                         progress=progress)
+    c = None if rebuild else shipped_clustering(weight, sha, folder.parent.name, n_clusters)
+    if c is None:
+        c = spherical_kmeans(weight, n_clusters, iterations=iterations, seed=seed, low_precision=low_precision,
+                             progress=progress)
     save_assets(c, folder, extra={"head_sha256": sha})
     c.info["head_sha256"] = sha
     c.info["cache_key"] = folder.parent.name
