@@ -96,9 +96,27 @@ def _check_common(args) -> None:
         raise ConfigError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens}).")
 
 
+def _prepare_one(spec: str) -> str:
+    return str(specs.local_dir(spec))
+
+
 def cmd_prepare(args) -> int:
-    for spec in args.models or [specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT]:
-        path = specs.local_dir(spec)
+    """Convert the models, two at a time where there are two cores (a conversion de-quantises on one thread;
+    the two processes hold their models at once, each no more than it would alone)."""
+    import concurrent.futures
+    import multiprocessing
+    import os
+
+    todo = list(dict.fromkeys(args.models or [specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT]))
+    for spec in todo:
+        specs.check_available(spec)  # a missing package or unknown name fails before any conversion starts
+    workers = min(len(todo), os.cpu_count() or 1, 2)
+    if workers < 2:
+        paths = [_prepare_one(s) for s in todo]
+    else:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            paths = list(pool.map(_prepare_one, todo))
+    for spec, path in zip(todo, paths):
         print(f"{spec}: {path}")
     return 0
 
