@@ -180,6 +180,28 @@ def test_iterations_multiply_the_measured_set_and_modes_alternate(pair_dir, tmp_
     assert run.summary["dense_deferred"]["samples"] == 4
 
 
+def test_warm_ups_stop_at_warmup_tokens_and_measured_generations_do_not(pair_dir, tmp_path, cache, monkeypatch):
+    from thesis_lib.bench.runner import Runner
+
+    lengths = []
+    real = Runner.run
+
+    def spy(self, mode, ids):
+        gen = real(self, mode, ids)
+        lengths.append((self.max_new_tokens, len(gen.tokens)))
+        return gen
+
+    monkeypatch.setattr(Runner, "run", spy)
+    run = protocol.run(_config(pair_dir, tmp_path / "runs", prompts=2, warmup=1, warmup_tokens=3), progress=False)
+    n_modes = len(run.config["modes"])
+    warm, measured = lengths[:n_modes], lengths[n_modes:]
+    assert all(limit == 3 and got <= 3 for limit, got in warm)
+    assert measured and all(limit == run.config["max_new_tokens"] > 3 for limit, _ in measured)
+    assert any(got > 3 for _, got in measured)
+    with pytest.raises(ConfigError, match="warmup_tokens"):
+        protocol.run(_config(pair_dir, tmp_path / "bad", warmup_tokens=0), progress=False)
+
+
 # --- tables ------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

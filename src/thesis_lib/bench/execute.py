@@ -26,12 +26,13 @@ from .runner import Runner
 
 
 def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
-            warmup: int = 1, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
+            warmup: int = 1, warmup_tokens: int | None = None, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
             thinking: bool | None = None,
             progress: bool = True, done: dict[tuple, dict] | None = None,
             on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """The measured set, prompts x iterations, every mode on each (order alternated), after ``warmup``
-    untimed rounds of every mode; returns the records of the samples run here (``done`` ones are skipped).
+    untimed rounds of every mode (each ``warmup_tokens`` long; None: as long as a measured generation);
+    returns the records of the samples run here (``done`` ones are skipped).
 
     With ``costs``, the component costs are measured right after each sample's modes, on that prompt, and
     each speculative record gets the decode tok/s they predict: prediction and measurement then share the
@@ -47,6 +48,8 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
         raise ConfigError("No prompts selected.")
     if iterations < 1 or warmup < 0:
         raise ConfigError(f"iterations must be >= 1 and warmup >= 0 (got {iterations}, {warmup}).")
+    if warmup_tokens is not None and (not isinstance(warmup_tokens, int) or warmup_tokens < 1):
+        raise ConfigError(f"warmup_tokens must be an integer >= 1 or None (got {warmup_tokens!r}).")
     done = dict(done or {})
     random.seed(seed)
     torch.manual_seed(seed)
@@ -58,11 +61,16 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
         return records
     n_warm = warmup * len(modes)
     with tqdm(total=n_warm + len(todo) * len(modes), desc="bench", unit="gen", disable=not progress) as bar:
-        for w in range(warmup):
-            for mode in modes:
-                bar.set_postfix_str(f"warm-up {mode}")
-                runner.run(mode, encoded[w % len(encoded)])
-                bar.update()
+        measured_length = runner.max_new_tokens
+        try:  # a warm-up touches every weight and makes every kernel shape; its length need not be the measured one
+            runner.max_new_tokens = min(measured_length, warmup_tokens or measured_length)
+            for w in range(warmup):
+                for mode in modes:
+                    bar.set_postfix_str(f"warm-up {mode}")
+                    runner.run(mode, encoded[w % len(encoded)])
+                    bar.update()
+        finally:
+            runner.max_new_tokens = measured_length
         for n, (it, i) in enumerate(todo):
             prompt, ids = prompts[i], encoded[i]
             sample = it * len(prompts) + i  # the order alternates by position in the measured set

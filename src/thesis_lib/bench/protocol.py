@@ -64,6 +64,8 @@ class BenchConfig:
     #: the chat template's thinking switch (Qwen3: ``enable_thinking``); None: the template's default
     thinking: bool | None = None
     warmup: int = 1
+    #: a warm-up generation's length (None: ``max_new_tokens``)
+    warmup_tokens: int | None = None
     iterations: int = 1
     seed: int = 0
     costs: bool = True
@@ -177,6 +179,8 @@ class BenchConfig:
             raise ConfigError(f"iterations must be >= 1 (got {self.iterations}).")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0 (got {self.warmup}).")
+        if self.warmup_tokens is not None and (not isinstance(self.warmup_tokens, int) or self.warmup_tokens < 1):
+            raise ConfigError(f"warmup_tokens must be an integer >= 1 or None (got {self.warmup_tokens!r}).")
         if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
             raise ConfigError(f"threads must be an integer >= 1 or None (got {self.threads!r}).")
         if self.turns not in TURNS:
@@ -298,7 +302,8 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     if beyond:
         extra["beyond"] = beyond
     record_environment(folder, environment(("target", target), ("draft", draft), extra=extra))
-    execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup, chat=cfg.chat,
+    execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup,
+            warmup_tokens=cfg.warmup_tokens, chat=cfg.chat,
             thinking=cfg.thinking, turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
             on_record=folder.append)
     if head is not None:  # the path actually taken is known only after the first call (compiled or eager)

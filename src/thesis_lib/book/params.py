@@ -62,6 +62,7 @@ class Params:
     sweep_prompts: int = 3
     iterations: int = 1
     warmup: int = 1
+    warmup_tokens: int | None = None
     seed: int = 0
     probes: int | None = None
     clusters: int | None = None
@@ -120,7 +121,8 @@ class Params:
         base = dict(out=self.runs_dir, target=self.target, draft=self.draft, device=self.device,
                     draft_device=self.draft_device, dtype=self.dtype, k=self.k, max_new_tokens=self.max_new_tokens,
                     modes=tuple(self.modes), prompt_file=self.prompt_file, per_category=self.per_category,
-                    prompts=self.prompts, iterations=self.iterations, warmup=self.warmup, seed=self.seed,
+                    prompts=self.prompts, iterations=self.iterations, warmup=self.warmup,
+                    warmup_tokens=self.warmup_tokens, seed=self.seed,
                     probes=self.probes, clusters=self.clusters, assets=self.assets, flash_path=self.flash_path,
                     kmeans_iterations=self.kmeans_iterations, thinking=self.thinking)
         base.update(kw)
