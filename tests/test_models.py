@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 
 import pytest
 import torch
@@ -214,6 +215,58 @@ def test_an_awq_checkpoint_needs_gptqmodel_before_any_weights_load(tmp_path, tok
     with pytest.raises(MissingPackageError, match="gptqmodel") as e:
         loading.load_pair(str(folder), str(draft), progress=False)
     assert "AWQ" in str(e.value) and "autoawq" in str(e.value) and "gpu" in str(e.value)
+
+
+def test_a_quantisation_suffix_names_the_same_weights_quantised_at_load(tmp_path, tok):
+    ms = specs.resolve(specs.DEFAULT_TARGET + "@int4")
+    assert (ms.kind, ms.quant, ms.embedded) == ("embedded", "int4", specs.resolve(specs.DEFAULT_TARGET).embedded)
+    assert specs.resolve(specs.DEFAULT_TARGET).quant is None
+    folder = tiny.save_tiny(tiny.tiny_model(), tok, tmp_path / "m")
+    assert specs.resolve(f"{folder}@int4").path == folder.resolve()
+    with pytest.raises(UnknownModelError, match="@int8"):
+        specs.resolve(specs.DEFAULT_TARGET + "@int8")
+    with pytest.raises(UnknownModelError, match="one quantisation suffix"):
+        specs.resolve(specs.DEFAULT_TARGET + "@int4@int4")
+    with pytest.raises(UnknownModelError):
+        specs.resolve("embedded:gpt-7@int4")
+
+
+def test_an_int4_target_without_torchao_fails_before_any_model_file_is_touched(empty_cache, tok, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(MissingPackageError, match="torchao") as e:
+        loading.load_pair(specs.DEFAULT_TARGET + "@int4", specs.DEFAULT_DRAFT, progress=False)
+    assert "cpu-embedded-int4" in str(e.value) and ".[int4]" in str(e.value)
+    assert not empty_cache.exists() or not any(empty_cache.rglob("*.safetensors"))  # nothing converted
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
+                    reason="torchao is not installed (optional extra `int4`; .venv-int4 of `make book PARAMS=cpu-embedded-int4`)")
+def test_an_int4_target_quantises_its_body_keeps_its_head_and_stays_lossless(tmp_path, tok, monkeypatch):
+    from thesis_lib.decoding.drafters import ModelDrafter
+    from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+    from thesis_lib.decoding.state import ModelState
+
+    monkeypatch.setitem(specs.QUANT_SUFFIXES, "int4", {**specs.QUANT_SUFFIXES["int4"], "group_size": 32})
+    target = tiny.save_tiny(tiny.tiny_model(seed=0), tok, tmp_path / "t")
+    draft = tiny.save_tiny(tiny.tiny_model(seed=0), tok, tmp_path / "d")
+    q, d = loading.load_pair(f"{target}@int4", str(draft), progress=False)
+    assert q.dtype == "bfloat16" and q.info["quantization"]["bits"] == 4
+    assert "int4 weight-only body" in q.info["cpu_kernels"]
+    kinds = {type(m.weight).__name__ for m in q.model.modules() if isinstance(m, torch.nn.Linear)
+             and m is not q.model.get_output_embeddings()}
+    assert kinds and "Tensor" not in kinds and "Parameter" not in kinds  # every body linear holds quantised weights
+    ids = tok("def add(a, b):")["input_ids"]
+    t_out = greedy_generate(ModelState(q.model), ids, max_new_tokens=24).tokens
+    assert len(t_out) == 24
+    for k in (1, 3, 5):
+        for deferred in (False, True):
+            spec = speculative_generate(ModelState(q.model), ModelDrafter(d.model), ids, k=k,
+                                        max_new_tokens=24, deferred=deferred)
+            assert spec.tokens == t_out, (k, deferred)
 
 
 def test_quantised_models_record_method_package_and_kernels(tok):

@@ -58,11 +58,19 @@ def environment_table(run, model_bench_doc: dict | None = None):
             rows.append((f"{role} CPU kernels", m["cpu_kernels"]))
         if m.get("dtype_reason"):
             rows.append((f"{role} precision (DTYPE auto)", m["dtype_reason"]))
+        q = m.get("quantization") or {}
+        if q:
+            rows.append((f"{role} quantisation", f"{q.get('method')}, {q.get('bits')}-bit, group {q.get('group_size')} "
+                                               f"({q.get('package')} {q.get('package_version')})"))
     fh = env.get("flashhead") or {}
     if fh:
         rows.append(("FlashHead", f"C = {fh.get('n_clusters')}, p = {fh.get('n_probes')}, path {fh.get('path')}, "
                                   f"centroids {fh.get('centroid_dtype')}"))
-        sha = (fh.get("clustering") or {}).get("sha256")
+        clus = fh.get("clustering") or {}
+        if clus.get("shipped"):
+            rows.append(("FlashHead clustering", f"shipped with the library ({clus['shipped']}; k-means of "
+                                                 f"{clus.get('iterations')} iterations, centroids rebuilt here)"))
+        sha = clus.get("sha256")
         if sha:
             rows.append(("FlashHead clustering sha256", json.dumps(sha)))
     if model_bench_doc:

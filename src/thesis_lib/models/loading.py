@@ -18,7 +18,8 @@ from typing import Any
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import embedl, virtual
 from .packing import bf16_packing_available, pack_linears, packing_available
-from .specs import DEFAULT_DRAFT, DEFAULT_TARGET, ModelSpec, check_available, local_dir, model_config
+from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
+                    resolve)
 
 
 @dataclass
@@ -90,7 +91,17 @@ def check_quantization(spec: str | ModelSpec) -> dict | None:
     package is missing raises :class:`MissingPackageError` naming it."""
     import importlib.util
 
-    config = model_config(spec if isinstance(spec, str) else spec.spec)
+    name = spec if isinstance(spec, str) else spec.spec
+    ms = resolve(name)
+    if ms.quant is not None:  # a load-time quantisation (``<spec>@int4``)
+        q = QUANT_SUFFIXES[ms.quant]
+        if importlib.util.find_spec(q["package"]) is None:
+            raise MissingPackageError(
+                f"{name} is quantised at load ({q['method']}, group {q['group_size']}) by `{q['package']}`, which is "
+                f"not installed. `make book PARAMS=cpu-embedded-int4` installs it in its own environment "
+                f"(.venv-int4), or pip install -e '.[int4]' (see the README: it slows bf16 kernels where installed).")
+        return {"quant_method": ms.quant, "load_time": True, **q}
+    config = model_config(name)
     q = config.get("quantization_config") or None
     if not q:
         return None
@@ -126,6 +137,28 @@ def quantization_info(model: Any) -> dict | None:
             "package_version": version, "kernels": kernels}
 
 
+def quantize_body(model: Any, q: dict) -> int:
+    """Quantise every linear layer of ``model`` but its head in place (``q``: a :data:`QUANT_SUFFIXES` entry);
+    returns how many were quantised."""
+    import torch
+    from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
+    from torchao.quantization import quantize_
+
+    head = model.get_output_embeddings()
+    body = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    quantize_(model, PrototypeInt4WeightOnlyConfig(group_size=int(q["group_size"])),
+              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m is not head)
+    return len(body)
+
+
+def quantization_info_load_time(q: dict) -> dict:
+    """What a load-time quantisation used, for the run's environment (like :func:`quantization_info`)."""
+    import importlib.metadata
+
+    return {"method": q["method"], "bits": q["bits"], "group_size": q["group_size"], "package": q["package"],
+            "package_version": importlib.metadata.version(q["package"]), "scope": "body linears; head not quantised"}
+
+
 def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str | None = None):
     """A model's tokenizer (``dtype``: the precision its weights will load in, so that an embedded model is
     converted once, in that precision)."""
@@ -147,6 +180,14 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quantized = check_quantization(spec)
+    load_time = bool(quantized and quantized.get("load_time"))
+    if load_time:
+        if device != "cpu":
+            raise ConfigError(f"{spec}: the @{quantized['quant_method']} suffix quantises for the CPU kernels; on "
+                              f"{device} use a checkpoint quantised ahead (AWQ, like the thesis' target).")
+        if dtype not in ("auto", "bfloat16", "bf16"):
+            raise ConfigError(f"{spec}: the int4 kernel takes bfloat16 activations; DTYPE {dtype} cannot be used.")
+        dtype = "bfloat16"
     torch_dtype = _dtype(dtype, device)
     path = local_dir(spec, progress=progress, dtype=str(torch_dtype).replace("torch.", ""))
     t0 = time.perf_counter()
@@ -167,15 +208,23 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
         virtual.place(model, device)
     model.eval()
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
-    packed = pack_linears(model) if pack and quantized is None else 0
+    if load_time:
+        n_quant = quantize_body(model, quantized)
+    packed = pack_linears(model) if pack and (quantized is None or load_time) else 0
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock",
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
-    if dtype == "auto" and device == "cpu":
+    if load_time:
+        info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} linear layers, group {quantized['group_size']}), "
+                               + (f"oneDNN-packed bf16 head ({packed} layer)" if packed else "stock bf16 head"))
+        info["dtype_reason"] = "bfloat16 activations: the int4 kernel's input precision"
+    elif dtype == "auto" and device == "cpu":
         from .cpu import auto_dtype
 
         info["dtype_reason"] = auto_dtype()[1]
-    if quantized is not None:
+    if load_time:
+        info["quantization"] = quantization_info_load_time(quantized)
+    elif quantized is not None:
         info["quantization"] = quantization_info(model)
     if embedl.is_checkpoint(raw):
         info["flashhead_checkpoint"] = {k: raw.get(k) for k in embedl.FLASH_KEYS if k in raw}
@@ -224,8 +273,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     check_available(draft)
     check_quantization(target)
     check_quantization(draft)
-    t_dtype = str(_dtype(dtype, device)).replace("torch.", "")
-    d_dtype = str(_dtype(dtype, draft_device or device)).replace("torch.", "")
+    t_dtype = str(_dtype("bfloat16" if resolve(target).quant else dtype, device)).replace("torch.", "")
+    d_dtype = str(_dtype("bfloat16" if resolve(draft).quant else dtype, draft_device or device)).replace("torch.", "")
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)

@@ -6,7 +6,10 @@ A *model spec* is one of
   (:mod:`~thesis_lib.models.embedded`), converted once into a plain Hugging Face folder in the cache;
 - ``tiny:<name>``: a tiny random model written once into the cache (:mod:`~thesis_lib.models.tiny`);
 - a local folder holding a Hugging Face model (``config.json`` plus weights and tokenizer);
-- a hub id such as ``Qwen/Qwen3-0.6B`` (needs the Hub, or a copy already in the Hugging Face cache).
+- a hub id such as ``Qwen/Qwen3-0.6B`` (needs the Hub, or a copy already in the Hugging Face cache);
+- any of these with a load-time quantisation suffix, ``<spec>@int4``: the same weights, the linear layers of
+  the model's body made 4-bit weight-only at load (:data:`QUANT_SUFFIXES`; CPU, through torchao; the head
+  stays in the loaded precision). Like the thesis' AWQ target, a different model from the unsuffixed one.
 
 Everything that can go wrong with a spec (unknown name, missing package, unreachable hub) is checked by
 :func:`check_available` before any heavy work; :func:`local_dir` gives the folder of any spec (converting or
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import UnknownModelError
@@ -40,6 +43,11 @@ QWEN3_CONFIGS = {
                       model_type="qwen3"),
 }
 
+#: Load-time weight quantisations a spec may name after ``@``: method, bits, weights per scale, the package
+#: that does it. Round-to-nearest with one scale and zero point per group (no calibration data).
+QUANT_SUFFIXES = {"int4": {"method": "int4 weight-only (torchao PrototypeInt4WeightOnlyConfig, round-to-nearest)",
+                           "bits": 4, "group_size": 128, "package": "torchao"}}
+
 TINY_PREFIX = "tiny:"
 #: Tiny random models for smoke runs: a target and a noisy copy as its draft (``tiny:<name>``).
 TINY_SPECS = ("target", "draft")
@@ -53,13 +61,14 @@ def known_specs() -> list[str]:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A parsed model spec: ``kind`` is "embedded", "local" or "hub"."""
+    """A parsed model spec: ``kind`` is "embedded", "local" or "hub"; ``quant`` a :data:`QUANT_SUFFIXES` key."""
 
     spec: str
     kind: str
     embedded: EmbeddedModel | None = None
     path: Path | None = None
     repo_id: str | None = None
+    quant: str | None = None
 
     @property
     def label(self) -> str:
@@ -69,6 +78,14 @@ class ModelSpec:
 def resolve(spec: str) -> ModelSpec:
     """Parse a spec string; raise :class:`UnknownModelError` (listing the known specs) if it is none."""
     spec = str(spec).strip()
+    base, at, quant = spec.rpartition("@")
+    if at and not Path(spec).expanduser().is_dir():
+        if quant not in QUANT_SUFFIXES:
+            raise UnknownModelError(f"{spec!r}: unknown quantisation suffix @{quant}; known: "
+                                    f"{', '.join('@' + q for q in QUANT_SUFFIXES)}.")
+        if "@" in base:
+            raise UnknownModelError(f"{spec!r}: one quantisation suffix at most.")
+        return replace(resolve(base), spec=spec, quant=quant)
     if spec.startswith(EMBEDDED_PREFIX):
         name = spec[len(EMBEDDED_PREFIX) :]
         if name not in EMBEDDED:
