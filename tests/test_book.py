@@ -395,6 +395,39 @@ def test_progress_reaches_the_terminal_not_the_pages(smoke_book):
                 assert not re.search(r"\d+%\|| it/s|gen/s|Loading weights|FloatProgress", text), (name, text[:200])
 
 
+def test_the_4bit_set_names_its_missing_package_before_any_notebook_runs(monkeypatch):
+    """Without torchao, `make book PARAMS=cpu-embedded-int4` stops before papermill starts a kernel."""
+    import importlib.util
+
+    import papermill
+
+    from thesis_lib.errors import MissingPackageError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    with pytest.raises(MissingPackageError, match="torchao"):
+        execute.execute("cpu-embedded-int4", progress=False)
+    assert params.load_parameters("cpu-embedded-int4")["TARGET"] == specs.DEFAULT_TARGET + "@int4"
+
+
+def test_the_4bit_verdicts_follow_their_numbers():
+    """Chapter 2's and the conclusion's sentences on the 4-bit target: dearer or cheaper blocks, a smaller or
+    larger speedup (below 1 said so), the fastest setting by ms per token with unmeasured ones left out."""
+    from thesis_lib.analysis import verdicts
+
+    got = verdicts.int4_effect(2.2, 1.0, 0.8, 1.3)
+    assert got.startswith("verification is dearer") and "is smaller (below 1" in got
+    got = verdicts.int4_effect(1.0, 1.2, 1.5, 1.3)
+    assert got.startswith("verification is cheaper") and got.endswith("is larger")
+    assert "about as many" in verdicts.int4_effect(1.02, 1.0, 1.3, 1.302)
+    assert verdicts.int4_effect(float("nan"), 1.0, 1.0, 1.0) == "was not measured"
+    nan = float("nan")
+    assert verdicts.fastest_setting(200, 130, 80, 64, 45, 55).startswith("target-only decoding with the 4-bit target (45 ms")
+    assert verdicts.fastest_setting(200, 130, 80, 64, nan, nan).startswith("FlashHead deferred with the bfloat16 target")
+    assert verdicts.fastest_setting(nan, nan, nan, nan, nan, nan) == "was not measured"
+
+
 def test_the_gpu_document_reads_as_its_numbers_say():
     """Chapter 4's GPU paragraph on the saved H100 document: the shown path's speedup is the captured heads'
     ratio at 593 probes, below the thesis' 4.32x, and torch.compile's 0-of-64 agreement reads as a miscompile;

@@ -60,8 +60,9 @@ def model_rows(doc: dict, alpha: float) -> pd.DataFrame:
 
 
 #: The glued keys of :func:`summary` (nan each without a document).
-KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "target_step_ms", "draft_step_ms", "model",
-                                                             "measured_dense", "measured")) + (
+KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "verify9", "target_step_ms", "draft_step_ms",
+                                                             "model", "measured_dense", "measured", "base_ms_token",
+                                                             "flash_ms_token")) + (
     "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_target_ratio_int4", "prec_draft_ratio_int4",
     "prec_context", "prec_reps")
 
@@ -75,6 +76,12 @@ def summary(doc: dict | None, alpha: float) -> dict:
     rows = model_rows(doc, alpha).set_index("precision")
     for p in doc["precisions"]:
         out[f"prec_verify5_{p}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
+        out[f"prec_verify9_{p}"] = _curve(doc, f"target/{p}").get(9, float("nan"))
+        e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(p)
+        if e2e:  # FlashHead deferred emits the baseline's tokens (lossless), so its ms/token is the pooled ratio's
+            out[f"prec_base_ms_token_{p}"] = float(e2e["baseline_ms_per_token"])
+            out[f"prec_flash_ms_token_{p}"] = float(e2e["baseline_ms_per_token"]) / float(
+                e2e["vs_baseline"]["flash_deferred"]["speedup_pooled"])
         out[f"prec_target_step_ms_{p}"] = float(rows.loc[p, "target step (ms)"])
         out[f"prec_draft_step_ms_{p}"] = float(rows.loc[p, "draft step (ms)"])
         out[f"prec_model_{p}"] = float(rows.loc[p, "model speedup, dense deferred"])

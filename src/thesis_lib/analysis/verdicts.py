@@ -177,12 +177,50 @@ def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, 
     return f"{c_text} while {v_text}: {pull}"
 
 
+def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: float, speedup_bfloat16: float) -> str:
+    """What the 4-bit target does to speculative decoding beside the bf16 one: whether a block of five costs more
+    of its own steps (5 % or more), and whether FlashHead deferred's speedup over its own target-only decoding
+    is smaller or larger (a tie within 1 % is called one)."""
+    if any(x != x for x in (verify5_int4, verify5_bfloat16, speedup_int4, speedup_bfloat16)):
+        return "was not measured"
+    if verify5_int4 >= 1.05 * verify5_bfloat16:
+        v = "verification is dearer with the 4-bit target: a block of five costs more of its own steps"
+    elif verify5_int4 <= verify5_bfloat16 / 1.05:
+        v = "verification is cheaper with the 4-bit target: a block of five costs fewer of its own steps"
+    else:
+        v = "a block of five costs about as many of its own steps with the 4-bit target"
+    if abs(speedup_int4 - speedup_bfloat16) <= 0.01 * speedup_bfloat16:
+        s = "about the same"
+    else:
+        s = "smaller" if speedup_int4 < speedup_bfloat16 else "larger"
+    below = " (below 1: slower than the target alone)" if speedup_int4 < 1 else ""
+    return f"{v}, and FlashHead deferred's speedup over its own target-only decoding is {s}{below}"
+
+
+#: The settings :func:`fastest_setting` names, in its arguments' order.
+SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
+                 ("target-only decoding", "FlashHead deferred"))
+
+
+def fastest_setting(*ms_per_token: float) -> str:
+    """The setting with the fewest milliseconds per token among :data:`SETTINGS` (nan: not measured)."""
+    got = [(ms, name) for ms, name in zip(ms_per_token, SETTINGS) if ms == ms]
+    if not got:
+        return "was not measured"
+    ms, name = min(got)
+    return f"{name} ({ms:.0f} ms per token)"
+
+
 RULES = {
     "ch2_theory": {
         "prec_cost_shift": (cost_shift, ("prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16",
                                          "prec_verify5_float32", "prec_verify5_bfloat16")),
         "prec_model_best": (best_precision, ("prec_model_float32", "prec_model_bfloat16")),
         "prec_measured_best": (best_precision, ("prec_measured_float32", "prec_measured_bfloat16")),
+        "prec_int4_effect": (int4_effect, ("prec_verify5_int4", "prec_verify5_bfloat16", "prec_measured_int4",
+                                           "prec_measured_bfloat16")),
+        "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
+                                                for m in ("base", "flash"))),
     },
     "ch4_results": {
         "gpu_head_met": (gpu_head_target, ("gpu_head_speedup",)),
@@ -199,6 +237,10 @@ RULES = {
         "acceptance_vs_thesis": (agrees_more, ("acceptance_flash", "acceptance_flash_thesis")),
         "deferred_where": (deferred_counts, ("def_flash_vs_base", "ord_flash_vs_base")),
         "ceiling_spread": (ceiling_vs_spread, ("head_ceiling", "flash_dense_p25", "flash_dense_p75")),
+        "prec_int4_effect": (int4_effect, ("prec_verify5_int4", "prec_verify5_bfloat16", "prec_measured_int4",
+                                           "prec_measured_bfloat16")),
+        "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
+                                                for m in ("base", "flash"))),
     },
     "ch6_beyond": {
         "freq_cheaper": (cheaper, ("freq_head_ms", "flash_head_ms_cd")),

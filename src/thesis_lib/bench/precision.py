@@ -198,20 +198,18 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
 
 
 def int4_pair(target: str, draft: str, *, group_size: int = INT4_GROUP, progress: bool = True):
-    """The target with its body's linear layers quantised to int4 (weight-only, ``group_size`` weights per scale),
-    its head packed bf16; the draft packed bf16."""
-    from torchao.quantization import quantize_
-    from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
-
+    """The target as ``<target>@int4`` loads it (body int4 weight-only, ``group_size`` weights per scale; head
+    packed bf16; :func:`thesis_lib.models.loading.load_model`), the draft packed bf16."""
     from ..models import loading
-    from ..models.packing import pack_linears
+    from ..models.specs import QUANT_SUFFIXES
 
-    t, d = loading.load_pair(target, draft, dtype="bfloat16", progress=progress, pack=False)
-    quantize_(t.model, PrototypeInt4WeightOnlyConfig(group_size=group_size),
-              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m is not t.model.get_output_embeddings())
-    t.info["cpu_kernels"] = f"int4 weight-only (group {group_size}) body, oneDNN-packed bf16 head ({pack_linears(t.model)} layer)"
-    d.info["cpu_kernels"] = f"oneDNN-packed ({pack_linears(d.model)} linear layers)"
-    return t, d
+    spec = target if target.endswith("@int4") else f"{target}@int4"
+    saved = QUANT_SUFFIXES["int4"]
+    QUANT_SUFFIXES["int4"] = {**saved, "group_size": int(group_size)}
+    try:
+        return loading.load_pair(spec, draft, dtype="bfloat16", progress=progress)
+    finally:
+        QUANT_SUFFIXES["int4"] = saved
 
 
 def text(doc: dict) -> str:

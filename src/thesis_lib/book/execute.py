@@ -66,7 +66,13 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     unknown = [n for n in names if n not in NOTEBOOKS]
     if unknown:
         raise ConfigError(f"Unknown notebook(s) {', '.join(unknown)}; the chapters are {', '.join(NOTEBOOKS)}.")
-    Params.from_namespace(values).check()
+    p = Params.from_namespace(values).check()
+    from ..models.loading import check_quantization
+    from ..models.specs import resolve
+
+    for spec in (p.target, p.draft):  # a load-time quantisation's package is checked before any notebook runs
+        if spec and resolve(spec).quant:
+            check_quantization(spec)
     env = {}
     if Params.from_namespace(values).rehearsal:
         from . import rehearsal

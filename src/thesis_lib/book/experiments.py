@@ -215,10 +215,11 @@ def confidence_run(p: Params, stop_below: float):
 
 
 def beyond_run(p: Params, margin: float):
-    """Every new mode of the chapter beside the thesis-style FlashHead deferred draft, one interleaved run."""
+    """Every new mode of the chapter beside the thesis-style FlashHead deferred draft, one interleaved run (no
+    per-prompt component costs: the chapter predicts from the co-design sweep's costs, not from these)."""
     cfg = p.bench(modes=tuple(p.beyond_modes), adaptive_margin=margin, adaptive_min_probes=p.adaptive_min_probes,
                   freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens,
-                  k_max=p.k_max, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+                  k_max=p.k_max, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, costs=False)
     return obtain(named(cfg, p.set_name, "beyond"), p)
 
 
