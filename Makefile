@@ -7,20 +7,13 @@ PYTHON ?= python3
 PARAMS ?= cpu-embedded
 RECOMPUTE ?=
 # Two software stacks, each in its own virtual environment. The CPU stack (default): torch 2.13.0 and the
-# embedded models' data packages. The GPU stack (parameter sets named gpu-*): torch 2.14.1 and gptqmodel 7.7.0,
+# embedded models' data packages, torchao for the 4-bit target of cpu-embedded-int4. The GPU stack (parameter sets named gpu-*): torch 2.14.1 and gptqmodel 7.7.0,
 # which transformers 5 needs to load the thesis' AWQ target (gptqmodel 7.7.0 requires torch >= 2.14.1).
-# A third, for the sets named *-int4 (a target quantised at load to int4 by torchao): the CPU stack plus torchao,
-# apart because torchao installed beside the CPU stack slows its bf16 kernels (README, "Precision").
 GPU_SET := $(filter gpu-%,$(notdir $(basename $(PARAMS))))
-INT4_SET := $(filter %-int4,$(notdir $(basename $(PARAMS))))
 ifneq ($(GPU_SET),)
 VENV ?= .venv-gpu
 TORCH ?= torch==2.14.1
 EXTRAS ?= gpu,test,book
-else ifneq ($(INT4_SET),)
-VENV ?= .venv-int4
-TORCH ?= torch==2.13.0
-EXTRAS ?= embedded,int4,test,book
 else
 VENV ?= .venv
 TORCH ?= torch==2.13.0

@@ -239,12 +239,12 @@ def test_an_int4_target_without_torchao_fails_before_any_model_file_is_touched(e
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     with pytest.raises(MissingPackageError, match="torchao") as e:
         loading.load_pair(specs.DEFAULT_TARGET + "@int4", specs.DEFAULT_DRAFT, progress=False)
-    assert "cpu-embedded-int4" in str(e.value) and ".[int4]" in str(e.value)
+    assert "make env" in str(e.value) and ".[int4]" in str(e.value)
     assert not empty_cache.exists() or not any(empty_cache.rglob("*.safetensors"))  # nothing converted
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
-                    reason="torchao is not installed (optional extra `int4`; .venv-int4 of `make book PARAMS=cpu-embedded-int4`)")
+                    reason="torchao is not installed (it is part of `make env`'s CPU stack, or the `int4` extra)")
 def test_an_int4_target_quantises_its_body_keeps_its_head_and_stays_lossless(tmp_path, tok, monkeypatch):
     from thesis_lib.decoding.drafters import ModelDrafter
     from thesis_lib.decoding.greedy import greedy_generate, speculative_generate

@@ -18,8 +18,7 @@ Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`the
 ratios are the precision's effect alone. ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
-draft in packed bfloat16; it needs the optional ``int4`` extra (torchao), kept out of the default environment
-because its mere presence slowed the packed bf16 step from 61 to 91 ms here. It is a different model from the
+draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
 bf16 one (its greedy text parts from bf16's after a dozen or so tokens on a real prompt), so its losslessness is
 checked against its own target-only output. The document (:func:`run`) records the CPU, torch and thread count.
 """
@@ -62,8 +61,7 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
         raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
     if "int4" in precisions and not int4_available():
         raise ConfigError("--precisions int4 quantises the target with torchao, which is not installed: "
-                          "pip install -e '.[int4]' (torchao 0.18.0; in a separate environment: installed, it "
-                          "slowed the packed bf16 step by half on this project's CPU).")
+                          "pip install -e '.[int4]' (torchao 0.18.0, part of the default environment).")
     if max_block < 1 or reps < 1:
         raise ConfigError(f"--max-block and --reps must be >= 1 (got {max_block}, {reps}).")
 

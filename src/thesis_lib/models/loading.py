@@ -10,6 +10,7 @@ oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`) unless told othe
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,21 @@ from . import embedl, virtual
 from .packing import bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
+
+
+class _CudaOnlyNoise(logging.Filter):
+    """Drops two warnings torchao 0.18.0 logs on every CPU-only import (transformers imports it when a model
+    loads): its CUDA-only kernel libraries (``_C_*.so``) failing to load, and a deprecation notice from torch's
+    pytree about one of its enums. Everything else those loggers say passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (("Failed to load" in msg and "/torchao/_C_" in msg)
+                    or "is an Enum subclass and is now natively supported" in msg)
+
+
+for _name in ("torchao", "torch.utils._pytree"):
+    logging.getLogger(_name).addFilter(_CudaOnlyNoise())
 
 
 @dataclass
@@ -98,8 +114,7 @@ def check_quantization(spec: str | ModelSpec) -> dict | None:
         if importlib.util.find_spec(q["package"]) is None:
             raise MissingPackageError(
                 f"{name} is quantised at load ({q['method']}, group {q['group_size']}) by `{q['package']}`, which is "
-                f"not installed. `make book PARAMS=cpu-embedded-int4` installs it in its own environment "
-                f"(.venv-int4), or pip install -e '.[int4]' (see the README: it slows bf16 kernels where installed).")
+                f"not installed: `make env` installs it with the CPU stack (torchao 0.18.0), or pip install -e '.[int4]'.")
         return {"quant_method": ms.quant, "load_time": True, **q}
     config = model_config(name)
     q = config.get("quantization_config") or None
@@ -137,9 +152,10 @@ def quantization_info(model: Any) -> dict | None:
             "package_version": version, "kernels": kernels}
 
 
-def quantize_body(model: Any, q: dict) -> int:
+def quantize_body(model: Any, q: dict) -> tuple[int, int]:
     """Quantise every linear layer of ``model`` but its head in place (``q``: a :data:`QUANT_SUFFIXES` entry);
-    returns how many were quantised."""
+    returns (quantised, body linears): torchao leaves a layer whose input width the group size does not divide
+    as it was."""
     import torch
     from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
     from torchao.quantization import quantize_
@@ -148,7 +164,8 @@ def quantize_body(model: Any, q: dict) -> int:
     body = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
     quantize_(model, PrototypeInt4WeightOnlyConfig(group_size=int(q["group_size"])),
               filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m is not head)
-    return len(body)
+    quantised = sum(type(m.weight.detach()) is not torch.Tensor for m in body)
+    return quantised, len(body)
 
 
 def quantization_info_load_time(q: dict) -> dict:
@@ -209,14 +226,15 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     model.eval()
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
     if load_time:
-        n_quant = quantize_body(model, quantized)
+        n_quant, n_body = quantize_body(model, quantized)
     packed = pack_linears(model) if pack and (quantized is None or load_time) else 0
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock",
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
     if load_time:
-        info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} linear layers, group {quantized['group_size']}), "
-                               + (f"oneDNN-packed bf16 head ({packed} layer)" if packed else "stock bf16 head"))
+        info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} of {n_body} linear layers, group "
+                               f"{quantized['group_size']}), " + (f"oneDNN-packed bf16 for the rest ({packed} layers, "
+                                                                  "the head included)" if packed else "stock bf16 for the rest"))
         info["dtype_reason"] = "bfloat16 activations: the int4 kernel's input precision"
     elif dtype == "auto" and device == "cpu":
         from .cpu import auto_dtype
