@@ -426,6 +426,11 @@ def test_the_4bit_verdicts_follow_their_numbers():
     assert verdicts.fastest_setting(200, 130, 80, 64, 45, 55).startswith("target-only decoding with the 4-bit target (45 ms")
     assert verdicts.fastest_setting(200, 130, 80, 64, nan, nan).startswith("FlashHead deferred with the bfloat16 target")
     assert verdicts.fastest_setting(nan, nan, nan, nan, nan, nan) == "was not measured"
+    from thesis_lib.analysis import precision
+
+    assert "at blocks of 5 and 9 tokens" in precision.jumps({1: 1.0, 2: 1.05, 3: 1.2, 4: 1.3, 5: 2.2, 6: 2.2, 9: 3.1,
+                                                            8: 2.3, 7: 2.25})
+    assert precision.jumps({1: 1.0, 2: 1.1, 3: 1.2}).startswith("rises without jumps")
 
 
 def test_the_gpu_document_reads_as_its_numbers_say():

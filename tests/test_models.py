@@ -11,8 +11,8 @@ import torch
 
 from thesis_lib.bench import prompts
 from thesis_lib.models import embedded, loading, specs, tiny
-from thesis_lib.errors import (ChecksumError, HubUnavailableError, MissingPackageError, TokenizerMismatchError,
-                               UnknownModelError)
+from thesis_lib.errors import (ChecksumError, ConfigError, HubUnavailableError, MissingPackageError,
+                               TokenizerMismatchError, UnknownModelError)
 
 
 @pytest.fixture
@@ -240,6 +240,13 @@ def test_an_int4_target_without_torchao_fails_before_any_model_file_is_touched(e
     with pytest.raises(MissingPackageError, match="torchao") as e:
         loading.load_pair(specs.DEFAULT_TARGET + "@int4", specs.DEFAULT_DRAFT, progress=False)
     assert "make env" in str(e.value) and ".[int4]" in str(e.value)
+    monkeypatch.undo()
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(empty_cache))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(ConfigError, match="bfloat16 activations"):
+        loading.load_pair(specs.DEFAULT_TARGET + "@int4", specs.DEFAULT_DRAFT, dtype="float32", progress=False)
+    with pytest.raises(ConfigError, match="CPU kernels"):
+        loading.load_pair(specs.DEFAULT_TARGET + "@int4", specs.DEFAULT_DRAFT, device="cuda:0", progress=False)
     assert not empty_cache.exists() or not any(empty_cache.rglob("*.safetensors"))  # nothing converted
 
 

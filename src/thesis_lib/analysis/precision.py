@@ -64,7 +64,20 @@ KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "verify9",
                                                              "model", "measured_dense", "measured", "base_ms_token",
                                                              "flash_ms_token")) + (
     "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_target_ratio_int4", "prec_draft_ratio_int4",
-    "prec_context", "prec_reps")
+    "prec_context", "prec_reps") + tuple(f"prec_jumps_{p}" for p in PRECISIONS)
+
+#: A block size where the curve rises by at least this many steps over the block one token shorter is a jump.
+JUMP = 0.4
+
+
+def jumps(curve: dict[int, float]) -> str:
+    """How a verify-cost curve rises: "rises in jumps, at blocks of 5, 9 and 13 tokens" (the sizes where it
+    gains :data:`JUMP` steps or more over the block one token shorter), or "rises without jumps"."""
+    at = [n for n in sorted(curve) if n - 1 in curve and curve[n] - curve[n - 1] >= JUMP]
+    if not at:
+        return f"rises without jumps (no block costs {JUMP} steps more than the block one token shorter)"
+    sizes = ", ".join(map(str, at[:-1])) + (" and " if len(at) > 1 else "") + str(at[-1])
+    return f"rises in jumps, at blocks of {sizes} tokens (each {JUMP} steps or more over the block one token shorter)"
 
 
 def summary(doc: dict | None, alpha: float) -> dict:
@@ -77,6 +90,7 @@ def summary(doc: dict | None, alpha: float) -> dict:
     for p in doc["precisions"]:
         out[f"prec_verify5_{p}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
         out[f"prec_verify9_{p}"] = _curve(doc, f"target/{p}").get(9, float("nan"))
+        out[f"prec_jumps_{p}"] = jumps(_curve(doc, f"target/{p}"))
         e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(p)
         if e2e:  # FlashHead deferred emits the baseline's tokens (lossless), so its ms/token is the pooled ratio's
             out[f"prec_base_ms_token_{p}"] = float(e2e["baseline_ms_per_token"])

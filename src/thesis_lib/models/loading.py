@@ -152,6 +152,18 @@ def quantization_info(model: Any) -> dict | None:
             "package_version": version, "kernels": kernels}
 
 
+def check_load_time(spec: str, device: str, dtype: str) -> None:
+    """A ``<spec>@int4`` model runs on the CPU with bfloat16 activations; anything else is refused here."""
+    quant = resolve(spec).quant
+    if quant is None:
+        return
+    if device != "cpu":
+        raise ConfigError(f"{spec}: the @{quant} suffix quantises for the CPU kernels; on {device} use a checkpoint "
+                          "quantised ahead (AWQ, like the thesis' target).")
+    if dtype not in ("auto", "bfloat16", "bf16"):
+        raise ConfigError(f"{spec}: the int4 kernel takes bfloat16 activations; DTYPE {dtype} cannot be used.")
+
+
 def quantize_body(model: Any, q: dict) -> tuple[int, int]:
     """Quantise every linear layer of ``model`` but its head in place (``q``: a :data:`QUANT_SUFFIXES` entry);
     returns (quantised, body linears): torchao leaves a layer whose input width the group size does not divide
@@ -199,11 +211,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     quantized = check_quantization(spec)
     load_time = bool(quantized and quantized.get("load_time"))
     if load_time:
-        if device != "cpu":
-            raise ConfigError(f"{spec}: the @{quantized['quant_method']} suffix quantises for the CPU kernels; on "
-                              f"{device} use a checkpoint quantised ahead (AWQ, like the thesis' target).")
-        if dtype not in ("auto", "bfloat16", "bf16"):
-            raise ConfigError(f"{spec}: the int4 kernel takes bfloat16 activations; DTYPE {dtype} cannot be used.")
+        check_load_time(spec, device, dtype)
         dtype = "bfloat16"
     torch_dtype = _dtype(dtype, device)
     path = local_dir(spec, progress=progress, dtype=str(torch_dtype).replace("torch.", ""))
@@ -291,6 +299,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     check_available(draft)
     check_quantization(target)
     check_quantization(draft)
+    check_load_time(target, device, dtype)
+    check_load_time(draft, draft_device or device, dtype)
     t_dtype = str(_dtype("bfloat16" if resolve(target).quant else dtype, device)).replace("torch.", "")
     d_dtype = str(_dtype("bfloat16" if resolve(draft).quant else dtype, draft_device or device)).replace("torch.", "")
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
