@@ -411,6 +411,26 @@ def test_the_4bit_set_names_its_missing_package_before_any_notebook_runs(monkeyp
     assert params.load_parameters("cpu-embedded-int4")["TARGET"] == specs.DEFAULT_TARGET + "@int4"
 
 
+def test_auto_precision_names_its_runs_and_documents_by_what_it_resolved_to(monkeypatch, tmp_path):
+    """DTYPE auto is bfloat16 on one CPU and float32 on another: a run folder or document made on one is never
+    reused on the other (their names differ), while an explicit DTYPE names the same run on both."""
+    from thesis_lib.book import shared
+    from thesis_lib.models import cpu
+
+    p = params.Params(runs_dir=str(tmp_path))
+    names, docs = {}, {}
+    for choice in ("float32", "bfloat16"):
+        import torch
+
+        monkeypatch.setattr(cpu, "auto_dtype", lambda c=choice: (getattr(torch, c), f"test: {c}"))
+        names[choice] = shared.named(p.bench(), "set", "bench").name
+        docs[choice] = shared.cached_document(p, "doc", {"a": 1}, lambda c=choice: {"made_as": c})["made_as"]
+        names[choice, "explicit"] = shared.named(p.bench(dtype="float32"), "set", "bench").name
+    assert names["float32"] != names["bfloat16"]
+    assert names["float32", "explicit"] == names["bfloat16", "explicit"]
+    assert docs == {"float32": "float32", "bfloat16": "bfloat16"}  # each computed in its own precision
+
+
 def test_the_4bit_verdicts_follow_their_numbers():
     """Chapter 2's and the conclusion's sentences on the 4-bit target: dearer or cheaper blocks, a smaller or
     larger speedup (below 1 said so), the fastest setting by ms per token with unmeasured ones left out."""

@@ -29,7 +29,8 @@ def _curve(doc: dict, name: str) -> dict[int, float]:
 def curve_table(doc: dict, gpu_doc: dict | None = None) -> pd.DataFrame:
     """Rows n = 1 .. max_block: the target's block cost over one step in each precision (and the GPU's)."""
     cols = {f"target, {p}": _curve(doc, f"target/{p}") for p in doc["precisions"]}
-    cols.update({f"draft, {p}": _curve(doc, f"draft/{p}") for p in doc["precisions"]})
+    # the int4 pair's draft is the bf16 draft again (only the target is quantised): no column of its own
+    cols.update({f"draft, {p}": _curve(doc, f"draft/{p}") for p in doc["precisions"] if p != "int4"})
     verify = ((gpu_doc or {}).get("gpu_check") or gpu_doc or {}).get("verify")
     if verify:
         cols[f"GPU: {verify['layers']} Qwen3-32B-shaped layers, bf16 (random weights)"] = {

@@ -34,6 +34,8 @@ def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.Bench
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
+    if cfg.dtype == "auto":  # the same parameters run in another precision on another CPU: another run
+        doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
@@ -161,6 +163,8 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     if there, else ``compute()``d, given its key and written atomically."""
     if p.thinking is not None:  # every document rests on prompts encoded with the template's switch
         key = {**key, "thinking": p.thinking}
+    if p.dtype == "auto":  # "auto" is float32 on one CPU and bfloat16 on another: another document
+        key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))

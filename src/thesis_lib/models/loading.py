@@ -102,6 +102,12 @@ GPU_STACK = ("the GPU stack: `make book PARAMS=gpu-thesis` installs it, or pip i
              "(gptqmodel 7.7.0, which needs torch 2.14.1)")
 
 
+def resolved_dtype(name: str, device: str = "cpu") -> str:
+    """The precision a ``dtype`` parameter means on ``device`` here ("auto" resolved: this CPU's choice, or
+    bfloat16 on a GPU), as a name such as "bfloat16"."""
+    return str(_dtype(name, device)).replace("torch.", "")
+
+
 def check_quantization(spec: str | ModelSpec) -> dict | None:
     """The quantisation a model's config declares, checked before any weights load: a method whose loader
     package is missing raises :class:`MissingPackageError` naming it."""
