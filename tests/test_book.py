@@ -33,7 +33,7 @@ def glued(name: str, set_name: str = "smoke") -> dict:
                 text = o["data"].get(prefix + "text/html") or o["data"].get(prefix + "text/plain", "")
                 text = "".join(text) if isinstance(text, list) else text
                 try:
-                    out[key] = ast.literal_eval(text)
+                    out[key] = float("nan") if text == "nan" else ast.literal_eval(text)
                 except (ValueError, SyntaxError):
                     out[key] = text
     return out
