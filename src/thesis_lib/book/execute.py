@@ -74,7 +74,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         if spec and resolve(spec).quant:
             check_quantization(spec)
     env = {}
-    if Params.from_namespace(values).rehearsal:
+    if p.rehearsal:
         from . import rehearsal
 
         env = rehearsal.environment(rehearsal.prepare(), devices=(values.get("DEVICE"), values.get("DRAFT_DEVICE")))
