@@ -7,7 +7,8 @@ PYTHON ?= python3
 PARAMS ?= cpu-embedded
 RECOMPUTE ?=
 # Two software stacks, each in its own virtual environment. The CPU stack (default): torch 2.13.0 and the
-# embedded models' data packages, torchao for the 4-bit target of cpu-embedded-int4. The GPU stack (parameter sets named gpu-*): torch 2.14.1 and gptqmodel 7.7.0,
+# embedded models' data packages, torchao for the 4-bit target of cpu-embedded-int4, Triton for running
+# FlashHead's GPU kernels in its interpreter (the tests). The GPU stack (parameter sets named gpu-*): torch 2.14.1 and gptqmodel 7.7.0,
 # which transformers 5 needs to load the thesis' AWQ target (gptqmodel 7.7.0 requires torch >= 2.14.1).
 GPU_SET := $(filter gpu-%,$(notdir $(basename $(PARAMS))))
 ifneq ($(GPU_SET),)
@@ -17,7 +18,7 @@ EXTRAS ?= gpu,test,book
 else
 VENV ?= .venv
 TORCH ?= torch==2.13.0
-EXTRAS ?= embedded,test,book
+EXTRAS ?= embedded,test,book,kernels-cpu
 endif
 PY := $(VENV)/bin/python
 # Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"

@@ -616,7 +616,9 @@ def cmd_gpu_check(args) -> int:
                        draft_layers=args.draft_layers)
     print(f"gpu-check on {args.device} ({doc['versions'].get('gpu', 'CPU')}); {doc['note']}")
     for r in doc["head"]["curve"]:
-        print(f"  head, {r['n_probes']:>4} probes: dense {r['dense_ms']:.3f} ms, FlashHead "
+        print(f"  head, {r['n_probes']:>4} probes: dense {r['dense_ms']:.3f} ms"
+              + (f" (captured {r['dense_captured_ms']:.4f} ms, device time alone {r['dense_queued_ms']:.4f} ms)"
+                 if "dense_queued_ms" in r else "") + ", FlashHead "
               + ", ".join(f"{k[6:-3]} {v:.3f} ms ({r['speedup_' + k[6:-3]]:.2f}x)" for k, v in r.items()
                           if k.startswith("flash_") and k.endswith("_ms"))
               + "; same token as the float32 reference: "
@@ -635,11 +637,21 @@ def cmd_gpu_check(args) -> int:
                   f"({st['speedup_triton']:.3f}x)")
         print(f"  draft step, body and head in one graph: dense {st['dense_one_graph_ms']:.3f} ms, FlashHead "
               f"{st['flashhead_one_graph_ms']:.3f} ms ({st['speedup_one_graph']:.3f}x)")
+        cap = st.get("captured")
+        if cap and "error" in cap:
+            print(f"  draft step captured by hand: FAILED ({cap['error'][:300]})")
+        elif cap:
+            print(f"  draft step captured by hand in one CUDA graph: body {cap['body_ms']:.3f} ms, with the dense head "
+                  f"{cap['dense_ms']:.3f} ms, with FlashHead {cap['flashhead_ms']:.3f} ms ({cap['speedup']:.3f}x; a head "
+                  f"that cost nothing: {cap['ceiling']:.3f}x)")
     prof = doc["head_profile"]
     print(f"  torch.topk of {prof['n_probes']} in {doc['head']['n_clusters']}: sorted {prof['topk_sorted_True_ms']:.4f} ms, "
-          f"unsorted {prof['topk_sorted_False_ms']:.4f} ms; FlashHead's kernels per call (us): "
+          f"unsorted {prof['topk_sorted_False_ms']:.4f} ms; FlashHead's kernels per call ({prof.get('flashhead_path')} path, us): "
           + "; ".join(f"{r['name'][:60]} {r['us_per_head_call']:.1f}" for r in prof["flashhead"][:8]))
-    print("  verify / step: " + ", ".join(f"{n}: {v:.2f}" for n, v in doc["verify"]["over_step"].items()))
+    print(f"  verify / step ({doc['verify']['how']}): "
+          + ", ".join(f"{n}: {v:.2f}" for n, v in doc["verify"]["over_step"].items())
+          + (f"; captured verify FAILED ({doc['verify']['captured_error'][:200]})" if "captured_error" in doc["verify"]
+             else ""))
     if args.book:
         doc["book"] = _rehearsal_book_on(args.device)
         print(f"  rehearsal book on {args.device}: " + ", ".join(f"{r['notebook']} {r['seconds']:.0f} s"

@@ -20,8 +20,10 @@ What this module knows:
   ``torch.compile``d function, so the ``p * b`` candidate rows are read once and never copied (on this
   project's CPU the plain gather of 9,488 rows costs more than their dot products; DESIGN.md section 3);
   ``"eager"`` gathers with ``index_select`` and multiplies (fine on a GPU, slow on CPU); ``"reference"`` is
-  the plain per-row computation in float32 that tests compare the others against. ``"auto"`` picks
-  ``"compiled"`` and falls back to ``"eager"`` (with a warning) where compilation fails.
+  the plain per-row computation in float32 that tests compare the others against; ``"triton"`` is the GPU's
+  path, the whole greedy head in five Triton kernels with no host synchronisation
+  (:mod:`thesis_lib.heads.gpu_kernels`). ``"auto"`` picks ``"triton"`` on a CUDA device with Triton, else
+  ``"compiled"``, falling back to ``"eager"`` (with a warning) where compilation fails.
 - **Centroid precision** (``centroid_dtype=``): the first stage only ranks clusters, so on CPUs with fast
   bfloat16 (AVX-512 BF16) it runs in bfloat16 by default ("auto"); the second stage always uses the head's
   own dtype, so the candidates' logits are exact. The reference path always ranks in float32.
@@ -233,6 +235,8 @@ class FlashHead(nn.Module):
             # on a GPU "auto" takes the Triton kernel: torch.compile's code for this head gave wrong tokens on an
             # H100 at 593 probes (gpu-check's agreement rows), and was slower
             self._active_path = "triton"
+            if fn is _greedy_fused:  # the whole greedy head in three kernels after the centroid product
+                return gpu_kernels.greedy(*args)
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
         if self.path in ("auto", "compiled"):
             if getattr(self, compiled_attr) is None:

@@ -1,19 +1,38 @@
-"""FlashHead's candidate scores as a Triton kernel, for decode rows on a GPU.
+"""FlashHead's greedy head as Triton kernels, for decode rows on a GPU (what the "triton" path, and "auto" on
+CUDA, runs).
 
-Measured on an H100 (``thesis-lib gpu-check``'s kernel profile, random weights at Qwen3-0.6B's shapes, 593 of
-9,496 clusters, 2026-11-23): the code ``torch.compile`` made for the candidate scores read the 593 x 16 x 1,024
-gathered rows at about 0.46 TB/s (36-42 us), and at 593 probes it picked wrong tokens (gpu-check's agreement
-rows); the dense head's whole matrix product took 110 us. :func:`cluster_scores` computes ``h . w`` for every
-row of the probed clusters, plus the padding-slot bias, with one program per probed cluster reading its
-``b x D`` block once, coalesced: 29.5 us in isolation, the same scores as torch to 2.4e-7.
+:func:`greedy` is the whole head in five kernels after nothing but the head's own inputs, with no host
+synchronisation, so it can be captured in a CUDA graph with the draft's body:
 
-What it does not fix: ``torch.topk`` over a single row of cluster scores runs in one thread block (34 us at
-593 of 9,496), now the largest part of the head. A one-program bitonic sort of packed ``(score, id)`` keys in
-Triton was tried for it and took 0.54-0.61 ms, over ten times slower, so it was not kept; a multi-block radix
-select is the next thing to try.
+1. the centroid scores ``h . c`` (one matrix product, bfloat16 like the CPU fast path's ranking);
+2. ``count_kernel``: many programs put every score's 16-bit key (its bit pattern made order-preserving) into a
+   per-row histogram of 2^16 bins and its top byte into one of 256 bins;
+3. ``pick_kernel``: the same programs each read the P-th largest key off the two histograms (two 256-entry
+   scans) and write the clusters above it as probes, the clusters equal to it into a tie list;
+4. ``candidate_kernel``: one program per probed cluster (the tied ones taken lowest index first, as
+   ``torch.topk``'s set would be up to its own tie order) scores its rows exactly (float32 sums of bfloat16
+   products, plus the slot bias) and folds its best (score, token) into one int64 ``atomic_max`` whose order
+   is the score's, then the lower token id; further programs score the special tokens the same way, and the
+   last ones zero the histograms for the next call;
+5. ``finish_kernel`` reads the token id out of the packed maximum.
 
-Only a CUDA device runs the kernel; importing this module never imports Triton (:func:`available` does), so the
-CPU path does not depend on it. The greedy choice over the scores (ties to the lowest token id) stays in torch.
+Why this shape (measured on an H100 with random weights at Qwen3-0.6B's shapes, 593 of 9,496 clusters,
+``thesis-lib gpu-check`` and a kernel-variant probe, 2026-11-23): the probe choice is the hard part. On one row
+of 9,496 scores ``torch.topk`` runs in one thread block (34-40 us); so did this module's first two selections,
+a bisection over the key bits (38-44 us, the 16 K-wide row spilling registers) and a chunked radix select in
+one program (27-29 us: each 2,048-wide histogram or prefix sum in one block costs ~2-3 us, and 3 passes of 3-5
+chunks add up). Spreading the counting over many blocks with global atomics took the choice to ~7 us (count
+2.2 us + pick 4.6 us). The candidate scores are 7.1 us (19 MB of rows at ~2.7 TB/s), the matrix product 6.4 us.
+The whole head, captured and timed on the device alone: 32.0 us at 593 probes (25.1 us at 64) against the
+dense head's 124 us; its kernels account for 21.4 us, the gaps between them for the rest. Without a graph, Python's launches of five kernels cost more than the work.
+
+:func:`probe` (one program per row) remains for float32 centroid scores, and :func:`cluster_scores` (the
+candidates' scores as a tensor) for the confidence head, which needs every candidate's score.
+
+Only a CUDA device runs the kernels in production; importing this module never imports Triton (the kernel
+module :mod:`thesis_lib.heads.triton_kernels` is imported by :func:`_kernels`), so the CPU path does not depend
+on it. Triton's interpreter runs the same kernels on a CPU (``TRITON_INTERPRET=1``), which is how the tests
+check them without a GPU.
 """
 
 from __future__ import annotations
@@ -40,25 +59,11 @@ def available(device) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
-    triton, tl = _triton()
+    """The module of Triton kernels (imported only here: it imports Triton at its top)."""
+    _triton()
+    from . import triton_kernels
 
-    @triton.jit
-    def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, P: tl.constexpr,
-                       BLOCK_D: tl.constexpr):
-        j = tl.program_id(0)
-        row = tl.program_id(1)
-        c = tl.load(top + row * P + j)
-        slots = tl.arange(0, B)
-        acc = tl.zeros((B,), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            d = d0 + tl.arange(0, BLOCK_D)
-            w = tl.load(weight + c * B * D + slots[:, None] * D + d[None, :])
-            x = tl.load(h + row * D + d)
-            acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
-        acc += tl.load(bias + c * B + slots)
-        tl.store(out + (row * P + j) * B + slots, acc)
-
-    return cluster_kernel
+    return triton_kernels
 
 
 def supports(cluster_size: int, hidden_size: int) -> bool:
@@ -80,11 +85,100 @@ def cluster_scores(h: torch.Tensor, weight_perm: torch.Tensor, top: torch.Tensor
                    slot_bias: torch.Tensor) -> torch.Tensor:
     """``h [S, D]``, ``weight_perm [C, b, D]``, ``top [S, p]``, ``slot_bias [C, b]`` -> float32 ``[S, p, b]``:
     each probed row's score ``h . w`` plus its slot bias (``-inf`` on padding slots)."""
-    cluster_kernel = _kernels()
+    cluster_kernel = _kernels().cluster_kernel
     s, p = top.shape
     _, b, d = weight_perm.shape
     h = h.to(weight_perm.dtype).contiguous()
     out = torch.empty(s, p, b, dtype=torch.float32, device=h.device)
     cluster_kernel[(p, s)](h, weight_perm, top.contiguous(), slot_bias.float().contiguous(), out, D=d, B=b, P=p,
                            BLOCK_D=_block(d), num_warps=4)
+    return out
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def probe(cluster_scores: torch.Tensor, n_probes: int, *, warps: int = 4,
+          chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``n_probes`` best of each row of ``cluster_scores [S, C]`` (bfloat16 or float32) as int32 indices in
+    ascending order, ``[S, n_probes]``, ties at the threshold to the lowest index (the set ``torch.topk``
+    returns, up to which of several equal scores it keeps); and an int64 ``[S]`` reset for :func:`greedy`'s
+    packed maximum. One program per row: a radix select, 8 bits a pass, then one pass that writes them."""
+    s, c = cluster_scores.shape
+    if cluster_scores.dtype == torch.bfloat16:
+        keys, bits = cluster_scores.contiguous().view(torch.int16), 16
+    else:
+        keys, bits = cluster_scores.float().contiguous().view(torch.int32), 32
+    top = torch.empty(s, n_probes, dtype=torch.int32, device=keys.device)
+    best = torch.empty(s, dtype=torch.int64, device=keys.device)
+    _kernels().select_kernel[(s,)](keys, top, best, n_probes, C=c, KEY_BITS=bits, CHUNK=min(chunk, _next_pow2(c)),
+                                   num_warps=warps)
+    return top, best
+
+
+#: tie-list length per row: more keys equal to the threshold than this and the tied probes are found by a scan
+TIE_CAP = 64
+#: scores per program of the counting and picking kernels
+PICK_BLOCK = 1024
+
+_workspaces: dict = {}
+
+
+def _workspace(device: torch.device, rows: int) -> dict:
+    """Per (device, rows): the zeroed histograms and counters the bfloat16 path keeps between calls (each call
+    leaves them zeroed again), the tie list and the threshold record. One call at a time per device stream."""
+    key = (str(device), rows)
+    if key not in _workspaces:
+        z = functools.partial(torch.zeros, dtype=torch.int32, device=device)
+        _workspaces[key] = {"hist16": z(rows, 65536), "hist8": z(rows, 256), "counters": z(rows, 2),
+                            "ties": z(rows, TIE_CAP), "ctl": z(rows, 4)}
+    return _workspaces[key]
+
+
+def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
+           tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor, special_ids: torch.Tensor,
+           n_probes: int, sentinel: int | None = None, *, block_d: int | None = None, warps: int = 4) -> torch.Tensor:
+    """FlashHead's whole greedy choice on a GPU, ``h [S, D] -> token ids [S]`` (int64), in five kernels and no
+    host synchronisation. With bfloat16 centroids (the GPU default): the centroid scores (one matrix product);
+    every score's key counted into histograms by many programs; the same programs read the P-th largest key
+    off the histograms and write the keys above it as probes, the keys equal to it into a tie list; then one
+    program per probed cluster (ties taken lowest cluster index first) and per 16 special tokens scores its
+    rows and packs its best (score, token) into one ``atomic_max``, while further programs zero the
+    histograms; the last kernel reads the token out. Float32 centroids take :func:`probe` (one program per
+    row) for the probes instead. The same arguments as FlashHead's fused functions (``sentinel`` unused: every
+    row has a winner). Ties between tokens go to the lowest token id, as everywhere in this project."""
+    k = _kernels()
+    s, d = h.shape
+    c, b, _ = weight_perm.shape
+    h = h.to(weight_perm.dtype).contiguous()
+    scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C]
+    ws = _workspace(h.device, s)
+    top = torch.empty(s, n_probes, dtype=torch.int32, device=h.device)
+    best = torch.empty(s, dtype=torch.int64, device=h.device)
+    try:
+        if scores.dtype == torch.bfloat16:
+            keys = scores.view(torch.int16)
+            grid = (-(-c // PICK_BLOCK), s)
+            k.count_kernel[grid](keys, ws["hist16"], ws["hist8"], best, C=c, BLOCK=PICK_BLOCK, num_warps=4)
+            k.pick_kernel[grid](keys, ws["hist16"], ws["hist8"], top, ws["counters"], ws["ties"], ws["ctl"], n_probes,
+                                C=c, BLOCK=PICK_BLOCK, CAP=TIE_CAP, num_warps=4)
+            n_zero = grid[0]
+        else:
+            top, best = probe(scores, n_probes)
+            keys, n_zero = scores.float().view(torch.int32), 0
+            ws["ctl"].zero_()  # every probe from ``top``: no ties to resolve
+        ns = int(special_ids.numel())
+        if ns == 0:  # never read (no program scores specials); valid pointers of the right types all the same
+            special_w, special_b, special_ids = weight_perm, slot_bias, tokens
+        n_special = -(-ns // b)
+        k.candidate_kernel[(n_probes + n_special + n_zero, s)](
+            h, weight_perm, top, slot_bias, tokens, special_w, special_b, special_ids, best, keys, ws["ties"],
+            ws["ctl"], ws["hist16"], ws["hist8"], ns, n_probes, n_special, C=c, D=d, B=b,
+            BLOCK_D=block_d or _block(d), CAP=TIE_CAP, BLOCK=PICK_BLOCK, num_warps=warps)
+        out = torch.empty(s, dtype=torch.int64, device=h.device)
+        k.finish_kernel[(s,)](best, out, ws["counters"], num_warps=1)
+    except BaseException:
+        _workspaces.pop((str(h.device), s), None)  # a half-run call may leave counts behind: start afresh
+        raise
     return out

@@ -1,0 +1,100 @@
+"""The target's verify cost on a GPU for ``thesis-lib gpu-check``: the forward over a block of n = 1..13 tokens
+against one token's, on a Qwen3-32B-shaped stack with fewer layers and random weights (bf16, not AWQ).
+
+Two curves: eager transformers timed by the wall clock (bound by the host's kernel launches at these sizes,
+and noisy), and, on a GPU, each block length's forward captured in a CUDA graph over a static KV cache and
+timed by CUDA events (the device's cost of a block: what the speedup model's ``v`` needs).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from ..decoding.state import ModelState
+from ..models.specs import QWEN3_CONFIGS
+from .graphs import capture
+from .timing import interleaved, stats_ms
+
+
+def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16):
+    """A randomly initialised Qwen3 causal LM of ``shape`` with ``layers`` layers, built on ``device``."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
+    cfg.num_hidden_layers = layers
+    with torch.device(device):
+        model = Qwen3ForCausalLM(cfg)
+    return model.to(dtype).eval()
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(torch.device(device))
+
+
+@torch.inference_mode()
+def verify_check(device: str, *, layers: int, reps: int, context: int, max_block: int = 13,
+                 shape: dict = QWEN3_CONFIGS["Qwen3-32B"]) -> dict:
+    """The forward over a block of n tokens over one step's, n = 1..max_block, on a Qwen3-32B-shaped stack."""
+    model = qwen3(shape, layers, device)
+    state = ModelState(model, buckets={})
+    ids = list(range(200, 200 + context + max_block))
+    state.hidden(ids[:context])
+    ms = {}
+    for n in range(1, max_block + 1):
+        times = []
+        for _ in range(reps + 1):
+            _sync(device)
+            t0 = time.perf_counter()
+            state.hidden(ids[context:context + n])
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+            state.crop(n)
+        ms[n] = 1000 * statistics.median(times[1:])
+    out = {"layers": layers, "context": context, "how": "eager transformers, wall clock around each call",
+           "ms": ms, "over_step": {n: v / ms[1] for n, v in ms.items()}}
+    if device.startswith("cuda"):
+        captured = verify_captured(model, device, reps=reps, context=context, max_block=max_block)
+        out = {**out, "captured_error": captured["error"]} if "error" in captured else {**captured, "eager": out}
+    return out
+
+
+@torch.inference_mode()
+def verify_captured(model, device: str, *, reps: int, context: int, max_block: int) -> dict:
+    """The verify curve with each block length's forward captured by hand in a CUDA graph over a static KV cache
+    and timed by CUDA events: the device's cost of a block, without the host's launches (which bind the eager
+    curve). Returns the eager-shaped document with ``how``, or ``{"error": ...}``."""
+    from transformers import StaticCache
+
+    layers = model.config.num_hidden_layers
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=context + max_block)
+        ids = torch.arange(200, 200 + context + max_block, device=device)[None]
+        model.model(input_ids=ids[:, :context], past_key_values=cache,
+                    cache_position=torch.arange(context, device=device), use_cache=True)
+        counters = [layer.cumulative_length for layer in getattr(cache, "layers", ())
+                    if hasattr(layer, "cumulative_length")]
+
+        def block(n: int):
+            position = torch.arange(context, context + n, device=device)
+            tokens = ids[:, context:context + n].clone()
+
+            def forward():
+                for counter in counters:  # every replay writes the same n cache slots after the context
+                    counter.fill_(context)
+                return model.model(input_ids=tokens, past_key_values=cache, cache_position=position,
+                                   use_cache=True).last_hidden_state
+
+            return capture(forward)
+
+        fns = {n: block(n) for n in range(1, max_block + 1)}
+    except Exception as exc:  # noqa: BLE001 - recorded; the eager curve stays the document's
+        return {"error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
+    times = interleaved({str(n): f for n, f in fns.items()}, 1, reps=reps * 3, warmup=3, desc="verify (captured)",
+                        progress=False, device=device)
+    ms = {int(n): stats_ms(t)["p50_ms"] for n, t in times.items()}
+    return {"layers": layers, "context": context, "how": "each block's forward captured in a CUDA graph, CUDA events",
+            "ms": ms, "over_step": {n: v / ms[1] for n, v in ms.items()}}

@@ -1,0 +1,136 @@
+"""FlashHead's Triton kernels (``thesis_lib.heads.gpu_kernels``) run by Triton's interpreter on the CPU.
+
+Run by ``tests/test_gpu_kernels.py`` in a process of its own with ``TRITON_INTERPRET=1`` set from the start:
+Triton's standard library (``tl.sum``, ``tl.cumsum``...) is compiled or interpreted by the switch's value when
+Triton is first imported, and in the main test process other code may import it first.
+
+The kernels are what the head runs on a GPU; here ``TRITON_INTERPRET=1`` executes the same kernel code with
+NumPy, so a change that breaks the probe selection, the tie rules or the packed argmax fails without a GPU.
+The reference is written out plainly in this file: rank the clusters by the bfloat16 centroid score (ties to
+the lower cluster index), score every candidate row in float32, take the highest score, ties to the lowest
+token id. Speed is not tested here (``thesis-lib gpu-check`` measures it on a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ["TRITON_INTERPRET"] = "1"  # before Triton is first imported
+pytest.importorskip("triton")
+
+from thesis_lib.bench.gpucheck import random_clustering  # noqa: E402
+from thesis_lib.heads import gpu_kernels  # noqa: E402
+from thesis_lib.heads.clustering import Clustering  # noqa: E402
+from thesis_lib.heads.flashhead import FlashHead  # noqa: E402
+
+
+def reference(h: torch.Tensor, head: FlashHead) -> list[int]:
+    """The semantics the kernels implement, one row at a time, in plain torch."""
+    out = []
+    for row in h:
+        cs = (row[None].to(head.fast_centroids.dtype) @ head.fast_centroids.T)[0].float()
+        order = sorted(range(cs.numel()), key=lambda i: (-cs[i].item(), i))[:head.n_probes]
+        w = head.weight_perm[order].reshape(-1, head.weight_perm.shape[-1]).float()
+        x = row.to(head.weight_perm.dtype).float()
+        scores = torch.cat([w @ x + head.slot_bias[order].reshape(-1), head.special_weight.float() @ x
+                            + head.special_bias])
+        ids = torch.cat([head.tokens[order].reshape(-1), head.special_ids])
+        out.append(int(ids[scores == scores.max()].min()))
+    return out
+
+
+def probes_of(scores: torch.Tensor, n: int) -> list[list[int]]:
+    return [sorted(sorted(range(r.numel()), key=lambda i: (-r[i].item(), i))[:n]) for r in scores.float()]
+
+
+def make_head(vocab=2048, hidden=64, clusters=128, probes=8, specials=(), seed=0, **kw) -> FlashHead:
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(vocab, hidden, generator=g) * 0.1).bfloat16()
+    return FlashHead(w, random_clustering(vocab, hidden, clusters, seed=seed), n_probes=probes,
+                     special_ids=specials, path="eager", **kw)
+
+
+@pytest.mark.parametrize("probes", [1, 7, 64, 128])
+@pytest.mark.parametrize("specials", [(), (3, 900, 2047)])
+def test_greedy_matches_the_plain_reference(probes, specials):
+    head = make_head(probes=probes, specials=specials, seed=probes)
+    h = torch.randn(5, 64, generator=torch.Generator().manual_seed(7)).bfloat16()
+    got = gpu_kernels.greedy(h, *head.fast_arguments())
+    assert got.dtype == torch.int64 and got.tolist() == reference(h, head)
+    # several rows in one call give what each row gives alone
+    assert got.tolist() == [int(gpu_kernels.greedy(h[i:i + 1], *head.fast_arguments())) for i in range(5)]
+
+
+def test_float32_centroids_take_the_one_program_select():
+    head = make_head(probes=9, specials=(5,), centroid_dtype="float32")
+    h = torch.randn(4, 64, generator=torch.Generator().manual_seed(1)).bfloat16()
+    assert gpu_kernels.greedy(h, *head.fast_arguments()).tolist() == reference(h, head)
+
+
+def test_ties_at_the_threshold_go_to_the_lowest_cluster_index():
+    """Centroid scores with many exact ties: few ties (the tie list), and every score equal (more ties than the
+    list holds: the scan). The probed set decides the token, so each case is built for the tie rule to show."""
+    vocab, hidden, clusters = 1024, 32, 128
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(vocab, hidden, generator=g) * 0.1).bfloat16()
+    assignments = torch.arange(vocab) % clusters
+    levels = torch.randint(0, 4, (clusters,), generator=g).float()  # 4 distinct scores: ties everywhere
+    centroids = torch.zeros(clusters, hidden)
+    centroids[:, 0] = 1.0 + levels
+    centroids[:, 1] = 1.0
+    head = FlashHead(w, Clustering(centroids=centroids, assignments=assignments, info={}), n_probes=21,
+                     path="eager")
+    h = torch.zeros(3, hidden)
+    h[:, 0] = 1.0
+    h[:, 2:] = torch.randn(3, hidden - 2, generator=g)
+    h = h.bfloat16()
+    assert gpu_kernels.greedy(h, *head.fast_arguments()).tolist() == reference(h, head)
+    assert head.n_probes < clusters and len(set(levels.tolist())) == 4  # the threshold level is shared
+    equal = FlashHead(w, Clustering(centroids=torch.ones(clusters, hidden), assignments=assignments, info={}),
+                      n_probes=5, path="eager")
+    assert clusters > gpu_kernels.TIE_CAP
+    got = gpu_kernels.greedy(h, *equal.fast_arguments()).tolist()
+    assert got == reference(h, equal)
+    # with every centroid alike the probes are clusters 0..4: the answer is the best token of those
+    first = equal.tokens[:5].reshape(-1)
+    scores = w[first].float() @ h.float().T
+    assert got == first[scores.argmax(0)].tolist()
+
+
+def test_the_one_program_select_keeps_the_set_topk_keeps():
+    for c, n in [(9496, 593), (1000, 1), (1000, 1000), (300, 37)]:
+        for dtype in (torch.bfloat16, torch.float32):
+            scores = (torch.randint(-40, 40, (2, c), generator=torch.Generator().manual_seed(c)).float() / 8).to(dtype)
+            top, _ = gpu_kernels.probe(scores, n, chunk=256)
+            assert [sorted(r) for r in top.tolist()] == probes_of(scores, n), (c, n, dtype)
+            assert all(r == sorted(r) for r in top.tolist())
+
+
+def test_equal_token_scores_go_to_the_lowest_id_also_across_clusters_and_specials():
+    vocab, hidden, clusters = 512, 16, 32
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(vocab, hidden, generator=g) * 0.01
+    h = torch.zeros(1, hidden)
+    h[0, 0] = 1.0
+    w[[300, 40, 77], 0] = 5.0  # three tokens share the best score; 40 is also a special token
+    w[[300, 40, 77], 1:] = 0.0
+    assignments = torch.arange(vocab) % clusters
+    head = FlashHead(w.bfloat16(), Clustering(centroids=torch.ones(clusters, hidden), assignments=assignments,
+                                              info={}), n_probes=clusters, special_ids=(40,), path="eager")
+    assert gpu_kernels.greedy(h.bfloat16(), *head.fast_arguments()).tolist() == [40]
+    head = FlashHead(w.bfloat16(), Clustering(centroids=torch.ones(clusters, hidden), assignments=assignments,
+                                              info={}), n_probes=clusters, path="eager")
+    assert gpu_kernels.greedy(h.bfloat16(), *head.fast_arguments()).tolist() == [40]
+
+
+def test_the_kept_histograms_are_zero_again_after_each_call():
+    """The bfloat16 path keeps its histograms between calls and relies on each call leaving them zeroed."""
+    head = make_head(vocab=4096, clusters=256, probes=16)
+    h = torch.randn(2, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
+    first = gpu_kernels.greedy(h, *head.fast_arguments()).tolist()
+    ws = gpu_kernels._workspaces[("cpu", 2)]
+    assert int(ws["hist16"].abs().sum() + ws["hist8"].abs().sum() + ws["counters"].abs().sum()) == 0
+    assert gpu_kernels.greedy(h, *head.fast_arguments()).tolist() == first == reference(h, head)
