@@ -11,16 +11,20 @@ import pandas as pd
 
 
 def best_flash_path(row: dict) -> str:
-    """The FlashHead path the table shows for a probe count: the Triton kernel captured in a CUDA graph where
-    the document has it (the GPU's fast path), else the compiled one."""
-    return "triton_captured" if "flash_triton_captured_ms" in row else "compiled"
+    """The FlashHead path the table shows for a probe count: the Triton kernels captured in a CUDA graph, timed
+    on the device alone ("queued": the GPU busy before each replay, so no launch latency) where the document
+    has it; else captured and timed with the launch; else the compiled path."""
+    for path in ("triton_queued", "triton_captured"):
+        if f"flash_{path}_ms" in row:
+            return path
+    return "compiled"
 
 
 def _pair_ms(row: dict) -> tuple[str, float, float]:
     """The path shown for a probe count and the (dense, FlashHead) medians on its like-for-like footing."""
     path = best_flash_path(row)
-    dense = row["dense_captured_ms"] if path == "triton_captured" else row["dense_ms"]
-    return path, dense, row[f"flash_{path}_ms"]
+    dense = {"triton_queued": "dense_queued_ms", "triton_captured": "dense_captured_ms"}.get(path, "dense_ms")
+    return path, row[dense], row[f"flash_{path}_ms"]
 
 
 def head_rows(doc: dict) -> pd.DataFrame:
@@ -32,6 +36,7 @@ def head_rows(doc: dict) -> pd.DataFrame:
     for r in check["head"]["curve"]:
         path, dense, flash = _pair_ms(r)
         agree = r.get("agree_with_reference", {})
+        agree = {**agree, "triton_queued": agree.get("triton_captured", "–")}  # the same graph, timed otherwise
         rows.append({"Probes": r["n_probes"], "Candidates": r["candidates"], "Dense head (ms)": dense,
                      "FlashHead (ms)": flash, "Speedup": dense / flash,
                      "Same token, this path": f"{agree.get(path, '–')}/{n}",
@@ -40,28 +45,49 @@ def head_rows(doc: dict) -> pd.DataFrame:
 
 
 #: what :func:`summary` gives when there is no document: every number nan
-NUMBERS = ("head_speedup", "agree_path", "agree_compiled", "rows", "probes", "body_ms", "topk_us", "dense_mm_us",
-           "step_speedup", "step_speedup_eager")
+NUMBERS = ("head_speedup", "head_speedup_launch", "flash_us", "dense_us", "agree_path", "agree_compiled", "rows",
+           "probes", "body_ms", "topk_us", "dense_mm_us", "kernels_us", "n_kernels", "step_speedup", "step_ceiling",
+           "step_head_share", "step_speedup_eager", "speedup_p64", "speedup_p128", "speedup_p256", "speedup_p593",
+           "verify13")
 
 
 def summary(doc: dict | None) -> dict:
-    """The numbers the page glues (``gpu_<key>``): head speedup and agreement at the most probes, draft-step
-    speedups (body in a CUDA graph, and eager), the profiled kernels; nan each, and no GPU's name, without a
-    document."""
+    """The numbers the page glues (``gpu_<key>``): the heads' ratio and agreement at the most probes (the shown
+    path's footing, and captured with the graph's launch in the interval), each probe count's ratio, the draft
+    step captured in one graph (its ratio, the free-head ceiling, the dense head's share), the eager step, the
+    profiled kernels; nan each, and no GPU's name, without a document."""
     nan = float("nan")
     if doc is None:
         return {**{k: nan for k in NUMBERS}, "name": "no GPU"}
     check = doc["gpu_check"]
-    top = max(check["head"]["curve"], key=lambda r: r["n_probes"])
+    curve = check["head"]["curve"]
+    top = max(curve, key=lambda r: r["n_probes"])
     path, dense, flash = _pair_ms(top)
     graphs = check.get("draft_step_graphs", {})
+    captured = graphs.get("captured") or {}
     agree = top.get("agree_with_reference", {})
+    agree = {**agree, "triton_queued": agree.get("triton_captured", nan)}
+    launch = (top["dense_captured_ms"] / top["flash_triton_captured_ms"] if "flash_triton_captured_ms" in top
+              else nan)
+    kernels = [r for r in (check.get("head_profile") or {}).get("flashhead", [])
+               if r["name"] == "aten::mm" or r["name"].endswith("_kernel")]
+    by_probes = {r["n_probes"]: _pair_ms(r) for r in curve}
+    verify = check.get("verify", {}).get("over_step", {})
     return {"probes": float(top["n_probes"]), "rows": float(check["head"]["rows"]), "head_speedup": dense / flash,
+            "head_speedup_launch": launch, "flash_us": 1000 * flash, "dense_us": 1000 * dense,
             "agree_path": float(agree.get(path, nan)), "agree_compiled": float(agree.get("compiled", nan)),
-            "step_speedup": graphs.get("speedup_triton", graphs.get("speedup", nan)),
-            "step_speedup_eager": check["draft_step"]["speedup"], "body_ms": graphs.get("body_ms", nan),
-            "topk_us": _kernel_us(check, "flashhead", "aten::topk"),
-            "dense_mm_us": _kernel_us(check, "dense", "aten::mm"), "name": check["versions"].get("gpu", "?")}
+            "step_speedup": captured.get("speedup", graphs.get("speedup_triton", graphs.get("speedup", nan))),
+            "step_ceiling": captured.get("ceiling", nan),
+            "step_head_share": 100 * captured.get("dense_head_share", nan),
+            "step_speedup_eager": check["draft_step"]["speedup"],
+            "body_ms": captured.get("body_ms", graphs.get("body_ms", nan)),
+            "topk_us": 1000 * (check.get("head_profile") or {}).get("topk_sorted_False_ms", nan),
+            "dense_mm_us": _kernel_us(check, "dense", "aten::mm"),
+            "kernels_us": sum(r["us_per_head_call"] for r in kernels) if kernels else nan,
+            "n_kernels": float(len(kernels)) if kernels else nan,
+            **{f"speedup_p{n}": (by_probes[n][1] / by_probes[n][2] if n in by_probes else nan)
+               for n in (64, 128, 256, 593)},
+            "verify13": float(verify.get("13", verify.get(13, nan))), "name": check["versions"].get("gpu", "?")}
 
 
 def _kernel_us(check: dict, head: str, name: str) -> float:

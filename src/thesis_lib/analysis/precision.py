@@ -33,7 +33,8 @@ def curve_table(doc: dict, gpu_doc: dict | None = None) -> pd.DataFrame:
     cols.update({f"draft, {p}": _curve(doc, f"draft/{p}") for p in doc["precisions"] if p != "int4"})
     verify = ((gpu_doc or {}).get("gpu_check") or gpu_doc or {}).get("verify")
     if verify:
-        cols[f"GPU: {verify['layers']} Qwen3-32B-shaped layers, bf16 (random weights)"] = {
+        how = ", CUDA graphs" if "graph" in verify.get("how", "") else ""
+        cols[f"GPU: {verify['layers']} Qwen3-32B-shaped layers, bf16 (random weights{how})"] = {
             int(n): float(v) for n, v in verify["over_step"].items()}
     ns = range(1, int(doc["max_block"]) + 1)
     return pd.DataFrame({"block of n tokens": list(ns), **{c: [v.get(n) for n in ns] for c, v in cols.items()}})

@@ -75,6 +75,23 @@ def gpu_step_target(ratio: float) -> str:
     return target_met(ratio, 1.108)
 
 
+def gpu_probes_meeting(s64: float, s128: float, s256: float, s593: float, target: float = 4.32) -> str:
+    """At which of gpu-check's probe counts (64, 128, 256, 593) the head ratio reaches the thesis' 4.32x."""
+    hits = [str(n) for n, s in zip((64, 128, 256, 593), (s64, s128, s256, s593)) if s == s and s >= target]
+    if not hits:
+        return "at none of the probe counts measured"
+    return "at " + (hits[0] if len(hits) == 1 else ", ".join(hits[:-1]) + " and " + hits[-1]) + " probes"
+
+
+def step_reach(ceiling: float, target: float = 1.108) -> str:
+    """Whether any head, however fast, could bring the draft step to the target, given the free-head ceiling."""
+    if ceiling != ceiling:
+        return "which was not measured"
+    if ceiling < target:
+        return "so no head, however fast, can reach the thesis' 1.108x on this body"
+    return "so a faster head could still reach the thesis' 1.108x on this body"
+
+
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
     """What torch.compile's head did against the reference, beside the path the page shows: a count well below
     that path's (fewer than half of it) is called wrong, not a rounding difference."""
@@ -224,7 +241,11 @@ RULES = {
     },
     "ch4_results": {
         "gpu_head_met": (gpu_head_target, ("gpu_head_speedup",)),
+        "gpu_head_launch_met": (gpu_head_target, ("gpu_head_speedup_launch",)),
+        "gpu_probes_meeting": (gpu_probes_meeting, ("gpu_speedup_p64", "gpu_speedup_p128", "gpu_speedup_p256",
+                                                    "gpu_speedup_p593")),
         "gpu_step_met": (gpu_step_target, ("gpu_step_speedup",)),
+        "gpu_step_reach": (step_reach, ("gpu_step_ceiling",)),
         "gpu_compiled_verdict": (compiled_sound, ("gpu_agree_compiled", "gpu_agree_path", "gpu_rows")),
         "step_vs_head": (step_vs_head, ("step_speedup", "head_speedup")),
         "deferred_lift_dense": (lift, ("def_dense_vs_base", "ord_dense_vs_base")),
