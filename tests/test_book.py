@@ -454,6 +454,17 @@ def test_the_4bit_verdicts_follow_their_numbers():
     assert precision.jumps({1: 1.0, 2: 1.1, 3: 1.2}).startswith("rises without jumps")
 
 
+def test_the_memory_verdict_follows_the_streaming_share():
+    """A float32 step at the machine's streaming rate is memory-bound: bf16's bytes cap its gain; one well below
+    the rate is not; the cap reads off the numbers (2x the bytes at 95 % of the rate: about 2.1x at most)."""
+    from thesis_lib.analysis import verdicts
+
+    bound = verdicts.memory_bound(38.0, 40.0, 2.0)
+    assert "bound by memory" in bound and "2.1 times" in bound and "out of reach" in bound
+    assert "not bound by memory" in verdicts.memory_bound(20.0, 40.0, 2.0)
+    assert verdicts.memory_bound(float("nan"), 40.0, 2.0) == "was not measured"
+
+
 def test_the_gpu_document_reads_as_its_numbers_say():
     """Chapter 4's GPU paragraph on the saved H100 document: the shown footing is the captured heads' device
     time at 593 probes (the dense head's and FlashHead's own rows, not the launch-timed ones), the verdicts

@@ -178,5 +178,9 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
         assert 1 <= doc["end_to_end"]["summary"][p]["vs_baseline"]["dense_deferred"]["mean_emitted"] <= 3
     rows = analysis.model_rows(doc, 0.5)
     assert list(rows.precision) == precisions and (rows["v = verify(3) / step"] > 0).all()
+    bw = doc["bandwidth"]  # the tiny target's weights per step: float32 twice bfloat16's bytes; int4's not counted
+    assert bw["stream_read_gbps"] > 0 and bw["step_bytes"]["target/float32"] == 2 * bw["step_bytes"]["target/bfloat16"]
+    assert ("target/int4" not in bw["step_bytes"]) or bw["step_bytes"]["target/int4"] is None
+    assert analysis.summary(doc, 0.5)["prec_bytes_ratio_bfloat16"] == 2.0
     assert all(v != v for v in analysis.summary(None, 0.5).values())  # no document: nothing to glue but nan
     assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err

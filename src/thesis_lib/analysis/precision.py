@@ -66,7 +66,8 @@ KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "verify9",
                                                              "model", "measured_dense", "measured", "base_ms_token",
                                                              "flash_ms_token")) + (
     "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_target_ratio_int4", "prec_draft_ratio_int4",
-    "prec_context", "prec_reps") + tuple(f"prec_jumps_{p}" for p in PRECISIONS)
+    "prec_context", "prec_reps", "prec_stream_gbps", "prec_step_gbps_float32", "prec_step_gbps_bfloat16",
+    "prec_bytes_ratio_bfloat16") + tuple(f"prec_jumps_{p}" for p in PRECISIONS)
 
 #: A block size where the curve rises by at least this many steps over the block one token shorter is a jump.
 JUMP = 0.4
@@ -106,6 +107,15 @@ def summary(doc: dict | None, alpha: float) -> dict:
     for p, r in (doc.get("ratios") or {}).items():
         out[f"prec_target_ratio_{p}"] = float(r["target_step"])
         out[f"prec_draft_ratio_{p}"] = float(r["draft_step"])
+    bw = doc.get("bandwidth") or {}
+    if bw:
+        out["prec_stream_gbps"] = float(bw["stream_read_gbps"])
+        for p in ("float32", "bfloat16"):
+            if bw["step_gbps"].get(f"target/{p}") is not None:
+                out[f"prec_step_gbps_{p}"] = float(bw["step_gbps"][f"target/{p}"])
+        b32, b16 = bw["step_bytes"].get("target/float32"), bw["step_bytes"].get("target/bfloat16")
+        if b32 and b16:
+            out["prec_bytes_ratio_bfloat16"] = b32 / b16
     out["prec_context"] = int(doc["context_tokens"])
     out["prec_reps"] = int(doc["reps"])
     return out

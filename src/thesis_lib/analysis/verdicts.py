@@ -194,6 +194,22 @@ def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, 
     return f"{c_text} while {v_text}: {pull}"
 
 
+def memory_bound(step_gbps_float32: float, stream_gbps: float, bytes_ratio: float, target: float = 2.5) -> str:
+    """Whether the float32 step already reads its weights at about the machine's streaming rate (80 % or more),
+    and so whether bfloat16, with ``bytes_ratio`` times fewer bytes, could reach ``target`` times faster."""
+    if any(x != x for x in (step_gbps_float32, stream_gbps, bytes_ratio)):
+        return "was not measured"
+    share = step_gbps_float32 / stream_gbps
+    if share >= 0.8:
+        reach = ("out of reach" if bytes_ratio * stream_gbps / step_gbps_float32 < target
+                 else "within reach only above the machine's streaming rate")
+        return (f"float32 already reads its weights at {100 * share:.0f} % of that rate, so the step is bound by "
+                f"memory: with {bytes_ratio:.2f} times fewer bytes a bfloat16 step can be at most about "
+                f"{bytes_ratio * stream_gbps / step_gbps_float32:.1f} times faster, and {target}x is {reach}")
+    return (f"float32 reads its weights at only {100 * share:.0f} % of that rate, so its step is not bound by memory "
+            f"and a bfloat16 step could gain more than the {bytes_ratio:.2f}x its bytes allow")
+
+
 def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: float, speedup_bfloat16: float) -> str:
     """What the 4-bit target does to speculative decoding beside the bf16 one: whether a block of five costs more
     of its own steps (5 % or more), and whether FlashHead deferred's speedup over its own target-only decoding
@@ -236,6 +252,8 @@ RULES = {
         "prec_measured_best": (best_precision, ("prec_measured_float32", "prec_measured_bfloat16")),
         "prec_int4_effect": (int4_effect, ("prec_verify5_int4", "prec_verify5_bfloat16", "prec_measured_int4",
                                            "prec_measured_bfloat16")),
+        "prec_memory_bound": (memory_bound, ("prec_step_gbps_float32", "prec_stream_gbps",
+                                             "prec_bytes_ratio_bfloat16")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

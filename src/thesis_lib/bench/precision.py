@@ -13,6 +13,10 @@ What this module knows:
   dense-draft and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the
   speculative output is checked against the same precision's target-only output (lossless) and the precisions' outputs
   are compared with each other (how often bf16 rounding changes the greedy text).
+- :func:`bandwidth`: what the machine streams from memory (:func:`stream_gbps`, before and after the curves) and
+  the rate at which each one-token step reads its weights (:func:`step_bytes` over the step's time): a step
+  reading at about the machine's rate is bound by memory, so a number format can shorten it by at most the
+  ratio of its bytes.
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
 ratios are the precision's effect alone. ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
@@ -144,6 +148,51 @@ def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress
     return {"prompts": len(prompts), "rows": rows, "summary": summary}
 
 
+def step_bytes(model) -> int | None:
+    """Bytes of weights one greedy step reads: every linear layer's weight once (oneDNN-packed or plain, head
+    included), the input embedding not (a step reads one row of it); None where a weight is a quantised tensor
+    subclass (the int4 body), whose bytes this does not count."""
+    from ..models.packing import PackedLinear
+
+    total = 0
+    for m in model.modules():
+        if isinstance(m, PackedLinear):
+            total += m.in_features * m.out_features * torch.empty((), dtype=m.out_dtype).element_size()
+        elif isinstance(m, torch.nn.Linear):
+            w = m.weight.detach()
+            if type(w) is not torch.Tensor:
+                return None
+            total += w.numel() * w.element_size()
+    return total
+
+
+def stream_gbps(*, gib: float = 1.0, reps: int = 9) -> float:
+    """What this machine reads from memory per second with torch's threads: the median over ``reps`` sums of a
+    ``gib`` GiB float32 tensor (far larger than any cache), in GB/s. A decode step whose weights stream at about
+    this rate is bound by memory, and then halving the weights' bytes can at most halve its time."""
+    x = torch.ones(int(gib * 2 ** 28), dtype=torch.float32)
+    x.sum()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.numel() * 4 / statistics.median(times) / 1e9
+
+
+def bandwidth(doc: dict, pairs: dict, before: float, after: float) -> dict:
+    """The stream rate around the verify curves, and each model's weights per step over its one-token step time."""
+    out = {"stream_read_gbps": statistics.median([before, after]), "stream_before_gbps": before,
+           "stream_after_gbps": after, "step_bytes": {}, "step_gbps": {}}
+    for p, pair in pairs.items():
+        for role, lm in zip(("target", "draft"), pair):
+            name = f"{role}/{p}"
+            n = step_bytes(lm.model)
+            out["step_bytes"][name] = n
+            out["step_gbps"][name] = None if n is None else n / (doc["verify"][name]["ms"][1] / 1e3) / 1e9
+    return out
+
+
 def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prompts: list | None = None,
         context_prompt: int = 0, max_block: int = 13, reps: int = 15, e2e_prompts: int = 3, max_new_tokens: int = 32,
         k: int = 4, int4_group: int = INT4_GROUP, progress: bool = True) -> dict:
@@ -177,7 +226,9 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     for p, (t, d) in pairs.items():
         states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)
         states[f"draft/{p}"] = ModelState(d.model, vocab_limit=d.vocab_limit)
+    before = stream_gbps()
     doc["verify"] = verify_curve(states, context, max_block=max_block, reps=reps, progress=progress)
+    doc["bandwidth"] = bandwidth(doc, pairs, before, stream_gbps())
     del states
     if e2e_prompts:
         runners = {p: Runner(t, d, k=k, max_new_tokens=max_new_tokens, flash_head=flashhead_for(d, progress=progress))
@@ -222,6 +273,12 @@ def text(doc: dict) -> str:
         lines.append(f"{n:<5}" + "".join(f"{c:>24}" for c in cells))
     for p, r in doc.get("ratios", {}).items():
         lines.append(f"{p} over float32: target step {r['target_step']:.2f}x faster, draft step {r['draft_step']:.2f}x faster")
+    bw = doc.get("bandwidth")
+    if bw:
+        lines.append(f"memory: the machine streams {bw['stream_read_gbps']:.1f} GB/s (sum of 1 GiB); a one-token step "
+                     "reads its weights at " + ", ".join(f"{n} {g:.1f} GB/s ({b / 1e9:.2f} GB)" for n, g, b in
+                                                         ((n, bw['step_gbps'][n], bw['step_bytes'][n])
+                                                          for n in bw['step_gbps']) if g is not None))
     e2e = doc.get("end_to_end")
     if e2e:
         lines.append(f"end to end, {e2e['prompts']} prompts, K = {doc['k']}, {doc['max_new_tokens']} new tokens:")
