@@ -134,3 +134,32 @@ def test_the_kept_histograms_are_zero_again_after_each_call():
     ws = gpu_kernels._workspaces[("cpu", 2)]
     assert int(ws["hist16"].abs().sum() + ws["hist8"].abs().sum() + ws["counters"].abs().sum()) == 0
     assert gpu_kernels.greedy(h, *head.fast_arguments()).tolist() == first == reference(h, head)
+
+
+def test_many_counting_programs_per_row_agree(monkeypatch):
+    """Rows split over several counting and picking programs (their slot counters, a tie list filled by several
+    programs, zeroing by several programs): the same tokens as the plain reference, histograms zero after."""
+    monkeypatch.setattr(gpu_kernels, "PICK_BLOCK", 64)
+    head = make_head(vocab=4096, clusters=256, probes=40, specials=(1, 2))
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(4)).bfloat16()
+    assert gpu_kernels.greedy(h, *head.fast_arguments()).tolist() == reference(h, head)
+    vocab, hidden, clusters = 2048, 32, 256  # coarse centroid scores: ties at the threshold across programs
+    g = torch.Generator().manual_seed(6)
+    centroids = torch.zeros(clusters, hidden)
+    centroids[:, 0] = 1.0 + torch.randint(0, 6, (clusters,), generator=g).float()
+    tied = FlashHead((torch.randn(vocab, hidden, generator=g) * 0.1).bfloat16(),
+                     Clustering(centroids=centroids, assignments=torch.arange(vocab) % clusters, info={}),
+                     n_probes=70, path="eager")
+    x = torch.zeros(2, hidden)
+    x[:, 0] = 1.0
+    x[:, 1:] = torch.randn(2, hidden - 1, generator=g)
+    assert gpu_kernels.greedy(x.bfloat16(), *tied.fast_arguments()).tolist() == reference(x.bfloat16(), tied)
+    ws = gpu_kernels._workspaces[("cpu", 2)]
+    assert int(ws["hist16"].abs().sum() + ws["hist8"].abs().sum() + ws["counters"].abs().sum()) == 0
+
+
+def test_minus_zero_and_plus_zero_are_one_score():
+    """Scores -0.0 and +0.0 are equal: a tie, so the lower cluster index is probed first."""
+    scores = torch.tensor([[-0.0, 0.0, -1.0]], dtype=torch.bfloat16)
+    assert gpu_kernels.probe(scores.float(), 1)[0].tolist() == [[0]]
+    assert gpu_kernels.probe(scores, 1)[0].tolist() == [[0]]

@@ -235,7 +235,7 @@ class FlashHead(nn.Module):
             # on a GPU "auto" takes the Triton kernel: torch.compile's code for this head gave wrong tokens on an
             # H100 at 593 probes (gpu-check's agreement rows), and was slower
             self._active_path = "triton"
-            if fn is _greedy_fused:  # the whole greedy head in three kernels after the centroid product
+            if fn is _greedy_fused:  # the whole greedy head in four kernels after the centroid product
                 return gpu_kernels.greedy(*args)
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
         if self.path in ("auto", "compiled"):

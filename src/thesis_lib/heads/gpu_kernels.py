@@ -127,7 +127,8 @@ _workspaces: dict = {}
 
 def _workspace(device: torch.device, rows: int) -> dict:
     """Per (device, rows): the zeroed histograms and counters the bfloat16 path keeps between calls (each call
-    leaves them zeroed again), the tie list and the threshold record. One call at a time per device stream."""
+    leaves them zeroed again), the tie list and the threshold record. Shared by every head on the device: one
+    call at a time per device (two streams calling at once would mix their counts)."""
     key = (str(device), rows)
     if key not in _workspaces:
         z = functools.partial(torch.zeros, dtype=torch.int32, device=device)
@@ -151,8 +152,8 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
     k = _kernels()
     s, d = h.shape
     c, b, _ = weight_perm.shape
+    scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C], ranked as the torch paths rank
     h = h.to(weight_perm.dtype).contiguous()
-    scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C]
     ws = _workspace(h.device, s)
     top = torch.empty(s, n_probes, dtype=torch.int32, device=h.device)
     best = torch.empty(s, dtype=torch.int64, device=h.device)
@@ -179,6 +180,7 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
         out = torch.empty(s, dtype=torch.int64, device=h.device)
         k.finish_kernel[(s,)](best, out, ws["counters"], num_warps=1)
     except BaseException:
-        _workspaces.pop((str(h.device), s), None)  # a half-run call may leave counts behind: start afresh
+        for name in ("hist16", "hist8", "counters"):  # a half-run call may leave counts behind: zero them in place
+            ws[name].zero_()                          # (captured graphs keep these buffers' addresses)
         raise
     return out

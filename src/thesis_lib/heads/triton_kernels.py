@@ -32,9 +32,11 @@ def _keys(scores, row, C, offs, KEY_BITS: tl.constexpr):
     inside = offs < C
     if KEY_BITS == 16:
         raw = tl.load(scores + row * C + offs, mask=inside, other=0).to(tl.int32) & 0xFFFF
+        raw = tl.where(raw == 0x8000, 0, raw)  # -0.0 is +0.0: equal scores, one key (a tie)
         key = tl.where((raw & 0x8000) != 0, 0xFFFF - raw, raw | 0x8000)
     else:
         raw = tl.load(scores + row * C + offs, mask=inside, other=0).to(tl.int64) & 0xFFFFFFFF
+        raw = tl.where(raw == 0x80000000, 0, raw)
         key = tl.where((raw & 0x80000000) != 0, 0xFFFFFFFF - raw, raw | 0x80000000)
     return key, inside
 
@@ -138,7 +140,8 @@ def pick_kernel(scores, hist16, hist8, top, counters, ties, ctl, P, C: tl.conste
     key, inside = _keys(scores, row, C, offs, 16)
     above = inside & (key > t)
     base = tl.atomic_add(counters + row * 2, tl.sum(above.to(tl.int32), axis=0), sem="relaxed")
-    tl.store(top + row * P + base + tl.cumsum(above.to(tl.int32), axis=0) - 1, offs, mask=above)
+    slot = base + tl.cumsum(above.to(tl.int32), axis=0) - 1
+    tl.store(top + row * P + slot, offs, mask=above & (slot < P - need))  # never past the row, whatever the counts
     level = inside & (key == t)
     base = tl.atomic_add(counters + row * 2 + 1, tl.sum(level.to(tl.int32), axis=0), sem="relaxed")
     slot = base + tl.cumsum(level.to(tl.int32), axis=0) - 1
