@@ -27,6 +27,12 @@ def _pair_ms(row: dict) -> tuple[str, float, float]:
     return path, row[dense], row[f"flash_{path}_ms"]
 
 
+def _agreement(row: dict) -> dict:
+    """Same-token counts per path; the device-timed path is the captured graph timed otherwise: its count."""
+    agree = row.get("agree_with_reference", {})
+    return {**agree, "triton_queued": agree.get("triton_captured", float("nan"))}
+
+
 def head_rows(doc: dict) -> pd.DataFrame:
     """One row per probe count: the dense head and FlashHead, each on the document's like-for-like footing,
     their ratio, and how many states each FlashHead path gave the float32 reference's token."""
@@ -35,8 +41,7 @@ def head_rows(doc: dict) -> pd.DataFrame:
     n = check["head"]["rows"]
     for r in check["head"]["curve"]:
         path, dense, flash = _pair_ms(r)
-        agree = r.get("agree_with_reference", {})
-        agree = {**agree, "triton_queued": agree.get("triton_captured", "–")}  # the same graph, timed otherwise
+        agree = _agreement(r)
         rows.append({"Probes": r["n_probes"], "Candidates": r["candidates"], "Dense head (ms)": dense,
                      "FlashHead (ms)": flash, "Speedup": dense / flash,
                      "Same token, this path": f"{agree.get(path, '–')}/{n}",
@@ -65,8 +70,7 @@ def summary(doc: dict | None) -> dict:
     path, dense, flash = _pair_ms(top)
     graphs = check.get("draft_step_graphs", {})
     captured = graphs.get("captured") or {}
-    agree = top.get("agree_with_reference", {})
-    agree = {**agree, "triton_queued": agree.get("triton_captured", nan)}
+    agree = _agreement(top)
     launch = (top["dense_captured_ms"] / top["flash_triton_captured_ms"] if "flash_triton_captured_ms" in top
               else nan)
     kernels = [r for r in (check.get("head_profile") or {}).get("flashhead", [])

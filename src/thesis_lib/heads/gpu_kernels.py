@@ -24,7 +24,8 @@ one program (27-29 us: each 2,048-wide histogram or prefix sum in one block cost
 chunks add up). Spreading the counting over many blocks with global atomics took the choice to ~7 us (count
 2.2 us + pick 4.6 us). The candidate scores are 7.1 us (19 MB of rows at ~2.7 TB/s), the matrix product 6.4 us.
 The whole head, captured and timed on the device alone: 32.0 us at 593 probes (25.1 us at 64) against the
-dense head's 124 us; its kernels account for 21.4 us, the gaps between them for the rest. Without a graph, Python's launches of five kernels cost more than the work.
+dense head's 124 us; its kernels account for 21.4 us, the gaps between them for the rest. Without a graph,
+Python's launches of five kernels cost more than the work.
 
 :func:`probe` (one program per row) remains for float32 centroid scores, and :func:`cluster_scores` (the
 candidates' scores as a tensor) for the confidence head, which needs every candidate's score.
@@ -155,10 +156,10 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
     scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C], ranked as the torch paths rank
     h = h.to(weight_perm.dtype).contiguous()
     ws = _workspace(h.device, s)
-    top = torch.empty(s, n_probes, dtype=torch.int32, device=h.device)
-    best = torch.empty(s, dtype=torch.int64, device=h.device)
     try:
         if scores.dtype == torch.bfloat16:
+            top = torch.empty(s, n_probes, dtype=torch.int32, device=h.device)
+            best = torch.empty(s, dtype=torch.int64, device=h.device)
             keys = scores.view(torch.int16)
             grid = (-(-c // PICK_BLOCK), s)
             k.count_kernel[grid](keys, ws["hist16"], ws["hist8"], best, C=c, BLOCK=PICK_BLOCK, num_warps=4)

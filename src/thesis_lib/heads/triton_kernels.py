@@ -10,22 +10,6 @@ import triton.language as tl
 INT64_MIN = tl.constexpr(-9223372036854775807 - 1)
 
 @triton.jit
-def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, P: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
-    j = tl.program_id(0)
-    row = tl.program_id(1)
-    c = tl.load(top + row * P + j)
-    slots = tl.arange(0, B)
-    acc = tl.zeros((B,), dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):
-        d = d0 + tl.arange(0, BLOCK_D)
-        w = tl.load(weight + c * B * D + slots[:, None] * D + d[None, :])
-        x = tl.load(h + row * D + d)
-        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
-    acc += tl.load(bias + c * B + slots)
-    tl.store(out + (row * P + j) * B + slots, acc)
-
-@triton.jit
 def _keys(scores, row, C, offs, KEY_BITS: tl.constexpr):
     """Order-preserving non-negative integer keys of one row's scores at ``offs`` (bfloat16 read as int16 ->
     int32 keys in [0, 2^16); float32 read as int32 -> int64 keys in [0, 2^32)), and which offsets are inside."""
@@ -96,6 +80,18 @@ def _dot_rows(h, row, base, valid, R: tl.constexpr, D: tl.constexpr, BLOCK_D: tl
         x = tl.load(h + row * D + d)
         acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
     return acc
+
+
+@triton.jit
+def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, P: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    # one program per probed cluster: its B rows' scores plus the slot bias, written out (the confidence head)
+    j = tl.program_id(0)
+    row = tl.program_id(1)
+    c = tl.load(top + row * P + j).to(tl.int64)
+    slots = tl.arange(0, B)
+    score = _dot_rows(h, row, weight + (c * B + slots) * D, slots < B, B, D, BLOCK_D)
+    tl.store(out + (row * P + j) * B + slots, score + tl.load(bias + c * B + slots))
 
 
 @triton.jit
