@@ -181,6 +181,9 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     bw = doc["bandwidth"]  # the tiny target's weights per step: float32 twice bfloat16's bytes; int4's not counted
     assert bw["stream_read_gbps"] > 0 and bw["step_bytes"]["target/float32"] == 2 * bw["step_bytes"]["target/bfloat16"]
     assert ("target/int4" not in bw["step_bytes"]) or bw["step_bytes"]["target/int4"] is None
+    # the plain-sum read timed beside the steps, once per repetition, for each precision with countable bytes
+    assert set(bw["read_gbps"]) == {p for p in precisions if p != "int4"} and min(bw["read_gbps"].values()) > 0
+    assert set(bw["step_share"]) == {f"target/{p}" for p in bw["read_gbps"]}
     assert analysis.summary(doc, 0.5)["prec_bytes_ratio_bfloat16"] == 2.0
     assert all(v != v for v in analysis.summary(None, 0.5).values())  # no document: nothing to glue but nan
     assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err

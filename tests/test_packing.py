@@ -165,3 +165,19 @@ def test_refined_bf16_head_picks_the_unrounded_argmax():
     m.get_output_embeddings = lambda: m.lm_head
     pack_linears(m)
     assert isinstance(m.lm_head, PackedLinear) and int(DenseGreedyHead.from_model(m)(h)) == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_read_probe_imitates_one_layer_of_the_model_it_is_given(tiny_models, dtype):
+    """precision-bench's plain-sum read (timed beside the steps): one decoder layer's linear shapes, the head's
+    excepted, in the asked precision, repeated past ``min_bytes``; a packed model gives the same shapes as its
+    dense self."""
+    from thesis_lib.bench.precision import read_probe
+
+    dense, packed = tiny_models[("f32", "qwen2", "target")], tiny_models[("f32p", "qwen2", "target")]
+    layer = dense.model.layers[0]
+    per = sum(m.weight.numel() for m in layer.modules() if isinstance(m, torch.nn.Linear))
+    size = torch.empty((), dtype=dtype).element_size()
+    for model in (dense, packed):
+        nbytes, secs = read_probe(model, dtype, min_bytes=10 * per * size + 1)()
+        assert nbytes == 11 * per * size and secs > 0

@@ -67,6 +67,7 @@ KEYS = tuple(f"prec_{k}_{p}" for p in PRECISIONS for k in ("verify5", "verify9",
                                                              "flash_ms_token")) + (
     "prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16", "prec_target_ratio_int4", "prec_draft_ratio_int4",
     "prec_context", "prec_reps", "prec_stream_gbps", "prec_step_gbps_float32", "prec_step_gbps_bfloat16",
+    "prec_read_gbps_float32", "prec_read_gbps_bfloat16", "prec_step_share_float32", "prec_step_share_bfloat16",
     "prec_bytes_ratio_bfloat16") + tuple(f"prec_jumps_{p}" for p in PRECISIONS)
 
 #: A block size where the curve rises by at least this many steps over the block one token shorter is a jump.
@@ -113,6 +114,10 @@ def summary(doc: dict | None, alpha: float) -> dict:
         for p in ("float32", "bfloat16"):
             if bw["step_gbps"].get(f"target/{p}") is not None:
                 out[f"prec_step_gbps_{p}"] = float(bw["step_gbps"][f"target/{p}"])
+            if p in bw.get("read_gbps", {}):
+                out[f"prec_read_gbps_{p}"] = float(bw["read_gbps"][p])
+            if f"target/{p}" in bw.get("step_share", {}):
+                out[f"prec_step_share_{p}"] = 100 * float(bw["step_share"][f"target/{p}"])
         b32, b16 = bw["step_bytes"].get("target/float32"), bw["step_bytes"].get("target/bfloat16")
         if b32 and b16:
             out["prec_bytes_ratio_bfloat16"] = b32 / b16

@@ -194,20 +194,22 @@ def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, 
     return f"{c_text} while {v_text}: {pull}"
 
 
-def memory_bound(step_gbps_float32: float, stream_gbps: float, bytes_ratio: float, target: float = 2.5) -> str:
-    """Whether the float32 step already reads its weights at about the machine's streaming rate (80 % or more),
-    and so whether bfloat16, with ``bytes_ratio`` times fewer bytes, could reach ``target`` times faster."""
-    if any(x != x for x in (step_gbps_float32, stream_gbps, bytes_ratio)):
+def memory_bound(step_gbps_float32: float, read_gbps_float32: float, step_gbps_bfloat16: float,
+                 read_gbps_bfloat16: float, bytes_ratio: float, target: float = 2.5) -> str:
+    """How close each precision's step comes to the rate a plain read of matrices of the same shapes and bytes gets
+    in the same minutes (80 % or more: bound by memory), and whether bfloat16's ``bytes_ratio`` times fewer bytes,
+    read at that full rate, could make its step ``target`` times faster than the float32 step measured:
+    ``bytes_ratio * read_bf16 / step_fp32``."""
+    if any(x != x for x in (step_gbps_float32, read_gbps_float32, step_gbps_bfloat16, read_gbps_bfloat16,
+                            bytes_ratio)):
         return "was not measured"
-    share = step_gbps_float32 / stream_gbps
-    if share >= 0.8:
-        reach = ("out of reach" if bytes_ratio * stream_gbps / step_gbps_float32 < target
-                 else "within reach only above the machine's streaming rate")
-        return (f"float32 already reads its weights at {100 * share:.0f} % of that rate, so the step is bound by "
-                f"memory: with {bytes_ratio:.2f} times fewer bytes a bfloat16 step can be at most about "
-                f"{bytes_ratio * stream_gbps / step_gbps_float32:.1f} times faster, and {target}x is {reach}")
-    return (f"float32 reads its weights at only {100 * share:.0f} % of that rate, so its step is not bound by memory "
-            f"and a bfloat16 step could gain more than the {bytes_ratio:.2f}x its bytes allow")
+    s32, s16 = step_gbps_float32 / read_gbps_float32, step_gbps_bfloat16 / read_gbps_bfloat16
+    cap = bytes_ratio * read_gbps_bfloat16 / step_gbps_float32
+    bound = "bound by memory" if s32 >= 0.8 else "not bound by memory"
+    reach = "out of reach" if cap < target else "within reach"
+    return (f"float32 reads its weights at {100 * s32:.0f} % of that rate ({bound}) and bfloat16 at {100 * s16:.0f} %: "
+            f"a bfloat16 step reading its {bytes_ratio:.2f} times fewer bytes at the full rate would be {cap:.1f} times "
+            f"faster than the float32 one, so {target}x is {reach} by the bytes alone")
 
 
 def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: float, speedup_bfloat16: float) -> str:
@@ -252,7 +254,8 @@ RULES = {
         "prec_measured_best": (best_precision, ("prec_measured_float32", "prec_measured_bfloat16")),
         "prec_int4_effect": (int4_effect, ("prec_verify5_int4", "prec_verify5_bfloat16", "prec_measured_int4",
                                            "prec_measured_bfloat16")),
-        "prec_memory_bound": (memory_bound, ("prec_step_gbps_float32", "prec_stream_gbps",
+        "prec_memory_bound": (memory_bound, ("prec_step_gbps_float32", "prec_read_gbps_float32",
+                                             "prec_step_gbps_bfloat16", "prec_read_gbps_bfloat16",
                                              "prec_bytes_ratio_bfloat16")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),

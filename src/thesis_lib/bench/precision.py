@@ -13,10 +13,11 @@ What this module knows:
   dense-draft and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the
   speculative output is checked against the same precision's target-only output (lossless) and the precisions' outputs
   are compared with each other (how often bf16 rounding changes the greedy text).
-- :func:`bandwidth`: what the machine streams from memory (:func:`stream_gbps`, before and after the curves) and
-  the rate at which each one-token step reads its weights (:func:`step_bytes` over the step's time): a step
-  reading at about the machine's rate is bound by memory, so a number format can shorten it by at most the
-  ratio of its bytes.
+- :func:`bandwidth`: the rate at which each one-token step reads its weights (:func:`step_bytes` over the step's
+  time) beside the rate a plain sum reads matrices of the same shapes and precision, timed repetition by
+  repetition between the steps (:func:`read_probe`), and a 1 GiB sum before and after (:func:`stream_gbps`): a
+  step reading at about the sum's rate is bound by memory, so a number format can shorten it by at most the
+  ratio of its bytes (times the ratio of the two formats' read rates).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
 ratios are the precision's effect alone. ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
@@ -71,9 +72,10 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
 
 
 def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block: int = 13, reps: int = 15,
-                 progress: bool = True, desc: str = "verify curve") -> dict:
+                 progress: bool = True, desc: str = "verify curve", after_steps=None) -> dict:
     """``states``: name -> :class:`~thesis_lib.decoding.state.ModelState` (each prefilled with ``context`` here).
-    Returns name -> {"ms": {n: median ms}, "over_step": {n: ms[n] / ms[1]}}."""
+    Returns name -> {"ms": {n: median ms}, "over_step": {n: ms[n] / ms[1]}}. ``after_steps(r)``, if given, runs
+    after the one-token steps of every measured repetition ``r`` (the reads :func:`read_probe` times beside them)."""
     from ..progress import tqdm
 
     names = list(states)
@@ -92,6 +94,8 @@ def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block
                         dt = s.timed_forward(block[:n])  # body + head, tokens read back; cache restored
                         if r:
                             times[name][n].append(dt)
+                    if r and n == 1 and after_steps is not None:
+                        after_steps(r)
                     bar.update()
     out = {}
     for name in names:
@@ -180,16 +184,62 @@ def stream_gbps(*, gib: float = 1.0, reps: int = 9) -> float:
     return x.numel() * 4 / statistics.median(times) / 1e9
 
 
-def bandwidth(doc: dict, pairs: dict, before: float, after: float) -> dict:
-    """The stream rate around the verify curves, and each model's weights per step over its one-token step time."""
+def read_probe(model, dtype: torch.dtype, *, min_bytes: int = 256 * 2 ** 20):
+    """A read of the same kind of memory a step reads: one plain tensor per linear weight of one decoder layer of
+    ``model`` (the head's excepted), each holding that weight's bytes in ``dtype``, repeated up to ``min_bytes``
+    (far beyond any cache), each summed once as float32 words (a bfloat16 sum converts every element and, on two
+    cores, measured slower per byte than memory: 36.7 against 40.6 GB/s; the bytes read are what matters). Returns a function that does the
+    read and returns ``(bytes, seconds)``.
+
+    Timed beside the steps, repetition by repetition, it gives the rate this machine reads such matrices at in the
+    same minutes: the machine is shared, and its rate drifts (40 to 70 GB/s for a 1 GiB sum on the 2-core EPYC
+    within one hour), so a rate measured before or after the steps says little about them."""
+    from ..models.packing import PackedLinear
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    shapes, seen = [], set()
+    for name, m in model.named_modules():
+        if m is head or not isinstance(m, (PackedLinear, torch.nn.Linear)):
+            continue
+        layer = name.split(".mlp")[0].split(".self_attn")[0]
+        if seen and layer not in seen:
+            break  # one layer's shapes are enough
+        seen.add(layer)
+        shapes.append((m.out_features, m.in_features))
+    size = torch.empty((), dtype=dtype).element_size()
+    per = sum(o * i for o, i in shapes) * size
+    if not per:
+        raise ConfigError("read_probe: the model has no linear layers to imitate.")
+    tensors = [torch.ones(-(-o * i * size // 4), dtype=torch.float32)  # each matrix's bytes; ones: no denormals
+               for _ in range(-(-min_bytes // per)) for o, i in shapes]
+    nbytes = sum(t.numel() for t in tensors) * 4
+
+    def read() -> tuple[int, float]:
+        t0 = time.perf_counter()
+        for t in tensors:
+            t.sum()
+        return nbytes, time.perf_counter() - t0
+
+    return read
+
+
+def bandwidth(doc: dict, pairs: dict, before: float, after: float, reads: dict | None = None) -> dict:
+    """The 1 GiB stream rate around the verify curves; the rate of :func:`read_probe` per precision, timed beside the
+    steps (``reads``: precision -> GB/s per repetition); each model's weights per step over its one-token step time,
+    and that over its precision's read rate (``step_share``: near 1, the step reads memory as fast as a plain sum of
+    the same shapes does)."""
+    reads = reads or {}
     out = {"stream_read_gbps": statistics.median([before, after]), "stream_before_gbps": before,
-           "stream_after_gbps": after, "step_bytes": {}, "step_gbps": {}}
+           "stream_after_gbps": after, "step_bytes": {}, "step_gbps": {},
+           "read_gbps": {p: statistics.median(v) for p, v in reads.items() if v}, "step_share": {}}
     for p, pair in pairs.items():
         for role, lm in zip(("target", "draft"), pair):
             name = f"{role}/{p}"
             n = step_bytes(lm.model)
             out["step_bytes"][name] = n
             out["step_gbps"][name] = None if n is None else n / (doc["verify"][name]["ms"][1] / 1e3) / 1e9
+            if role == "target" and out["step_gbps"][name] is not None and p in out["read_gbps"]:  # its shapes
+                out["step_share"][name] = out["step_gbps"][name] / out["read_gbps"][p]
     return out
 
 
@@ -226,9 +276,19 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     for p, (t, d) in pairs.items():
         states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)
         states[f"draft/{p}"] = ModelState(d.model, vocab_limit=d.vocab_limit)
+    probes = {p: read_probe(pairs[p][0].model, getattr(torch, p)) for p in precisions if p != "int4"}
+    read_rates = {p: [] for p in probes}
+
+    def read_all(r: int) -> None:  # beside the one-token steps, order alternating like theirs
+        for p in (list(probes) if r % 2 else list(probes)[::-1]):
+            nbytes, secs = probes[p]()
+            read_rates[p].append(nbytes / secs / 1e9)
+
     before = stream_gbps()
-    doc["verify"] = verify_curve(states, context, max_block=max_block, reps=reps, progress=progress)
-    doc["bandwidth"] = bandwidth(doc, pairs, before, stream_gbps())
+    doc["verify"] = verify_curve(states, context, max_block=max_block, reps=reps, progress=progress,
+                                 after_steps=read_all)
+    del probes
+    doc["bandwidth"] = bandwidth(doc, pairs, before, stream_gbps(), read_rates)
     del states
     if e2e_prompts:
         runners = {p: Runner(t, d, k=k, max_new_tokens=max_new_tokens, flash_head=flashhead_for(d, progress=progress))
@@ -275,10 +335,13 @@ def text(doc: dict) -> str:
         lines.append(f"{p} over float32: target step {r['target_step']:.2f}x faster, draft step {r['draft_step']:.2f}x faster")
     bw = doc.get("bandwidth")
     if bw:
-        lines.append(f"memory: the machine streams {bw['stream_read_gbps']:.1f} GB/s (sum of 1 GiB); a one-token step "
-                     "reads its weights at " + ", ".join(f"{n} {g:.1f} GB/s ({b / 1e9:.2f} GB)" for n, g, b in
-                                                         ((n, bw['step_gbps'][n], bw['step_bytes'][n])
-                                                          for n in bw['step_gbps']) if g is not None))
+        lines.append(f"memory: a 1 GiB sum streams {bw['stream_read_gbps']:.1f} GB/s (before and after); beside the steps a "
+                     "sum of one layer's shapes reads " + ", ".join(f"{p} {g:.1f} GB/s" for p, g in
+                                                                  bw.get("read_gbps", {}).items()))
+        lines.append("  a one-token step reads its weights at " + ", ".join(
+            f"{n} {g:.1f} GB/s ({b / 1e9:.2f} GB" + (f", {100 * bw['step_share'][n]:.0f} % of the sum's rate)"
+                                                    if n in bw.get("step_share", {}) else ")")
+            for n, g, b in ((n, bw['step_gbps'][n], bw['step_bytes'][n]) for n in bw['step_gbps']) if g is not None))
     e2e = doc.get("end_to_end")
     if e2e:
         lines.append(f"end to end, {e2e['prompts']} prompts, K = {doc['k']}, {doc['max_new_tokens']} new tokens:")
