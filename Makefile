@@ -27,7 +27,7 @@ TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.thesis-lib-installed
 PYTEST_ARGS ?=
 
-.PHONY: env models book demo browser test clean-venv
+.PHONY: env models book explore demo browser test clean-venv
 
 env: $(STAMP)
 
@@ -46,6 +46,11 @@ models: $(STAMP)
 # first only for the sets that use them (a gpu-* set fetches its hub models when a notebook needs them).
 book: $(if $(GPU_SET),$(STAMP),models)
 	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,)
+
+# The live explorer as a web app (Voila) on http://127.0.0.1:8866/ for the parameter set; Ctrl-C stops it.
+PORT ?= 8866
+explore: $(if $(GPU_SET),$(STAMP),models)
+	$(PY) -m thesis_lib.cli explore --params $(PARAMS) --port $(PORT)
 
 # Every decoding mode on the embedded pair, side by side (no book).
 demo: models

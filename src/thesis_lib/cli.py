@@ -481,6 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="then check the pages in headless Chromium")
     p.set_defaults(func=cmd_book)
 
+    p = sub.add_parser("explore", help="the live explorer (K, probes, prompt, mode) as a web app on localhost (Voila)")
+    p.add_argument("--params", default="cpu-embedded", help="parameter set (params/<name>.yaml) or a YAML file")
+    p.add_argument("--port", type=int, default=8866, help="the port on 127.0.0.1 (default 8866)")
+    p.set_defaults(func=cmd_explore)
+
     p = sub.add_parser("table", help="the thesis' tables (4.5-4.11) and extra tables from a run folder")
     p.add_argument("run", help="a run folder (from thesis-lib bench or profile)")
     p.add_argument("--table", default="all", help="comma-separated: 4.5, 4.6, 4.7, 4.8, 4.9, 4.10, 4.11, draft-split, "
@@ -676,6 +681,12 @@ def _rehearsal_book_on(device: str) -> dict:
     report = execute.execution_report("rehearsal")
     return {"set": "rehearsal", "device": device, "runs_dir": runs, "fates": fates, "notebooks": report,
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def cmd_explore(args) -> int:
+    from .book import live
+
+    return live.serve(args.params, port=args.port)
 
 
 def cmd_book(args) -> int:

@@ -134,3 +134,63 @@ def static_external_urls(html_dir: str | Path) -> list[str]:
         for url in pat.findall(f.read_text(encoding="utf-8", errors="replace")):
             hits.append(f"{f.relative_to(html_dir)}: {url}")
     return hits
+
+
+def drive_live_app(notebook: str | Path, out_dir: str | Path, *, timeout_ms: int = 180000) -> dict:
+    """Serve the live explorer's ``notebook`` with Voila (:mod:`thesis_lib.book.live`), open it in headless
+    Chromium, wait for the first result, then move the K slider and the probe slider one step each (keyboard on
+    the slider handle, as a user would) and pick the dense deferred mode, waiting each time for the result to
+    show the new setting. Returns the states seen (mode, K, probes, lossless, header text, screenshot), the
+    seconds each took, requests that left localhost, the history table's rows, and whether the server stopped."""
+    import time
+
+    from . import live
+
+    exe = chromium_path()
+    if exe is None:
+        raise ConfigError("No Chromium found (install Debian's `chromium`, or set CHROMIUM to its path).")
+    from playwright.sync_api import sync_playwright
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    proc, url = live.start(Path(notebook), log=out_dir / "voila.log")
+    report: dict = {"url": url, "states": [], "external_requests": []}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.on("request", lambda r: report["external_requests"].append(r.url)
+                    if urlparse(r.url).hostname not in ("127.0.0.1", "localhost", None)
+                    and not r.url.startswith("data:") else None)
+            t0 = time.monotonic()
+
+            def record(name: str, selector: str) -> None:
+                page.wait_for_selector(selector, timeout=timeout_ms)
+                res = page.locator(".tc-result")
+                shot = f"{len(report['states'])}-{name}.png"
+                page.screenshot(path=str(out_dir / shot), full_page=True)
+                report["states"].append({"name": name, "seconds": round(time.monotonic() - t0, 2),
+                                         "mode": res.get_attribute("data-mode"), "k": res.get_attribute("data-k"),
+                                         "probes": res.get_attribute("data-probes"),
+                                         "lossless": res.get_attribute("data-lossless"),
+                                         "text": res.inner_text()[:300], "screenshot": shot})
+
+            page.goto(url, timeout=timeout_ms)
+            record("first", ".tc-result")
+            handles = page.locator(".widget-slider .noUi-handle")
+            for i, (name, attr) in enumerate((("k", "data-k"), ("probes", "data-probes"))):
+                value = int(report["states"][-1][name]) + 1
+                t0 = time.monotonic()
+                handles.nth(i).focus()
+                page.keyboard.press("ArrowRight")
+                record(f"{name}-{value}", f'.tc-result[{attr}="{value}"]')
+            t0 = time.monotonic()
+            page.get_by_role("button", name="dense, deferred").click()
+            record("dense-deferred", '.tc-result[data-mode="dense_deferred"]')
+            report["history_rows"] = page.locator(".tc-history tr").count() - 1
+            browser.close()
+    finally:
+        live.stop(proc)
+        report["server_stopped"] = proc.poll() is not None
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return report

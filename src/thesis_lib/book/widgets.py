@@ -1,13 +1,22 @@
-"""The interactive explorer (ipywidgets) and the one-generation helper behind it and chapter 3's example.
+"""The live explorer (ipywidgets) and the one-generation helper behind it and chapter 3's example.
 
 :func:`generate_marked` runs one mode on one prompt with a given K and probe count (a traced phase clock,
-lossless check against target-only output, the FlashHead head's own latency measured on the generation's
-context) and returns what the explorer shows. :func:`explorer` builds the widgets: sliders for K and the
-probe count, a prompt chooser and a mode choice; each change re-runs the generation live in Jupyter. In the
-static book the widgets show the state they were saved with (the first generation).
+lossless check against target-only output, the draft head's own latency measured on the generation's context)
+and returns what the explorer shows. :class:`Explorer` is the panel ``thesis-lib explore`` serves as a web app
+(:mod:`thesis_lib.book.live`): a header saying where it runs and which models, the models loading in the
+background with progress shown in the page, sliders for K and the probe count (their ranges are what the
+models allow), a prompt chooser and a mode choice. Each change runs one generation in a worker thread;
+target-only decoding is measured once per prompt and kept, so a slider move costs one speculative generation.
+Changes made while a generation runs are queued and coalesced: when it ends, only the latest settings run. The
+last settings tried stay in a short history table for comparison. The static book shows measured states
+instead (:mod:`thesis_lib.book.static_explorer`).
 """
 
 from __future__ import annotations
+
+import html
+import threading
+import time
 
 import torch
 
@@ -19,73 +28,206 @@ from ..decoding.clocks import PhaseClock
 from ..decoding.greedy import greedy_generate, speculative_generate
 from . import figures
 
-EXPLORER_MODES = ("flash_deferred", "dense_deferred", "flash_ordinary", "dense_ordinary")
+#: What the panel offers: target-only decoding, the thesis' four speculative modes, and chapter 6's prompt lookup
+#: and lookup + FlashHead hybrid.
+EXPLORER_MODES = ("flash_deferred", "dense_deferred", "flash_ordinary", "dense_ordinary", "baseline",
+                  "ngram_deferred", "hybrid_deferred")
+MODE_LABELS = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, deferred",
+               "flash_ordinary": "FlashHead, ordinary", "dense_ordinary": "dense, ordinary",
+               "baseline": "target only", "ngram_deferred": "prompt lookup", "hybrid_deferred": "lookup + FlashHead"}
+K_MAX = 10
 
 
 def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k: int, max_new_tokens: int,
-                    probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None) -> dict:
+                    probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None,
+                    runner: Runner | None = None) -> dict:
     """One generation of ``mode``; returns tokens, which were accepted drafts, speed, acceptance, whether it
-    equals target-only greedy output (``baseline``: a previous target-only result to reuse), head latency."""
+    equals target-only greedy output (``baseline``: a previous target-only result to reuse), head latency.
+    ``runner``: one built before for the same pair (its drafters are reused; K is this call's)."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
-    runner = Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
+    runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
     ids = encode(target.tokenizer, prompt_text, thinking=thinking)
+    kind, schedule = split_mode(mode)
     with torch.inference_mode():
         if baseline is None:
             baseline = greedy_generate(runner.t_state, ids, max_new_tokens=max_new_tokens, eos_ids=runner.eos)
-        kind, schedule = split_mode(mode)
-        drafter = runner.drafters[kind]
-        clock = PhaseClock([runner.t_state.device, drafter.state.device], trace=trace)
-        gen = speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, clock=clock,
-                                   max_new_tokens=max_new_tokens, eos_ids=runner.eos)
-    with torch.inference_mode():  # the draft's hidden state after the last emitted token
-        hidden = drafter.state.hidden([gen.tokens[-1]])[-1:]
-    head_ms_ = head_ms(drafter.state.head, hidden, rows=1, reps=20, warmup=1)
+        if kind == "baseline":
+            gen, clock, drafter = baseline, None, None
+        else:
+            drafter = runner.drafters[kind]
+            clock = PhaseClock([runner.t_state.device] + ([drafter.state.device] if hasattr(drafter, "state") else []),
+                               trace=trace)
+            gen = speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, clock=clock,
+                                       max_new_tokens=max_new_tokens, eos_ids=runner.eos)
+    head_ms_ = None
+    model_drafter = drafter if hasattr(drafter, "state") else getattr(drafter, "model", None)
+    if model_drafter is not None and hasattr(model_drafter, "state"):
+        with torch.inference_mode():  # the draft's hidden state after the last emitted token
+            hidden = model_drafter.state.hidden([gen.tokens[-1]])[-1:]
+        head_ms_ = head_ms(model_drafter.state.head, hidden, rows=1, reps=20, warmup=1)
     s = gen.stats
-    origins = figures.token_origins(s)
-    return {"mode": mode, "k": k, "probes": getattr(flash_head, "n_probes", None) if kind == "flash" else None,
+    origins = figures.token_origins(s) if kind != "baseline" else ["target"] * len(gen.tokens)
+    return {"mode": mode, "k": k if kind != "baseline" else None,
+            "probes": getattr(flash_head, "n_probes", None) if kind in ("flash", "hybrid") else None,
             "tokens": list(gen.tokens), "origins": origins, "html": figures.tokens_html(target.tokenizer, gen.tokens, origins),
             "decode_tokens_per_s": s.decode_tokens_per_s, "baseline_tokens_per_s": baseline.stats.decode_tokens_per_s,
             "acceptance": s.acceptance, "mean_emitted": s.mean_emitted, "rounds": s.rounds,
             "verify_calls": s.verify_calls, "append_calls": s.append_calls,
             "lossless": list(gen.tokens) == list(baseline.tokens), "head_ms": head_ms_,
-            "events": clock.events, "phase_s": dict(s.phase_s), "baseline": baseline}
+            "events": clock.events if clock is not None else [], "phase_s": dict(s.phase_s), "baseline": baseline}
 
 
-def explorer(target, draft, flash_head, prompts, *, k: int = 4, probes: int | None = None,
-             max_new_tokens: int = 32, mode: str = "flash_deferred", thinking: bool | None = None):
-    """The widget panel: K and probe sliders, prompt and mode choosers, and the live result."""
-    import ipywidgets as w
-    from IPython.display import HTML, display
+def _num(x, fmt: str) -> str:
+    return "n/a" if x is None or x != x else format(x, fmt)
 
-    n_clusters = flash_head.n_clusters
-    k_slider = w.IntSlider(value=k, min=1, max=10, description="K", continuous_update=False)
-    p_slider = w.IntSlider(value=probes or flash_head.n_probes, min=1, max=n_clusters, description="probes",
-                           continuous_update=False)
-    prompt = w.Dropdown(options=[(f"{p.question_id}: {p.text[:60]}", i) for i, p in enumerate(prompts)], value=0,
-                        description="prompt", layout=w.Layout(width="95%"))
-    mode_w = w.ToggleButtons(options=list(EXPLORER_MODES), value=mode, description="mode")
-    out = w.Output()
-    baselines: dict = {}
 
-    def show(_=None):
-        i = prompt.value
-        with out:
-            out.clear_output(wait=True)
-            r = generate_marked(target, draft, flash_head, prompts[i].text, mode=mode_w.value, k=k_slider.value,
-                                max_new_tokens=max_new_tokens, probes=p_slider.value, baseline=baselines.get(i),
-                                thinking=thinking)
-            baselines[i] = r["baseline"]
-            speed = r["decode_tokens_per_s"] or float("nan")
-            base = r["baseline_tokens_per_s"] or float("nan")
-            head = f"{r['head_ms']:.2f} ms" if r["head_ms"] is not None else "n/a"
-            display(HTML(
-                f"<b>{r['mode']}</b>, K = {r['k']}" + (f", {r['probes']} probes" if r["probes"] else "")
-                + f"<br>acceptance {r['acceptance'] or 0:.3f}, {r['mean_emitted'] or 0:.2f} tokens per round, "
-                f"decode {speed:.2f} tok/s vs target-only {base:.2f} tok/s ({speed / base:.2f}x), draft head {head} "
-                f"per call; equals target-only output: <b>{r['lossless']}</b>" + r["html"]))
+def summary_html(r: dict, seconds: float) -> str:
+    """The result's header line and figures, then the marked text (what the browser test reads)."""
+    speed, base = r["decode_tokens_per_s"], r["baseline_tokens_per_s"]
+    ratio = speed / base if speed and base else None
+    head = f"<b>{html.escape(MODE_LABELS.get(r['mode'], r['mode']))}</b>" + (f", K = {r['k']}" if r["k"] else "") + (
+        f", {r['probes']} probes" if r["probes"] else "")
+    spec = r["k"] is not None
+    return (f'<div class="tc-result" data-mode="{r["mode"]}" data-k="{r["k"] or ""}" data-probes="{r["probes"] or ""}" '
+            f'data-lossless="{r["lossless"]}">' + head
+            + (f"<br>acceptance {_num(r['acceptance'], '.3f')} (accepted / drafted), {_num(r['mean_emitted'], '.2f')} "
+               f"tokens per round" if spec else "")
+            + f"<br>decode {_num(speed, '.2f')} tok/s vs target-only {_num(base, '.2f')} tok/s "
+              f"({_num(ratio, '.2f')}x); draft head {_num(r['head_ms'], '.2f')} ms per call; equals target-only "
+              f"output: <b class='tc-lossless'>{r['lossless']}</b>; generation took {seconds:.1f} s" + r["html"] + "</div>")
 
-    for c in (k_slider, p_slider, prompt, mode_w):
-        c.observe(show, names="value")
-    show()
-    return w.VBox([w.HBox([k_slider, p_slider]), prompt, mode_w, out])
+
+class Explorer:
+    """The live panel. ``load()`` returns ``(target, draft, flash_head)``; it runs in a background thread (its
+    progress shown in the page), then the first generation runs. ``about``: the header's lines (where it runs,
+    which models)."""
+
+    def __init__(self, load, prompts, *, k: int = 4, probes: int | None = None, max_new_tokens: int = 32,
+                 mode: str = "flash_deferred", thinking: bool | None = None, about: str = "", history: int = 8):
+        import ipywidgets as w
+
+        self.prompts, self.max_new_tokens, self.thinking, self.keep = prompts, max_new_tokens, thinking, history
+        self._load, self._probes0 = load, probes
+        self.models = None
+        self.runner = None
+        self.baselines: dict = {}
+        self.history: list[dict] = []
+        self.runs = 0  # generations finished (the tests count them)
+        self._want, self._latest, self._busy = threading.Event(), None, False
+        self.header = w.HTML(about)
+        self.status = w.HTML("<i>loading the models…</i>")
+        self.bar = w.IntProgress(value=0, min=0, max=3, description="loading")
+        self.k = w.IntSlider(value=max(1, min(k, K_MAX)), min=1, max=K_MAX, description="K", continuous_update=False)
+        self.p = w.IntSlider(value=1, min=1, max=1, description="probes", continuous_update=False, disabled=True)
+        self.prompt = w.Dropdown(options=[(f"{p.question_id}: {p.text[:60]}", i) for i, p in enumerate(prompts)],
+                                 value=0, description="prompt", layout=w.Layout(width="95%"))
+        self.mode = w.ToggleButtons(options=[(MODE_LABELS[m], m) for m in EXPLORER_MODES], value=mode,
+                                    description="mode")
+        self.result = w.HTML("")
+        self.table = w.HTML("")
+        for c in (self.k, self.p, self.prompt, self.mode):
+            c.observe(self.request, names="value")
+        self.widget = w.VBox([self.header, self.bar, w.HBox([self.k, self.p]), self.prompt, self.mode, self.status,
+                              self.result, self.table])
+        self._worker = threading.Thread(target=self._work, daemon=True, name="explorer")
+        self._worker.start()
+
+    def settings(self) -> dict:
+        return {"k": self.k.value, "probes": self.p.value, "prompt": self.prompt.value, "mode": self.mode.value}
+
+    def request(self, _=None) -> None:
+        """A control moved: remember the latest settings; the worker runs them when it is free."""
+        self._latest = self.settings()
+        if self._busy and self.models is not None:
+            s = self._latest
+            self.status.value = (f"<i>running; queued next: {html.escape(MODE_LABELS[s['mode']])}, K = {s['k']}, "
+                                 f"{s['probes']} probes</i>")
+        self._want.set()
+
+    def idle(self, timeout: float = 60.0) -> bool:
+        """Wait until nothing is running or queued (tests)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not self._busy and not self._want.is_set() and self.models is not None:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _work(self) -> None:
+        self._busy = True
+        try:
+            self.status.value = "<i>loading the target and draft models (and the draft's FlashHead clustering)…</i>"
+            self.bar.value = 1
+            t0 = time.perf_counter()
+            target, draft, head = self._load()
+            self.bar.value = 2
+            self.runner = Runner(target, draft, k=self.k.value, max_new_tokens=self.max_new_tokens, flash_head=head)
+            self.p.max = head.n_clusters
+            self.p.value = self._probes0 or head.n_probes
+            self.p.disabled = False
+            self.models = (target, draft, head)
+            self.bar.value = 3
+            self.bar.layout.display = "none"
+            self.status.value = f"<i>models loaded in {time.perf_counter() - t0:.1f} s; first generation…</i>"
+            self._latest = self.settings()
+            self._want.set()
+        except Exception as e:  # shown in the page: the app has nothing else to do
+            self.status.value = f"<b>loading failed</b>: {html.escape(type(e).__name__)}: {html.escape(str(e))}"
+            self._busy = False
+            return
+        while True:
+            self._busy = False
+            self._want.wait()
+            self._busy = True
+            self._want.clear()
+            self._run(self._latest)
+
+    def _run(self, s: dict) -> None:
+        target, draft, head = self.models
+        self.status.value = (f"<i>generating: {html.escape(MODE_LABELS[s['mode']])}, K = {s['k']}, "
+                             f"{s['probes']} probes…</i>")
+        t0 = time.perf_counter()
+        try:
+            r = generate_marked(target, draft, head, self.prompts[s["prompt"]].text, mode=s["mode"], k=s["k"],
+                                max_new_tokens=self.max_new_tokens, probes=s["probes"],
+                                baseline=self.baselines.get(s["prompt"]), thinking=self.thinking, runner=self.runner)
+        except Exception as e:
+            self.status.value = f"<b>failed</b>: {html.escape(type(e).__name__)}: {html.escape(str(e))}"
+            return
+        seconds = time.perf_counter() - t0
+        self.baselines[s["prompt"]] = r["baseline"]
+        self.result.value = summary_html(r, seconds)
+        self.history.insert(0, {**s, "seconds": seconds, "acceptance": r["acceptance"],
+                                "mean_emitted": r["mean_emitted"], "lossless": r["lossless"],
+                                "ratio": (r["decode_tokens_per_s"] / r["baseline_tokens_per_s"]
+                                          if r["decode_tokens_per_s"] and r["baseline_tokens_per_s"] else None)})
+        del self.history[self.keep:]
+        self.table.value = self._history_html()
+        self.runs += 1
+        self.status.value = "" if not self._want.is_set() else self.status.value
+
+    def _history_html(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(MODE_LABELS[h['mode']])}</td><td>{h['k'] if h['mode'] != 'baseline' else ''}</td>"
+            f"<td>{h['probes'] if h['mode'] in ('flash_deferred', 'flash_ordinary', 'hybrid_deferred') else ''}</td>"
+            f"<td>{h['prompt']}</td><td>{_num(h['acceptance'], '.3f')}</td><td>{_num(h['mean_emitted'], '.2f')}</td>"
+            f"<td>{_num(h['ratio'], '.2f')}x</td><td>{h['lossless']}</td><td>{h['seconds']:.1f}</td></tr>"
+            for h in self.history)
+        return ("<details open><summary>last settings tried (newest first)</summary><table class='tc-history'>"
+                "<tr><th>mode</th><th>K</th><th>probes</th><th>prompt</th><th>acceptance</th><th>tokens/round</th>"
+                "<th>vs target-only</th><th>lossless</th><th>s</th></tr>" + rows + "</table></details>")
+
+
+def live_panel(p) -> "Explorer":
+    """The app's panel for parameters ``p`` (:class:`~thesis_lib.book.params.Params`): the header names the set,
+    device, precision and models; the models load in the background."""
+    from ..models.loading import resolved_dtype
+    from . import params, shared
+
+    about = (f"<h3>Speculative decoding explorer: parameter set <code>{html.escape(p.set_name)}</code></h3>"
+             f"target <code>{html.escape(p.target)}</code> on {html.escape(p.device)}, draft "
+             f"<code>{html.escape(p.draft)}</code> on {html.escape(p.draft_device or p.device)}, "
+             f"{resolved_dtype(p.dtype, p.device)}; {p.max_new_tokens} new tokens per generation")
+    return Explorer(lambda: shared.pair(p), params.selected_prompts(p), k=p.k, probes=p.probes,
+                    max_new_tokens=p.max_new_tokens, thinking=p.thinking, about=about)

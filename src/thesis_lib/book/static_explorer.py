@@ -1,0 +1,107 @@
+"""The explorer for readers of the static book (issue 20): measured states, switched in the page without a kernel.
+
+What this module knows: :func:`states` turns the K sweep's run folders (baseline, dense and FlashHead deferred
+at the set's probe count) and the explorer grid's (baseline and FlashHead deferred at other probe counts, same
+prompts) into one state per (mode, K, probes): the run's median decode speed, its median per-prompt speedup over
+target-only decoding measured in the same run, the acceptance in both definitions (accepted / drafted, tokens per
+round), how many outputs equal target-only output, and the run folder with the date and revision that measured
+it. :func:`html` writes them as one self-contained block: the data as JSON, three controls (K, probes, mode) and
+a few lines of plain JavaScript that show the chosen state; no library, nothing fetched, so it works offline in
+the built HTML (and reads "measured values" plainly). Where a combination was not measured, it says so.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+import statistics
+
+MODES = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, deferred"}
+
+
+def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
+    recs = [r for r in run.samples if r.get("mode") == mode]
+    base = {r["question_id"]: r for r in run.samples if r.get("mode") == "baseline"}
+    if not recs or not base:
+        return None
+    speedups = [r["decode_tokens_per_s"] / base[r["question_id"]]["decode_tokens_per_s"] for r in recs
+                if r["question_id"] in base and r.get("decode_tokens_per_s") and base[r["question_id"]].get("decode_tokens_per_s")]
+    drafted = sum(sum(r.get("drafted", []) or []) for r in recs)
+    accepted = sum(sum(r.get("accepted", []) or []) for r in recs)
+    rounds = sum(len(r.get("emitted", []) or []) for r in recs)
+    emitted = sum(sum(r.get("emitted", []) or []) for r in recs)
+    env = run.environment or {}
+    git = env.get("git") or {}
+    return {"mode": mode, "k": k, "probes": probes,
+            "tok_s": statistics.median(r["decode_tokens_per_s"] for r in recs),
+            "speedup": statistics.median(speedups) if speedups else None,
+            "acceptance": accepted / drafted if drafted else None,
+            "tokens_per_round": emitted / rounds if rounds else None,
+            "lossless": f"{sum(bool(r.get('matches_baseline')) for r in recs)}/{len(recs)}",
+            "prompts": len(recs), "run": run.path.name,
+            "measured": f"{str(env.get('recorded_at', '?'))[:10]}, revision {str(git.get('commit', '?'))[:7]}"
+                        + (" (uncommitted changes)" if git.get("dirty") else "")}
+
+
+def states(sweep: dict, grid: dict, probes: int) -> list[dict]:
+    """``sweep``: K -> run (the set's probe count ``probes``); ``grid``: (K, probe count) -> run."""
+    out = []
+    for k, run in sorted(sweep.items()):
+        for mode in MODES:
+            s = _state(run, mode, k, probes if mode == "flash_deferred" else None)
+            if s:
+                out.append(s)
+    for (k, n), run in sorted(grid.items()):
+        s = _state(run, "flash_deferred", k, n)
+        if s:
+            out.append(s)
+    return out
+
+
+_JS = """
+(function () {
+  var root = document.getElementById('%(id)s');
+  var data = JSON.parse(root.querySelector('script[type="application/json"]').textContent);
+  var k = root.querySelector('select[name=k]'), p = root.querySelector('select[name=probes]');
+  var modes = root.querySelectorAll('input[name=%(id)s-mode]'), out = root.querySelector('.tc-static-state');
+  function fmt(x, d) { return (x === null || x === undefined) ? 'n/a' : x.toFixed(d); }
+  function show() {
+    var mode = Array.prototype.filter.call(modes, function (m) { return m.checked; })[0].value;
+    p.disabled = (mode !== 'flash_deferred');
+    var want = {mode: mode, k: +k.value, probes: mode === 'flash_deferred' ? +p.value : null};
+    var s = data.filter(function (d) { return d.mode === want.mode && d.k === want.k && d.probes === want.probes; })[0];
+    out.setAttribute('data-k', want.k); out.setAttribute('data-probes', want.probes === null ? '' : want.probes);
+    out.setAttribute('data-mode', mode);
+    if (!s) { out.setAttribute('data-found', 'no');
+      out.innerHTML = '<i>Not measured: no run of this combination in the book\\'s run folders.</i>'; return; }
+    out.setAttribute('data-found', 'yes');
+    out.innerHTML = '<b>measured</b>: ' + fmt(s.tok_s, 2) + ' tok/s decode, <b class="tc-speedup">' +
+      fmt(s.speedup, 2) + 'x</b> target-only decoding in the same run (median over ' + s.prompts +
+      ' prompts); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
+      ' tokens per round; outputs equal to target-only: ' + s.lossless + '<br><small>run folder <code>' + s.run +
+      '</code>, measured ' + s.measured + '</small>';
+  }
+  k.addEventListener('change', show); p.addEventListener('change', show);
+  Array.prototype.forEach.call(modes, function (m) { m.addEventListener('change', show); });
+  show();
+})();
+"""
+
+
+def html(states_: list[dict], *, element_id: str = "tc-static-explorer") -> str:
+    """The controls, the data and the script, as one HTML block."""
+    ks = sorted({s["k"] for s in states_})
+    ps = sorted({s["probes"] for s in states_ if s["probes"] is not None})
+    first = next((s for s in states_ if s["mode"] == "flash_deferred"), states_[0] if states_ else None)
+    opt = lambda vals, sel: "".join(f'<option value="{v}"{" selected" if v == sel else ""}>{v}</option>' for v in vals)
+    radios = "".join(
+        f'<label style="margin-right:1em"><input type="radio" name="{element_id}-mode" value="{m}"'
+        f'{" checked" if first and m == first["mode"] else ""}> {_html.escape(label)}</label>' for m, label in MODES.items())
+    data = json.dumps(states_).replace("</", "<\\/")
+    return (f'<div id="{element_id}" class="tc-static-explorer" style="border:1px solid #ccc;padding:8px;border-radius:4px">'
+            f'<div style="margin-bottom:6px"><label>K <select name="k">{opt(ks, first and first["k"])}</select></label> '
+            f'<label style="margin-left:1em">probes <select name="probes">{opt(ps, first and first["probes"])}</select></label> '
+            f'<span style="margin-left:1em">{radios}</span></div>'
+            f'<div class="tc-static-state" data-found="no"><i>This explorer needs JavaScript.</i></div>'
+            f'<script type="application/json">{data}</script>'
+            f'<script>{_JS % {"id": element_id}}</script></div>')
