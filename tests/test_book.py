@@ -127,10 +127,11 @@ def test_chapter_5_and_explorer_glue(smoke_book):
     assert 0 < g["c_thesis"] < 1 and 0 <= g["acceptance_flash"] <= 1
     assert 0 < g["flash_head_share_decode"] < 100
     assert math.isclose(g["thesis_flash_head_share"], 100 * reference.value("4.8", "The head-only ceiling is low", "Value"))
-    e = glued("explorer")
-    assert e["explorer_lossless"] is True and e["explorer_head_ms"] > 0
-    nb = json.loads((execute.build_dir("smoke") / "notebooks" / "explorer.ipynb").read_text(encoding="utf-8"))
-    assert nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]  # saved widget state
+    e = glued("explorer")  # the static explorer: a state per mode of every sweep run, per explorer-grid run
+    runs = smoke_book[2] / "runs"
+    sweeps, grid = list(runs.glob("smoke-sweep-k*")), list(runs.glob("smoke-explorer-k*"))
+    assert len(grid) == 4 and e["explorer_runs"] == len(sweeps) + len(grid)
+    assert e["explorer_states"] == 2 * len(sweeps) + len(grid) and e["explorer_lossless"] is True
 
 
 def test_chapter_6_glue(smoke_book):
@@ -184,7 +185,13 @@ def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_
     pages = report["pages"]
     assert pages["theory.html"]["formulas"] > 5 and pages["theory.html"]["images"] >= 5
     assert pages["results.html"]["images"] >= 4 and pages["methods.html"]["images"] >= 3
-    assert pages["notebooks/explorer.html"]["widgets"] > 0
+    # the static explorer's controls switch the shown state in the page (no kernel): K, probes, then the dense draft
+    first, k_moved, p_moved, dense = pages["notebooks/explorer.html"]["static_explorer"]
+    assert (first["k"], first["probes"], first["mode"]) == ("1", "3", "flash_deferred")
+    assert (k_moved["k"], k_moved["probes"], p_moved["probes"]) == ("3", "3", "1")
+    assert (dense["mode"], dense["probes"], dense["k"]) == ("dense_deferred", "", "3")
+    assert all(s["found"] == "yes" and "measured" in s["text"] and "smoke-" in s["text"] for s in (first, k_moved, p_moved, dense))
+    assert len({s["text"] for s in (first, k_moved, p_moved, dense)}) == 4  # each move shows another run's numbers
     assert all(e["screenshot_bytes"] > 10_000 for e in pages.values())
 
 

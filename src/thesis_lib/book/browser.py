@@ -114,6 +114,8 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
                          "images": len(files),
                          "bad_images": bad_images, "formulas": info["formulas"], "raw_tex": info["raw_tex"],
                          "widgets": info["widgets"], "screenshot": shot.name, "screenshot_bytes": shot.stat().st_size}
+                if page.locator(".tc-static-explorer").count():
+                    entry["static_explorer"] = _drive_static_explorer(page)
                 entry["ok"] = not external and not missing and not bad_images and info["raw_tex"] == 0
                 report["ok"] &= entry["ok"]
                 report["pages"][name] = entry
@@ -122,6 +124,27 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
         server.shutdown()
     (out_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     return report
+
+
+def _drive_static_explorer(page) -> list[dict]:
+    """Move the static explorer's controls as a reader would (the last K, the first probe count, then the dense
+    draft) and read the shown state after each: what the page's own script made of them."""
+    box = ".tc-static-explorer"
+
+    def read() -> dict:
+        el = page.locator(".tc-static-state")
+        return {**{a: el.get_attribute(f"data-{a}") for a in ("k", "probes", "mode", "found")},
+                "text": el.inner_text()[:300]}
+
+    seen = [read()]
+    page.select_option(f"{box} select[name=k]", page.locator(f"{box} select[name=k] option").all_inner_texts()[-1])
+    seen.append(read())
+    page.select_option(f"{box} select[name=probes]",
+                       page.locator(f"{box} select[name=probes] option").all_inner_texts()[0])
+    seen.append(read())
+    page.check(f"{box} input[value=dense_deferred]")
+    seen.append(read())
+    return seen
 
 
 def static_external_urls(html_dir: str | Path) -> list[str]:

@@ -60,6 +60,10 @@ class Params:
     per_category: int | None = 1
     prompts: int | None = None
     sweep_prompts: int = 3
+    #: the static explorer's grid (issue 20): FlashHead deferred at these probe counts for each K of
+    #: ``explorer_k`` (None: ``k_sweep``), beside the K sweep's runs at the set's own probe count
+    explorer_k: list | None = None
+    explorer_probes: list = field(default_factory=list)
     iterations: int = 1
     warmup: int = 1
     warmup_tokens: int | None = None
@@ -115,6 +119,10 @@ class Params:
             raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
         if any(not isinstance(k, int) or k < 1 for k in self.k_sweep):
             raise ConfigError(f"K_SWEEP values must be integers >= 1 (got {self.k_sweep!r}).")
+        if any(not isinstance(k, int) or k < 1 for k in self.explorer_k or []):
+            raise ConfigError(f"EXPLORER_K values must be integers >= 1 (got {self.explorer_k!r}).")
+        if any(not isinstance(n, int) or n < 1 for n in self.explorer_probes):
+            raise ConfigError(f"EXPLORER_PROBES values must be integers >= 1 (got {self.explorer_probes!r}).")
         return self
 
     def bench(self, **kw) -> protocol.BenchConfig:

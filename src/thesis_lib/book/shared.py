@@ -100,6 +100,18 @@ def sweep_runs(p: Params) -> dict:
     return out
 
 
+def explorer_runs(p: Params) -> dict:
+    """The static explorer's grid: baseline and FlashHead deferred at each probe count of ``EXPLORER_PROBES`` for
+    each K of ``EXPLORER_K`` (default ``K_SWEEP``), on the K sweep's prompts; ``(K, probes) -> run``."""
+    out = {}
+    for k in p.explorer_k or p.k_sweep:
+        for n in p.explorer_probes:
+            cfg = p.bench(k=k, probes=n, modes=("baseline", "flash_deferred"), prompts=p.sweep_prompts,
+                          per_category=1, iterations=1, costs=False)
+            out[(k, n)] = obtain(named(cfg, p.set_name, f"explorer-k{k}-p{n}"), p)
+    return out
+
+
 def model_bench(p: Params) -> dict:
     """The draft's model-only measurements (Tables 4.1-4.4, FlashHead quality over probes), cached as JSON."""
     prompts = selected_prompts(p)

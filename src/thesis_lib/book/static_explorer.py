@@ -1,8 +1,8 @@
 """The explorer for readers of the static book (issue 20): measured states, switched in the page without a kernel.
 
 What this module knows: :func:`states` turns the K sweep's run folders (baseline, dense and FlashHead deferred
-at the set's probe count) and the explorer grid's (baseline and FlashHead deferred at other probe counts, same
-prompts) into one state per (mode, K, probes): the run's median decode speed, its median per-prompt speedup over
+at the set's probe count) and the explorer grid's (:func:`thesis_lib.book.shared.explorer_runs`: baseline and
+FlashHead deferred at other probe counts, same prompts) into one state per (mode, K, probes): the run's median decode speed, its median per-prompt speedup over
 target-only decoding measured in the same run, the acceptance in both definitions (accepted / drafted, tokens per
 round), how many outputs equal target-only output, and the run folder with the date and revision that measured
 it. :func:`html` writes them as one self-contained block: the data as JSON, three controls (K, probes, mode) and
@@ -26,10 +26,10 @@ def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
         return None
     speedups = [r["decode_tokens_per_s"] / base[r["question_id"]]["decode_tokens_per_s"] for r in recs
                 if r["question_id"] in base and r.get("decode_tokens_per_s") and base[r["question_id"]].get("decode_tokens_per_s")]
-    drafted = sum(sum(r.get("drafted", []) or []) for r in recs)
-    accepted = sum(sum(r.get("accepted", []) or []) for r in recs)
-    rounds = sum(len(r.get("emitted", []) or []) for r in recs)
-    emitted = sum(sum(r.get("emitted", []) or []) for r in recs)
+    drafted = sum(r.get("drafted") or 0 for r in recs)  # per sample: totals over its rounds
+    accepted = sum(r.get("accepted") or 0 for r in recs)
+    rounds = sum(r.get("rounds") or 0 for r in recs)
+    emitted = sum(r.get("emitted") or 0 for r in recs)
     env = run.environment or {}
     git = env.get("git") or {}
     return {"mode": mode, "k": k, "probes": probes,
@@ -43,18 +43,21 @@ def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
                         + (" (uncommitted changes)" if git.get("dirty") else "")}
 
 
-def states(sweep: dict, grid: dict, probes: int) -> list[dict]:
-    """``sweep``: K -> run (the set's probe count ``probes``); ``grid``: (K, probe count) -> run."""
-    out = []
-    for k, run in sorted(sweep.items()):
+def states(runs) -> list[dict]:
+    """``runs``: ``(K, run)`` pairs (the K sweep's and the explorer grid's); one state per (mode, K, probes) found,
+    the probe count read from the run's own record of its FlashHead head. A combination measured twice keeps the
+    first run given (the sweep's)."""
+    out, seen = [], set()
+    for k, run in runs:
+        n = ((run.environment or {}).get("flashhead") or {}).get("n_probes")
         for mode in MODES:
-            s = _state(run, mode, k, probes if mode == "flash_deferred" else None)
+            key = (mode, k, n if mode == "flash_deferred" else None)
+            if key in seen:
+                continue
+            s = _state(run, *key)
             if s:
                 out.append(s)
-    for (k, n), run in sorted(grid.items()):
-        s = _state(run, "flash_deferred", k, n)
-        if s:
-            out.append(s)
+                seen.add(key)
     return out
 
 
@@ -76,7 +79,7 @@ _JS = """
       out.innerHTML = '<i>Not measured: no run of this combination in the book\\'s run folders.</i>'; return; }
     out.setAttribute('data-found', 'yes');
     out.innerHTML = '<b>measured</b>: ' + fmt(s.tok_s, 2) + ' tok/s decode, <b class="tc-speedup">' +
-      fmt(s.speedup, 2) + 'x</b> target-only decoding in the same run (median over ' + s.prompts +
+      fmt(s.speedup, 2) + 'x</b> the decode speed of target-only decoding in the same run (median over ' + s.prompts +
       ' prompts); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
       ' tokens per round; outputs equal to target-only: ' + s.lossless + '<br><small>run folder <code>' + s.run +
       '</code>, measured ' + s.measured + '</small>';
