@@ -73,6 +73,13 @@ _PAGE_JS = """async () => {
 }"""
 
 
+def _log_external(page, sink: list) -> None:
+    """Append to ``sink`` the URL of every request ``page`` makes to a host other than localhost."""
+    page.on("request", lambda r: sink.append(r.url)
+            if urlparse(r.url).hostname not in ("127.0.0.1", "localhost", None) and not r.url.startswith("data:")
+            else None)
+
+
 def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: int = 30000) -> dict:
     """Load each page in headless Chromium; returns ``{"pages": {page: report}, "ok": bool}`` and writes
     ``report.json`` and one PNG screenshot per page into ``out_dir``."""
@@ -94,8 +101,7 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
             browser = pw.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             external: list[str] = []
-            page.on("request", lambda r: external.append(r.url)
-                    if urlparse(r.url).hostname not in ("127.0.0.1", "localhost", None) and not r.url.startswith("data:") else None)
+            _log_external(page, external)
             for name in pages:
                 external.clear()
                 server.missing.clear()
@@ -182,9 +188,7 @@ def drive_live_app(notebook: str | Path, out_dir: str | Path, *, timeout_ms: int
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=exe, headless=True, args=FLAGS)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.on("request", lambda r: report["external_requests"].append(r.url)
-                    if urlparse(r.url).hostname not in ("127.0.0.1", "localhost", None)
-                    and not r.url.startswith("data:") else None)
+            _log_external(page, report["external_requests"])
             t0 = time.monotonic()
 
             def record(name: str, selector: str) -> None:

@@ -92,12 +92,13 @@ def profile_run(p: Params):
 def sweep_runs(p: Params) -> dict:
     """Speedup over K: baseline and the deferred dense and FlashHead drafts at each K of ``K_SWEEP``
     on ``SWEEP_PROMPTS`` prompts (one run folder per K)."""
-    out = {}
-    for k in p.k_sweep:
-        cfg = p.bench(k=k, modes=("baseline", "dense_deferred", "flash_deferred"), prompts=p.sweep_prompts,
-                      per_category=1, iterations=1, costs=False)
-        out[k] = obtain(named(cfg, p.set_name, f"sweep-k{k}"), p)
-    return out
+    return {k: obtain(named(_sweep_config(p, k, ("baseline", "dense_deferred", "flash_deferred")), p.set_name,
+                            f"sweep-k{k}"), p) for k in p.k_sweep}
+
+
+def _sweep_config(p: Params, k: int, modes: tuple, **kw) -> protocol.BenchConfig:
+    """A short run on the sweep's prompts (one iteration, no component costs): the K sweep's and the explorer's."""
+    return p.bench(k=k, modes=modes, prompts=p.sweep_prompts, per_category=1, iterations=1, costs=False, **kw)
 
 
 def explorer_runs(p: Params) -> dict:
@@ -106,8 +107,7 @@ def explorer_runs(p: Params) -> dict:
     out = {}
     for k in p.explorer_k or p.k_sweep:
         for n in p.explorer_probes:
-            cfg = p.bench(k=k, probes=n, modes=("baseline", "flash_deferred"), prompts=p.sweep_prompts,
-                          per_category=1, iterations=1, costs=False)
+            cfg = _sweep_config(p, k, ("baseline", "flash_deferred"), probes=n)
             out[(k, n)] = obtain(named(cfg, p.set_name, f"explorer-k{k}-p{n}"), p)
     return out
 

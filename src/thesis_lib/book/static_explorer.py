@@ -14,41 +14,31 @@ from __future__ import annotations
 
 import html as _html
 import json
-import statistics
 
 MODES = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, deferred"}
 
 
 def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
-    recs = [r for r in run.samples if r.get("mode") == mode]
-    base = {r["question_id"]: r for r in run.samples if r.get("mode") == "baseline"}
-    if not recs or not base:
+    """One state from the run's own summary (:mod:`thesis_lib.bench.metrics`: median decode speed, median
+    per-prompt speedup over the same run's baseline, pooled acceptance and tokens per round)."""
+    m = (run.summary or {}).get(mode)
+    if not m or "baseline" not in run.summary:
         return None
-    speedups = [r["decode_tokens_per_s"] / base[r["question_id"]]["decode_tokens_per_s"] for r in recs
-                if r["question_id"] in base and r.get("decode_tokens_per_s") and base[r["question_id"]].get("decode_tokens_per_s")]
-    drafted = sum(r.get("drafted") or 0 for r in recs)  # per sample: totals over its rounds
-    accepted = sum(r.get("accepted") or 0 for r in recs)
-    rounds = sum(r.get("rounds") or 0 for r in recs)
-    emitted = sum(r.get("emitted") or 0 for r in recs)
     env = run.environment or {}
     git = env.get("git") or {}
-    return {"mode": mode, "k": k, "probes": probes,
-            "tok_s": statistics.median(r["decode_tokens_per_s"] for r in recs),
-            "speedup": statistics.median(speedups) if speedups else None,
-            "acceptance": accepted / drafted if drafted else None,
-            "tokens_per_round": emitted / rounds if rounds else None,
-            "lossless": f"{sum(bool(r.get('matches_baseline')) for r in recs)}/{len(recs)}",
-            "prompts": len(recs), "run": run.path.name,
+    return {"mode": mode, "k": k, "probes": probes, "tok_s": m["decode_tokens_per_s"],
+            "speedup": m["speedup_vs_baseline"], "acceptance": m["acceptance"], "tokens_per_round": m["mean_emitted"],
+            "equal": m["matches_baseline"], "prompts": m["samples"], "run": run.path.name,
             "measured": f"{str(env.get('recorded_at', '?'))[:10]}, revision {str(git.get('commit', '?'))[:7]}"
                         + (" (uncommitted changes)" if git.get("dirty") else "")}
 
 
-def states(runs) -> list[dict]:
-    """``runs``: ``(K, run)`` pairs (the K sweep's and the explorer grid's); one state per (mode, K, probes) found,
-    the probe count read from the run's own record of its FlashHead head. A combination measured twice keeps the
-    first run given (the sweep's)."""
+def states(sweep: dict, grid: dict) -> list[dict]:
+    """``sweep``: K -> run (:func:`thesis_lib.book.shared.sweep_runs`); ``grid``: (K, probes) -> run
+    (:func:`thesis_lib.book.shared.explorer_runs`). One state per (mode, K, probes) found, the probe count read from
+    the run's own record of its FlashHead head; a combination measured twice keeps the sweep's run."""
     out, seen = [], set()
-    for k, run in runs:
+    for k, run in list(sweep.items()) + [(k, run) for (k, _), run in grid.items()]:
         n = ((run.environment or {}).get("flashhead") or {}).get("n_probes")
         for mode in MODES:
             key = (mode, k, n if mode == "flash_deferred" else None)
@@ -59,6 +49,11 @@ def states(runs) -> list[dict]:
                 out.append(s)
                 seen.add(key)
     return out
+
+
+def all_lossless(states_: list[dict]) -> bool:
+    """Whether every output of every state equalled target-only output."""
+    return all(s["equal"] == s["prompts"] for s in states_)
 
 
 _JS = """
@@ -81,7 +76,7 @@ _JS = """
     out.innerHTML = '<b>measured</b>: ' + fmt(s.tok_s, 2) + ' tok/s decode, <b class="tc-speedup">' +
       fmt(s.speedup, 2) + 'x</b> the decode speed of target-only decoding in the same run (median over ' + s.prompts +
       ' prompts); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
-      ' tokens per round; outputs equal to target-only: ' + s.lossless + '<br><small>run folder <code>' + s.run +
+      ' tokens per round; outputs equal to target-only: ' + s.equal + '/' + s.prompts + '<br><small>run folder <code>' + s.run +
       '</code>, measured ' + s.measured + '</small>';
   }
   k.addEventListener('change', show); p.addEventListener('change', show);

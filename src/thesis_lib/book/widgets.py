@@ -198,7 +198,7 @@ class Explorer:
         seconds = time.perf_counter() - t0
         self.baselines[s["prompt"]] = r["baseline"]
         self.result.value = summary_html(r, seconds)
-        self.history.insert(0, {**s, "seconds": seconds, "acceptance": r["acceptance"],
+        self.history.insert(0, {**s, "k": r["k"], "probes": r["probes"], "seconds": seconds, "acceptance": r["acceptance"],
                                 "mean_emitted": r["mean_emitted"], "lossless": r["lossless"],
                                 "ratio": (r["decode_tokens_per_s"] / r["baseline_tokens_per_s"]
                                           if r["decode_tokens_per_s"] and r["baseline_tokens_per_s"] else None)})
@@ -209,8 +209,7 @@ class Explorer:
 
     def _history_html(self) -> str:
         rows = "".join(
-            f"<tr><td>{html.escape(MODE_LABELS[h['mode']])}</td><td>{h['k'] if h['mode'] != 'baseline' else ''}</td>"
-            f"<td>{h['probes'] if h['mode'] in ('flash_deferred', 'flash_ordinary', 'hybrid_deferred') else ''}</td>"
+            f"<tr><td>{html.escape(MODE_LABELS[h['mode']])}</td><td>{h['k'] or ''}</td><td>{h['probes'] or ''}</td>"
             f"<td>{h['prompt']}</td><td>{_num(h['acceptance'], '.3f')}</td><td>{_num(h['mean_emitted'], '.2f')}</td>"
             f"<td>{_num(h['ratio'], '.2f')}x</td><td>{h['lossless']}</td><td>{h['seconds']:.1f}</td></tr>"
             for h in self.history)
