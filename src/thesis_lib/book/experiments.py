@@ -223,13 +223,15 @@ def beyond_run(p: Params, margin: float):
     return obtain(named(cfg, p.set_name, "beyond"), p)
 
 
+def k_sweep_configs(p: Params) -> dict:
+    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` on the beyond run's prompts;
+    ``K -> configuration``."""
+    return {k: named(p.bench(k=k, modes=("baseline", "flash_deferred"), costs=False), p.set_name, f"beyond-k{k}")
+            for k in p.beyond_k_sweep}
+
+
 def k_sweep_runs(p: Params) -> dict:
-    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` on the beyond run's prompts."""
-    out = {}
-    for k in p.beyond_k_sweep:
-        cfg = p.bench(k=k, modes=("baseline", "flash_deferred"), costs=False)
-        out[k] = obtain(named(cfg, p.set_name, f"beyond-k{k}"), p)
-    return out
+    return {k: obtain(cfg, p) for k, cfg in k_sweep_configs(p).items()}
 
 
 def codesign_run(p: Params, setting: dict):

@@ -1,10 +1,12 @@
 """The chapters' shared results: parameters in, run folders and JSON documents out, computed once.
 
-Each result (:func:`main_run`, :func:`profile_run`, :func:`sweep_runs`, :func:`model_bench`, and chapter 6's in
-:mod:`~thesis_lib.book.experiments`) is a run folder or JSON document under ``RUNS_DIR`` whose name carries
+Each result (:func:`main_run`, :func:`profile_run`, :func:`sweep_runs`, :func:`explorer_runs`, :func:`model_bench`,
+and chapter 6's in :mod:`~thesis_lib.book.experiments`) is a run folder or JSON document under ``RUNS_DIR`` whose name carries
 a hash of its configuration (:func:`named`, :func:`cached_document`), so the same parameters find the same
 results (computed once, by whichever notebook asks first) and other parameters never overwrite them. One
-process loads the pair once (:func:`pair`) and shares it between runs.
+process loads the pair once (:func:`pair`) and shares it between runs. The runs' configurations are
+functions of their own (``*_config``/``*_configs``), so a scheduler can run them before the notebooks
+(:mod:`~thesis_lib.book.scheduled`).
 """
 
 from __future__ import annotations
@@ -77,23 +79,36 @@ def obtain(cfg: protocol.BenchConfig, p: Params):
     return run
 
 
+def main_config(p: Params) -> protocol.BenchConfig:
+    """The headline run's configuration (Tables 4.5, 4.6, 4.9-4.11; ratios, peers, accepted lengths)."""
+    return named(p.bench(), p.set_name, "bench")
+
+
 def main_run(p: Params):
-    """The headline run (Tables 4.5, 4.6, 4.9-4.11; ratios, peers, accepted lengths)."""
-    return obtain(named(p.bench(), p.set_name, "bench"), p)
+    """The headline run (:func:`main_config`)."""
+    return obtain(main_config(p), p)
 
 
-def profile_run(p: Params):
+def profile_config(p: Params) -> protocol.BenchConfig:
     """The diagnostic profiled run of Tables 4.7/4.8 (dense, dense-shared and FlashHead drafts, ordinary
     schedule, instrumented drafters; no component costs)."""
     cfg = p.bench(profile=True, modes=protocol.profile_modes("ordinary"), costs=False)
-    return obtain(named(cfg, p.set_name, "profile"), p)
+    return named(cfg, p.set_name, "profile")
+
+
+def profile_run(p: Params):
+    return obtain(profile_config(p), p)
+
+
+def sweep_configs(p: Params) -> dict:
+    """Speedup over K: baseline and the deferred dense and FlashHead drafts at each K of ``K_SWEEP``
+    on ``SWEEP_PROMPTS`` prompts (one run folder per K); ``K -> configuration``."""
+    return {k: named(_sweep_config(p, k, ("baseline", "dense_deferred", "flash_deferred")), p.set_name,
+                     f"sweep-k{k}") for k in p.k_sweep}
 
 
 def sweep_runs(p: Params) -> dict:
-    """Speedup over K: baseline and the deferred dense and FlashHead drafts at each K of ``K_SWEEP``
-    on ``SWEEP_PROMPTS`` prompts (one run folder per K)."""
-    return {k: obtain(named(_sweep_config(p, k, ("baseline", "dense_deferred", "flash_deferred")), p.set_name,
-                            f"sweep-k{k}"), p) for k in p.k_sweep}
+    return {k: obtain(cfg, p) for k, cfg in sweep_configs(p).items()}
 
 
 def _sweep_config(p: Params, k: int, modes: tuple, **kw) -> protocol.BenchConfig:
@@ -101,15 +116,15 @@ def _sweep_config(p: Params, k: int, modes: tuple, **kw) -> protocol.BenchConfig
     return p.bench(k=k, modes=modes, prompts=p.sweep_prompts, per_category=1, iterations=1, costs=False, **kw)
 
 
-def explorer_runs(p: Params) -> dict:
+def explorer_configs(p: Params) -> dict:
     """The static explorer's grid: baseline and FlashHead deferred at each probe count of ``EXPLORER_PROBES`` for
-    each K of ``EXPLORER_K`` (default ``K_SWEEP``), on the K sweep's prompts; ``(K, probes) -> run``."""
-    out = {}
-    for k in p.explorer_k or p.k_sweep:
-        for n in p.explorer_probes:
-            cfg = _sweep_config(p, k, ("baseline", "flash_deferred"), probes=n)
-            out[(k, n)] = obtain(named(cfg, p.set_name, f"explorer-k{k}-p{n}"), p)
-    return out
+    each K of ``EXPLORER_K`` (default ``K_SWEEP``), on the K sweep's prompts; ``(K, probes) -> configuration``."""
+    return {(k, n): named(_sweep_config(p, k, ("baseline", "flash_deferred"), probes=n), p.set_name,
+                          f"explorer-k{k}-p{n}") for k in p.explorer_k or p.k_sweep for n in p.explorer_probes}
+
+
+def explorer_runs(p: Params) -> dict:
+    return {key: obtain(cfg, p) for key, cfg in explorer_configs(p).items()}
 
 
 def model_bench(p: Params) -> dict:
