@@ -27,7 +27,7 @@ TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.thesis-lib-installed
 PYTEST_ARGS ?=
 
-.PHONY: env models book explore demo browser test clean-venv
+.PHONY: env models book explore demo browser slurm test clean-venv
 
 env: $(STAMP)
 
@@ -44,8 +44,12 @@ models: $(STAMP)
 # The main job: every chapter notebook through papermill (results reused when the parameters are unchanged),
 # then the Jupyter Book with warnings as errors; prints where the HTML is. The embedded models are prepared
 # first only for the sets that use them (a gpu-* set fetches its hub models when a notebook needs them).
+# EXECUTOR=slurm sends the runs that follow from the parameters to Slurm first (one job each, SLURM_ARGS e.g.
+# "--partition gpu --time 08:00:00"; see thesis-lib book --help), waits with progress, then runs the notebooks.
+EXECUTOR ?= local
+SLURM_ARGS ?=
 book: $(if $(GPU_SET),$(STAMP),models)
-	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,)
+	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,) --executor $(EXECUTOR) $(SLURM_ARGS)
 
 # The live explorer as a web app (Voila) on http://127.0.0.1:8866/ for the parameter set; Ctrl-C stops it.
 PORT ?= 8866
@@ -64,7 +68,15 @@ browser:
 	      && echo "installed chromium"; \
 	  else echo "no chromium: the browser check will be skipped (install Debian's chromium)"; fi; }
 
-test: models browser
+# Debian's Slurm and MUNGE for the real-scheduler sweep test (installed when missing and we may).
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1 || (apt-get update -qq && \
+	      apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null)) && echo "installed slurm-wlm and munge"; \
+	  else echo "no Slurm: the sweep test on a local Slurm cluster will be skipped (install Debian's slurm-wlm and munge)"; fi; }
+
+test: models browser slurm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-venv:

@@ -72,6 +72,20 @@ def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
         assert len(injected) == 1 and "hide-input" in injected[0]["metadata"]["tags"], n
 
 
+def test_the_runs_a_scheduler_gets_are_the_notebooks_own(smoke_book):
+    # make book EXECUTOR=slurm runs these before the notebooks; the notebooks must then find them, not others
+    from thesis_lib.book import scheduled
+    from thesis_lib.book.params import Params, load_parameters
+
+    _, _, tmp = smoke_book
+    p = Params.from_namespace({**load_parameters("smoke"), "SET_NAME": "smoke", "RUNS_DIR": str(tmp / "runs")}).check()
+    planned = scheduled.planned_runs(p)
+    assert len(planned) == 1 + 1 + 2 + 4 + 1  # main, profiled, K sweep, explorer grid, chapter 6's K sweep
+    for cfg in planned:
+        stored = json.loads((cfg.path / "config.json").read_text(encoding="utf-8"))
+        assert stored == json.loads(json.dumps(cfg.to_dict())), cfg.name
+
+
 def test_chapter_2_glue(smoke_book):
     g = glued("ch2_theory")
     assert math.isclose(g["rho"], g["n_clusters"] / g["vocab"] + g["n_probes"] / g["n_clusters"], rel_tol=1e-9)

@@ -12,6 +12,8 @@
 - ``thesis-lib profile``: the diagnostic profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead
   drafts with the draft's body/head split; a run folder like ``bench``'s.
 - ``thesis-lib table``: the thesis' tables (4.5 to 4.11) and this project's extra tables from run folders.
+- ``thesis-lib sweep run|status|table|cancel|job``: a grid of benchmark runs, in order here or one Slurm job each
+  (:mod:`thesis_lib.sweep`); resumable, failures reported with their logs and resubmitted.
 - ``thesis-lib sampling-check``: the empirical proof that speculative sampling is lossless
   (:mod:`thesis_lib.analysis.distcheck`).
 
@@ -479,6 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--params", default="cpu-embedded", help="parameter set (params/<name>.yaml) or a YAML file")
     p.add_argument("--recompute", action="store_true", help="re-execute notebooks even if nothing changed")
     p.add_argument("--check", action="store_true", help="then check the pages in headless Chromium")
+    _add_executor_args(p, local_help="local: the notebooks run the benchmarks themselves (default); slurm: the "
+                       "runs that follow from the parameters go to Slurm first, one job each, then the notebooks run",
+                       subprocess=False)
+    p.add_argument("--poll", type=float, default=10.0, help="slurm: seconds between looks at the queue (default 10)")
+    p.add_argument("--retries", type=int, default=0, help="slurm: resubmit a failed run this often (default 0)")
     p.set_defaults(func=cmd_book)
 
     p = sub.add_parser("explore", help="the live explorer (K, probes, prompt, mode) as a web app on localhost (Voila)")
@@ -541,7 +548,210 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=4, help="block length of the speculative run (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the JSON document to this new file")
     p.set_defaults(func=cmd_precision_bench)
+    _add_sweep_parser(sub)
     return parser
+
+
+def _add_sweep_parser(sub) -> None:
+    sweep = sub.add_parser("sweep", help="parameter sweeps: a grid of benchmark runs, locally or on Slurm")
+    ssub = sweep.add_subparsers(dest="sweep_command", required=True)
+    p = ssub.add_parser("run", help="run (or resume) a sweep: one benchmark run per grid point",
+                        description="A grid over benchmark parameters, one run folder per point, run in order here "
+                        "or as one Slurm job each. Running the same sweep again resumes it: finished runs are kept.")
+    p.add_argument("--file", default=None, help="a YAML sweep file (keys: name, params, set, grid, out)")
+    p.add_argument("--name", default=None, help="the sweep's name: its folder under --out")
+    p.add_argument("--params", default=None, help="base: this parameter set's main-run configuration (e.g. smoke)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a benchmark parameter of every run (YAML value), e.g. --set per_category=1")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a parameter and its values, e.g. --grid k=2,4,6 --grid probes=8,64 (or a YAML list)")
+    p.add_argument("--out", default=None, help="where sweeps live (default: runs/sweeps)")
+    _add_executor_args(p)
+    p.add_argument("--retries", type=int, default=0, help="resubmit a failed or cancelled run this often (default 0)")
+    p.add_argument("--no-wait", action="store_true", help="submit and return (watch with: thesis-lib sweep status)")
+    p.add_argument("--poll", type=float, default=10.0, help="seconds between looks at the queue (default 10)")
+    p.set_defaults(func=cmd_sweep_run)
+    p = ssub.add_parser("status", help="each run's state, job and (for failures) log")
+    p.add_argument("home", help="the sweep's folder")
+    p.add_argument("--wait", action="store_true", help="wait until no run is queued or running")
+    p.add_argument("--poll", type=float, default=10.0, help="seconds between looks at the queue (default 10)")
+    p.set_defaults(func=cmd_sweep_status)
+    p = ssub.add_parser("table", help="a sweep's runs as one table (a row per run and mode)")
+    p.add_argument("home", help="the sweep's folder")
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv"], help="(default: text)")
+    p.set_defaults(func=cmd_sweep_table)
+    p = ssub.add_parser("cancel", help="cancel a sweep's queued and running jobs (finished runs are kept)")
+    p.add_argument("home", help="the sweep's folder")
+    p.set_defaults(func=cmd_sweep_cancel)
+    p = ssub.add_parser("job", help="one run of a sweep (what each job executes)")
+    p.add_argument("home", help="the sweep's folder")
+    p.add_argument("run", help="the run's name")
+    p.set_defaults(func=cmd_sweep_job)
+
+
+def _add_executor_args(p: argparse.ArgumentParser, local_help: str = "local: in order on this machine (default); "
+                       "slurm: one job each", subprocess: bool = True) -> None:
+    p.add_argument("--executor", default="local", choices=["local", "slurm"], help=local_help)
+    if subprocess:
+        p.add_argument("--subprocess", action="store_true", help="local: each run in its own process, with a log")
+    g = p.add_argument_group("Slurm resources (--executor slurm; each run is one job)")
+    g.add_argument("--partition", default=None, help="(default: the cluster's default partition)")
+    g.add_argument("--gpus", type=int, default=None, help="GPUs per job (default: the run's CUDA devices: 2 for "
+                   "target and draft on cuda:0 and cuda:1, as the thesis ran)")
+    g.add_argument("--cpus", type=int, default=None, help="cores per job (default: 8 with GPUs, else 2)")
+    g.add_argument("--mem", default=None, help="memory per job, e.g. 64G (default: 64G with GPUs, else the cluster's)")
+    g.add_argument("--time", default="04:00:00", help="time limit per job (default: %(default)s)")
+    g.add_argument("--account", default=None, help="the account jobs are charged to")
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="OPTION",
+                   help="a further sbatch option, e.g. --sbatch-arg=--constraint=h100 (repeatable)")
+
+
+def _executor(args, workdir: Path | None = None):
+    """The executor the arguments name; a Slurm job starts in ``workdir`` (default: here, like the run folders'
+    relative paths)."""
+    from .sweep import local, slurm
+
+    if args.executor == "local":
+        return local.LocalExecutor(isolate=getattr(args, "subprocess", False))
+    resources = slurm.Resources(partition=args.partition, gpus=args.gpus, cpus=args.cpus, mem=args.mem,
+                                time=args.time, account=args.account, extra=list(args.sbatch_arg))
+    return slurm.SlurmExecutor(resources, workdir=workdir)
+
+
+def _yaml_value(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def _assignments(items: list[str], what: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} takes KEY=VALUE (got {item!r}).")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def sweep_from_args(args):
+    """The sweep a ``thesis-lib sweep run`` command line (and its ``--file``) describes."""
+    import yaml
+
+    from .book.params import Params, load_parameters
+    from .sweep import grid
+
+    spec = {}
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise ConfigError(f"No sweep file {args.file}.")
+        spec = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        unknown = sorted(set(spec) - {"name", "params", "set", "grid", "out"})
+        if unknown:
+            raise ConfigError(f"{path.name}: unknown key(s) {', '.join(unknown)}; a sweep file has name, params, "
+                              "set, grid and out.")
+    name = args.name or spec.get("name")
+    if not name:
+        raise ConfigError("Name the sweep (--name, or name: in the sweep file): its runs go to a folder of that name.")
+    base = {}
+    params = args.params or spec.get("params")
+    if params:
+        base = Params.from_namespace(load_parameters(params)).check().bench().to_dict()
+        del base["name"], base["out"]
+    base.update(spec.get("set") or {})
+    base.update({k: _yaml_value(v) for k, v in _assignments(args.set, "--set")})
+    values = dict(spec.get("grid") or {})
+    for key, text in _assignments(args.grid, "--grid"):
+        parsed = _yaml_value(text) if text.startswith("[") else [_yaml_value(v) for v in text.split(",") if v.strip()]
+        values[key] = parsed
+    return grid.from_grid(name, base, values, args.out or spec.get("out") or "runs/sweeps")
+
+
+def _print_sweep_end(sweep, states) -> int:
+    from .analysis import formatting
+    from .sweep import driver, ledger, table
+
+    bad = [s for s in states if s.state != ledger.DONE]
+    df = table.summary(sweep)
+    print(formatting.to_markdown(df) if len(df) else "(no finished runs)")
+    print(f"sweep folder: {sweep.home}")
+    if bad:
+        print(driver.report(states) or "\n".join(s.describe() for s in bad))
+        print("Not finished: run the same command again to resubmit them (finished runs are kept).")
+        return 1
+    return 0
+
+
+def cmd_sweep_run(args) -> int:
+    from .sweep import driver
+
+    if args.retries < 0 or args.poll <= 0:
+        raise ConfigError("--retries must be >= 0 and --poll > 0.")
+    sweep = sweep_from_args(args)
+    states = driver.run_sweep(sweep, _executor(args), wait=not args.no_wait, retries=args.retries, poll=args.poll)
+    if args.no_wait:
+        print(f"submitted; watch with: thesis-lib sweep status {sweep.home}")
+        return 0
+    return _print_sweep_end(sweep, states)
+
+
+def _executor_of(sweep):
+    """The executor that ran a saved sweep's latest jobs (to ask it about them)."""
+    from .sweep import ledger, local, slurm
+
+    kinds = {e.get("executor") for e in ledger.entries(sweep.home) if e["event"] == "submitted"}
+    if "slurm" in kinds:
+        slurm.check_commands()
+        return slurm.SlurmExecutor()
+    return local.LocalExecutor()
+
+
+def cmd_sweep_status(args) -> int:
+    from .sweep import driver, grid, ledger
+
+    sweep = grid.open_sweep(args.home)
+    executor = _executor_of(sweep)
+    states = driver.watch(sweep, executor, poll=args.poll) if args.wait else ledger.states(sweep, executor)
+    for s in states:
+        print(s.describe())
+    print(", ".join(f"{k} {v}" for k, v in ledger.counts(states).items() if v))
+    tail = driver.report(states)
+    if tail:
+        print(tail)
+    return 0
+
+
+def cmd_sweep_table(args) -> int:
+    from .analysis import formatting
+    from .sweep import table
+
+    df = table.summary(args.home)
+    print(df.to_csv(index=False) if args.format == "csv" else formatting.to_markdown(df) if args.format == "markdown"
+          else df.to_string(index=False))
+    return 0
+
+
+def cmd_sweep_cancel(args) -> int:
+    from .sweep import grid, ledger
+
+    sweep = grid.open_sweep(args.home)
+    executor = _executor_of(sweep)
+    active = [s for s in ledger.states(sweep, executor) if s.state in ledger.ACTIVE]
+    for s in active:
+        executor.cancel(s.job_id)
+        print(f"cancelled job {s.job_id} ({s.run})")
+    if not active:
+        print("no job of this sweep is queued or running")
+    return 0
+
+
+def cmd_sweep_job(args) -> int:
+    from .sweep import grid
+
+    run = grid.run_job(args.home, args.run)
+    print(f"run folder {run.path}: {len(run.samples)} samples")
+    return 0
 
 
 def cmd_precision_bench(args) -> int:
@@ -693,6 +903,17 @@ def cmd_book(args) -> int:
     from .book import browser, build, execute, params
 
     t0 = time.perf_counter()
+    if args.executor == "slurm":
+        from .book import scheduled
+        from .sweep import driver, ledger
+
+        states = scheduled.run_on(args.params, _executor(args, workdir=params.ROOT), poll=args.poll,
+                                  retries=args.retries)
+        if any(s.state != ledger.DONE for s in states):
+            print(driver.report(states))
+            print("The book's runs did not all finish; run the same command again to resubmit them (finished runs "
+                  "are kept). No notebook was run.", file=sys.stderr)
+            return 1
     fates = execute.execute(args.params, recompute=args.recompute, progress=True)
     report = execute.execution_report(args.params)
     t1 = time.perf_counter()

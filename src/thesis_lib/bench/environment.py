@@ -72,8 +72,21 @@ def environment(*loaded, extra: dict | None = None) -> dict:
     for role, m in loaded:
         info = {k: v for k, v in m.info.items() if k not in ("load_seconds",)}
         env["models"][role] = {"spec": m.spec, "device": m.device, "dtype": m.dtype, **info}
+    job = scheduler_job()
+    if job:
+        env["scheduler"] = job
     env.update(extra or {})
     return env
+
+
+def scheduler_job() -> dict | None:
+    """The Slurm job this process runs in (a sweep's job: :mod:`thesis_lib.sweep.slurm`), or None outside one."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    keys = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "node": "SLURMD_NODENAME",
+            "partition": "SLURM_JOB_PARTITION", "cluster": "SLURM_CLUSTER_NAME", "cpus": "SLURM_CPUS_PER_TASK",
+            "gpus": "SLURM_JOB_GPUS"}
+    return {"system": "slurm", **{k: os.environ[v] for k, v in keys.items() if v in os.environ}}
 
 
 def measured_when(record: dict) -> str:

@@ -1,0 +1,80 @@
+"""Running a sweep to its end: submit what is not done, watch with progress, report and resubmit what failed.
+
+:func:`run_sweep` checks every run cheaply (no model touched), saves the sweep (or finds it saved: a second call
+with the same grid resumes it), submits each run that is neither done nor queued nor running, and waits:
+a bar counts finished runs, its label the number queued, running, done and failed, and every change of a run's
+state is printed as it is seen. A run whose job failed, was cancelled or ran out of time is reported with its
+job id and the end of its log; with ``retries`` it is resubmitted that many times (its job resumes the run folder,
+keeping the samples already written). Finished runs are never submitted again.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..progress import note, tqdm
+from . import ledger
+from .grid import Sweep
+
+
+def _label(c: dict) -> str:
+    return (f"queued {c['queued']} · running {c['running']} · done {c['done']}"
+            + "".join(f" · {s} {c[s]}" for s in ledger.ENDED_BADLY if c[s]))
+
+
+def watch(sweep: Sweep, executor, *, poll: float = 10.0, progress: bool = True) -> list[ledger.RunState]:
+    """Wait until none of the sweep's runs is queued or running; returns their states."""
+    seen: dict[str, tuple] = {}
+    with tqdm(total=len(sweep.names), desc=f"sweep {sweep.name}", unit="run", disable=not progress) as bar:
+        while True:
+            states = ledger.states(sweep, executor)
+            changed = [s for s in states if seen.get(s.run) != (s.state, s.job_id)]
+            if progress and changed:
+                bar.clear()  # each change on a line of its own above the bar
+                for s in changed:
+                    if s.run in seen or s.state != ledger.TODO:
+                        note(s.describe())
+            seen.update({s.run: (s.state, s.job_id) for s in changed})
+            c = ledger.counts(states)
+            bar.n = c[ledger.DONE]
+            bar.set_postfix_str(_label(c))
+            bar.refresh()
+            if not c[ledger.QUEUED] and not c[ledger.RUNNING]:
+                return states
+            time.sleep(poll)
+
+
+def report(states: list[ledger.RunState], log_lines: int = 15) -> str:
+    """The failed, cancelled and timed-out runs, each with the end of its log."""
+    parts = []
+    for s in states:
+        if s.state in ledger.ENDED_BADLY:
+            tail = s.log_tail(log_lines)
+            parts.append(s.describe() + ("\n    " + tail.replace("\n", "\n    ") if tail else ""))
+    return "\n".join(parts)
+
+
+def run_sweep(sweep: Sweep, executor, *, wait: bool = True, retries: int = 0, poll: float = 10.0,
+              progress: bool = True) -> list[ledger.RunState]:
+    """Submit the sweep's unfinished runs and (with ``wait``) see them to their end; the runs' states."""
+    sweep.check()
+    executor.check()
+    action = sweep.save()
+    states = ledger.states(sweep, executor)
+    todo = [s.run for s in states if s.state not in (ledger.DONE, *ledger.ACTIVE)]
+    c = ledger.counts(states)
+    note(f"sweep {sweep.name} ({action}, {len(sweep.names)} runs in {sweep.home}): {c[ledger.DONE]} done, "
+         f"{c[ledger.QUEUED] + c[ledger.RUNNING]} queued or running, {len(todo)} to submit via {executor.name}")
+    executor.submit(sweep, todo)
+    if not wait:
+        return ledger.states(sweep, executor)
+    for attempt in range(retries + 1):
+        states = watch(sweep, executor, poll=poll, progress=progress)
+        bad = [s.run for s in states if s.state in ledger.ENDED_BADLY]
+        if not bad:
+            break
+        note("did not finish:\n" + report(states))
+        if attempt < retries:
+            note(f"resubmitting {', '.join(bad)} (retry {attempt + 1} of {retries}; finished samples are kept)")
+            executor.submit(sweep, bad)
+    return states

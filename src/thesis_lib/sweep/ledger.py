@@ -1,0 +1,131 @@
+"""Which job ran which run of a sweep, and the state each run is in.
+
+The sweep's ``ledger.jsonl`` is append-only: a ``submitted`` line for every job (run, executor, job id, log file,
+time) and an ``ended`` line when an executor learns how a job ended (a local job at once; a Slurm job when
+the driver sees it leave the queue, since the scheduler forgets finished jobs after a while). :func:`states`
+joins that with the run folders and the scheduler's view: a run is **done** when its folder holds the
+summary of its configuration (whatever the ledger says), **queued** or **running** while its latest job is, and
+**failed**, **cancelled** or **timeout** when that job ended without a summary; **todo** when no job was ever
+submitted for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LEDGER, LOGS = "ledger.jsonl", "logs"
+DONE, QUEUED, RUNNING, FAILED, CANCELLED, TIMEOUT, TODO = ("done", "queued", "running", "failed", "cancelled",
+                                                          "timeout", "todo")
+ACTIVE = (QUEUED, RUNNING)
+ENDED_BADLY = (FAILED, CANCELLED, TIMEOUT)
+
+
+@dataclass
+class RunState:
+    """One run of a sweep: its state, its latest job and that job's log."""
+
+    run: str
+    state: str
+    job_id: str | None = None
+    log: Path | None = None
+    detail: str = ""
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of the job's log ("" where there is none)."""
+        if self.log is None or not self.log.is_file():
+            return ""
+        text = self.log.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    def describe(self) -> str:
+        job = f" (job {self.job_id})" if self.job_id else ""
+        detail = f": {self.detail}" if self.detail else ""
+        log = f"; log {self.log}" if self.log and self.state in ENDED_BADLY else ""
+        return f"{self.run}: {self.state}{job}{detail}{log}"
+
+
+def _append(home: Path, doc: dict) -> None:
+    with open(home / LEDGER, "a", encoding="utf-8") as f:
+        f.write(json.dumps(doc) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def log_path(home: Path, run: str, job_id: str) -> Path:
+    return home / LOGS / f"{run}-{job_id}.log"
+
+
+def submitted(home: Path, run: str, executor: str, job_id: str, log: Path | None) -> None:
+    _append(home, {"event": "submitted", "run": run, "executor": executor, "job_id": str(job_id),
+                   "log": None if log is None else str(log.relative_to(home)),
+                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def ended(home: Path, run: str, job_id: str, state: str, detail: str = "") -> None:
+    _append(home, {"event": "ended", "run": run, "job_id": str(job_id), "state": state, "detail": detail,
+                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def entries(home: Path) -> list[dict]:
+    file = home / LEDGER
+    if not file.is_file():
+        return []
+    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def jobs(home: Path) -> dict[str, dict]:
+    """Each run's latest job: its ``submitted`` line, with ``state``/``detail`` added where it has ended."""
+    latest: dict[str, dict] = {}
+    for e in entries(home):
+        if e["event"] == "submitted":
+            latest[e["run"]] = dict(e)
+        elif e["event"] == "ended" and e["run"] in latest and latest[e["run"]]["job_id"] == e["job_id"]:
+            latest[e["run"]].update(state=e["state"], detail=e.get("detail", ""))
+    return latest
+
+
+def submissions(home: Path, run: str) -> list[str]:
+    """Every job id submitted for a run, oldest first."""
+    return [e["job_id"] for e in entries(home) if e["event"] == "submitted" and e["run"] == run]
+
+
+def states(sweep, executor=None) -> list[RunState]:
+    """Every run's state, in the sweep's order. ``executor.query(job_ids)`` gives the scheduler's view of jobs
+    the ledger has no end for: ``{job_id: (state, detail)}``, a job it no longer knows left out; such a job's
+    end is written to the ledger as it is seen."""
+    home = sweep.home
+    latest = jobs(home)
+    open_ids = [j["job_id"] for j in latest.values() if "state" not in j]
+    seen = executor.query(open_ids) if executor is not None and open_ids else {}
+    out = []
+    for run in sweep.names:
+        job = latest.get(run)
+        log = home / job["log"] if job and job.get("log") else None
+        if sweep.is_done(run):  # after the scheduler's view: a job that ended just now has written its summary
+            out.append(RunState(run, DONE, job and job["job_id"], log))
+            continue
+        if job is None:
+            out.append(RunState(run, TODO))
+            continue
+        state, detail = job.get("state"), job.get("detail", "")
+        if state is None:
+            state, detail = seen.get(job["job_id"], (FAILED, "the scheduler no longer knows this job"))
+            if state not in ACTIVE:
+                if state == DONE:  # the job ended well but left no summary of this configuration
+                    state, detail = FAILED, detail or "the job ended without writing the run's summary"
+                ended(home, run, job["job_id"], state, detail)
+        elif state == DONE:
+            state, detail = FAILED, detail or "the job ended without writing the run's summary"
+        out.append(RunState(run, state, job["job_id"], log, detail))
+    return out
+
+
+def counts(run_states: list[RunState]) -> dict[str, int]:
+    out = {s: 0 for s in (QUEUED, RUNNING, DONE, FAILED, CANCELLED, TIMEOUT, TODO)}
+    for r in run_states:
+        out[r.state] += 1
+    return out

@@ -1,0 +1,197 @@
+"""Sweeps: a grid expands to named runs, the local executor runs them and resumes, failures are recorded and
+resubmitted, and (where Slurm can run) a smoke sweep goes through a real one-node Slurm cluster on localhost:
+every run finishes as a job whose id its run folder records, a killed job is reported with its log and
+resubmitted, and the runs generate exactly what the same sweep run locally generates."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from thesis_lib.bench import protocol
+from thesis_lib.errors import ConfigError
+from thesis_lib.sweep import cluster, driver, grid, ledger, local, slurm, table
+
+#: Tiny models, two prompts, two modes: a run takes seconds.
+BASE = {"target": "tiny:target", "draft": "tiny:draft", "modes": ["baseline", "flash_deferred"], "prompts": 2,
+        "per_category": 1, "max_new_tokens": 12, "warmup": 0, "costs": False, "clusters": 17, "kmeans_iterations": 4,
+        "flash_path": "eager", "threads": 1}
+GRID = {"k": [1, 3], "probes": [1, 8]}
+
+
+def test_a_grid_expands_to_one_named_run_per_point(tmp_path):
+    sw = grid.from_grid("kp", BASE, GRID, tmp_path)
+    assert sw.names == ["k1-probes1", "k1-probes8", "k3-probes1", "k3-probes8"]
+    assert [(c.k, c.probes) for c in sw.configs] == [(1, 1), (1, 8), (3, 1), (3, 8)]
+    assert all(c.out == str(tmp_path / "kp") and c.max_new_tokens == 12 for c in sw.configs)
+    assert sw.points["k3-probes1"] == {"k": 3, "probes": 1}
+    models = grid.from_grid("m", BASE, {"draft": ["tiny:draft", "tiny:target"]}, tmp_path)
+    assert models.names == ["draft-tiny_draft", "draft-tiny_target"]
+
+
+@pytest.mark.parametrize("base, values, message", [
+    (BASE, {"kk": [1]}, "Unknown benchmark parameter"),
+    (BASE, {"k": []}, "non-empty list"),
+    (BASE, {}, "grid is empty"),
+    ({**BASE, "out": "elsewhere"}, {"k": [1]}, "may not set out"),
+])
+def test_a_bad_grid_is_refused_before_anything_is_written(tmp_path, base, values, message):
+    with pytest.raises(ConfigError, match=message):
+        grid.from_grid("bad", base, values, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_run_out_of_range_is_refused_before_any_job(tmp_path):
+    sw = grid.from_grid("bad", BASE, {"probes": [1, 99]}, tmp_path)
+    with pytest.raises(ConfigError, match="probes99"):
+        driver.run_sweep(sw, local.LocalExecutor(progress=False), progress=False)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_another_grid_under_the_same_name_is_refused(tmp_path):
+    grid.from_grid("kp", BASE, GRID, tmp_path).save()
+    with pytest.raises(ConfigError, match="another sweep"):
+        grid.from_grid("kp", BASE, {"k": [1, 2]}, tmp_path).save()
+    assert grid.from_grid("kp", BASE, GRID, tmp_path).save() == "resumed"
+
+
+def _files(sw) -> dict:
+    return {p: p.read_bytes() for c in sw.configs for p in sorted(c.path.iterdir())}
+
+
+def test_local_sweep_runs_resumes_and_tabulates(tmp_path):
+    sw = grid.from_grid("kp", BASE, GRID, tmp_path)
+    states = driver.run_sweep(sw, local.LocalExecutor(progress=False), progress=False)
+    assert [s.state for s in states] == [ledger.DONE] * 4
+    before = _files(sw)
+    again = driver.run_sweep(grid.from_grid("kp", BASE, GRID, tmp_path), local.LocalExecutor(progress=False),
+                             progress=False)
+    assert [s.state for s in again] == [ledger.DONE] * 4
+    assert _files(sw) == before  # nothing redone or rewritten
+    assert len([e for e in ledger.entries(sw.home) if e["event"] == "submitted"]) == 4
+    df = table.summary(sw.home)
+    assert len(df) == 8 and set(df["mode"]) == {"baseline", "flash_deferred"}
+    flash = df[df["mode"] == "flash_deferred"].set_index("run")
+    assert (flash["lossless"] == "2/2").all()
+    assert flash.loc["k3-probes8", "k"] == 3 and flash.loc["k3-probes8", "probes"] == 8
+    # the comparison the Slurm test relies on sees a difference in what was generated
+    shorter = grid.from_grid("kp", {**BASE, "max_new_tokens": 8}, GRID, tmp_path / "shorter")
+    driver.run_sweep(shorter, local.LocalExecutor(progress=False), progress=False)
+    diffs = table.compare(sw, shorter)
+    assert all(any("tokens" in d for d in diffs[name]) for name in sw.names), diffs
+    assert table.compare(sw, grid.open_sweep(sw.home)) == {name: [] for name in sw.names}
+
+
+def test_a_failed_run_is_reported_and_only_it_is_resubmitted(tmp_path, monkeypatch):
+    sw = grid.from_grid("kp", BASE, {"k": [1, 3]}, tmp_path)
+    real = protocol.run
+
+    def flaky(cfg, **kw):
+        if cfg.k == 3:
+            raise RuntimeError("node lost")
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(protocol, "run", flaky)
+    states = driver.run_sweep(sw, local.LocalExecutor(progress=False), progress=False)
+    assert [(s.state, s.detail) for s in states] == [(ledger.DONE, ""), (ledger.FAILED, "RuntimeError: node lost")]
+    assert "k3: failed" in states[1].describe()
+    monkeypatch.setattr(protocol, "run", real)
+    states = driver.run_sweep(grid.from_grid("kp", BASE, {"k": [1, 3]}, tmp_path), local.LocalExecutor(progress=False),
+                              progress=False)
+    assert [s.state for s in states] == [ledger.DONE, ledger.DONE]
+    assert len(ledger.submissions(sw.home, "k1")) == 1 and len(ledger.submissions(sw.home, "k3")) == 2
+
+
+def test_the_command_line_runs_a_sweep_from_a_file_and_flags(tmp_path, capsys):
+    import yaml
+
+    from thesis_lib import cli
+
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(yaml.safe_dump({"name": "kp", "set": BASE, "grid": {"k": [1, 3]}, "out": str(tmp_path)}))
+    assert cli.main(["sweep", "run", "--file", str(spec), "--grid", "probes=[1, 8]"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"| {name} |" in out for name in ("k1-probes1", "k1-probes8", "k3-probes1", "k3-probes8"))
+    assert cli.main(["sweep", "status", str(tmp_path / "kp")]) == 0
+    assert capsys.readouterr().out.strip().endswith("done 4")
+    bad = ["sweep", "run", "--name", "bad", "--out", str(tmp_path), "--grid", "k=0,1"]
+    bad += [f"--set={k}={json.dumps(v)}" for k, v in BASE.items()]
+    assert cli.main(bad) == 2
+    assert "K must be an integer >= 1" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_slurm_options_follow_the_runs_devices():
+    two = protocol.BenchConfig(device="cuda:0", draft_device="cuda:1")
+    assert slurm.gpus_of(two) == 2 and slurm.gpus_of(protocol.BenchConfig(device="cuda:0")) == 1
+    assert slurm.gpus_of(protocol.BenchConfig()) == 0
+    opts = slurm.Resources(partition="gpu").options(two)
+    assert "--gres=gpu:2" in opts and "--mem=64G" in opts and "--partition=gpu" in opts
+    cpu = slurm.Resources().options(protocol.BenchConfig(threads=1))
+    assert "--cpus-per-task=1" in cpu and not any(o.startswith(("--gres", "--mem")) for o in cpu)
+
+
+# --- a real one-node Slurm cluster on localhost ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    why = cluster.unavailable()
+    if why:
+        pytest.skip(why)
+    c = cluster.LocalCluster(tmp_path_factory.mktemp("slurm"), cpus=os.cpu_count())
+    c.start()
+    saved = os.environ.get("SLURM_CONF")
+    os.environ.update(c.environment())
+    yield c
+    c.stop()
+    if saved is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = saved
+
+
+def _wait_running(sw, executor, timeout=60.0) -> ledger.RunState:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [s for s in ledger.states(sw, executor) if s.state == ledger.RUNNING]
+        if running:
+            return running[0]
+        time.sleep(0.1)
+    raise AssertionError("no job of the sweep was seen running")
+
+
+def test_a_smoke_sweep_through_a_real_slurm_cluster(slurm_cluster, tmp_path):
+    executor = slurm.SlurmExecutor(slurm.Resources(time="00:10:00"))
+    sw = grid.from_grid("kp", BASE, GRID, tmp_path / "slurm")
+    driver.run_sweep(sw, executor, wait=False, progress=False)
+    victim = _wait_running(sw, executor)
+    executor.cancel(victim.job_id)
+    states = driver.watch(sw, executor, poll=0.5, progress=False)
+    by_run = {s.run: s for s in states}
+    assert by_run[victim.run].state == ledger.CANCELLED, slurm_cluster.log_tail()
+    assert "CANCELLED" in by_run[victim.run].detail
+    assert f"job {victim.job_id} on" in by_run[victim.run].log.read_text()  # the job's own log, named in the report
+    assert victim.run in driver.report(states)
+    others = [s for s in states if s.run != victim.run]
+    assert all(s.state == ledger.DONE for s in others), [s.describe() for s in others]
+
+    states = driver.run_sweep(grid.from_grid("kp", BASE, GRID, tmp_path / "slurm"), executor, poll=0.5,
+                              progress=False)  # the same command again: only the cancelled run is resubmitted
+    assert all(s.state == ledger.DONE for s in states), [s.describe() for s in states]
+    for s in states:
+        env = json.loads((sw.config(s.run).path / "environment.json").read_text())
+        jobs = [env.get("scheduler", {}).get("job_id")] + [r.get("scheduler", {}).get("job_id")
+                                                            for r in env.get("resumed", [])]
+        assert s.job_id in jobs and jobs[0] is not None, (s.run, jobs)
+        assert ledger.submissions(sw.home, s.run) == ([victim.job_id, s.job_id] if s.run == victim.run else [s.job_id])
+    deadline = time.monotonic() + 30  # a done run's job may still be exiting: then the queue empties, nothing stays
+    while (left := subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, check=True).stdout.strip()):
+        assert time.monotonic() < deadline, left
+        time.sleep(0.5)
+
+    here = grid.from_grid("kp", BASE, GRID, tmp_path / "local")
+    driver.run_sweep(here, local.LocalExecutor(progress=False), progress=False)
+    assert table.compare(sw, here) == {name: [] for name in sw.names}
