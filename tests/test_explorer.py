@@ -34,6 +34,26 @@ def test_moves_during_a_generation_are_coalesced_and_remembered():
     assert 'data-k="2"' in panel.result.value and 'data-probes="7"' in panel.result.value
 
 
+def test_a_new_head_setting_is_warmed_untimed_once(monkeypatch):
+    """The first generation at a (mode, probes) setting first pays the head's compilation in an untimed warm-up;
+    a K move at the same setting does not repeat it, a probe move does."""
+    flags = []
+    real = widgets.generate_marked
+
+    def spy(*args, **kw):
+        flags.append((kw["k"], kw["probes"], kw["warmup"]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(widgets, "generate_marked", spy)
+    panel = widgets.live_panel(_smoke_params())
+    assert panel.idle(120)
+    panel.k.value = 5
+    assert panel.idle(60)
+    panel.p.value = 7
+    assert panel.idle(60)
+    assert flags == [(3, 3, True), (5, 3, False), (5, 7, True)]
+
+
 def test_every_mode_of_the_panel_runs_and_is_lossless():
     p = _smoke_params()
     panel = widgets.live_panel(p)

@@ -40,10 +40,11 @@ K_MAX = 10
 
 def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k: int, max_new_tokens: int,
                     probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None,
-                    runner: Runner | None = None) -> dict:
+                    runner: Runner | None = None, warmup: bool = False) -> dict:
     """One generation of ``mode``; returns tokens, which were accepted drafts, speed, acceptance, whether it
     equals target-only greedy output (``baseline``: a previous target-only result to reuse), head latency.
-    ``runner``: one built before for the same pair (its drafters are reused; K is this call's)."""
+    ``runner``: one built before for the same pair (its drafters are reused; K is this call's). ``warmup``: first
+    an untimed two-token generation, so a draft head's compilation for a new probe count is not timed as decoding."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
@@ -56,6 +57,9 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
             gen, clock, drafter = baseline, None, None
         else:
             drafter = runner.drafters[kind]
+            if warmup:
+                speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, max_new_tokens=2,
+                                     eos_ids=runner.eos)
             clock = PhaseClock([runner.t_state.device] + ([drafter.state.device] if hasattr(drafter, "state") else []),
                                trace=trace)
             gen = speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, clock=clock,
@@ -112,6 +116,7 @@ class Explorer:
         self.models = None
         self.runner = None
         self.baselines: dict = {}
+        self._warmed: set = set()  # (mode, probes) settings whose first-call costs were paid untimed
         self.history: list[dict] = []
         self.runs = 0  # generations finished (the tests count them)
         self._want, self._latest, self._busy = threading.Event(), None, False
@@ -191,11 +196,13 @@ class Explorer:
         try:
             r = generate_marked(target, draft, head, self.prompts[s["prompt"]].text, mode=s["mode"], k=s["k"],
                                 max_new_tokens=self.max_new_tokens, probes=s["probes"],
-                                baseline=self.baselines.get(s["prompt"]), thinking=self.thinking, runner=self.runner)
+                                baseline=self.baselines.get(s["prompt"]), thinking=self.thinking, runner=self.runner,
+                                warmup=(s["mode"], s["probes"]) not in self._warmed)
         except Exception as e:
             self.status.value = f"<b>failed</b>: {html.escape(type(e).__name__)}: {html.escape(str(e))}"
             return
         seconds = time.perf_counter() - t0
+        self._warmed.add((s["mode"], s["probes"]))
         self.baselines[s["prompt"]] = r["baseline"]
         self.result.value = summary_html(r, seconds)
         self.history.insert(0, {**s, "k": r["k"], "probes": r["probes"], "seconds": seconds, "acceptance": r["acceptance"],
