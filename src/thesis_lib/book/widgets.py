@@ -44,7 +44,8 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
     """One generation of ``mode``; returns tokens, which were accepted drafts, speed, acceptance, whether it
     equals target-only greedy output (``baseline``: a previous target-only result to reuse), head latency.
     ``runner``: one built before for the same pair (its drafters are reused; K is this call's). ``warmup``: first
-    an untimed two-token generation, so a draft head's compilation for a new probe count is not timed as decoding."""
+    the same generation untimed, so the draft head's compilations for a new probe count (one per input shape the
+    generation meets) are not timed as decoding (a two-token warm-up left 2.5 s of them in the timed one)."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
@@ -58,8 +59,8 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
         else:
             drafter = runner.drafters[kind]
             if warmup:
-                speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, max_new_tokens=2,
-                                     eos_ids=runner.eos)
+                speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule,
+                                     max_new_tokens=max_new_tokens, eos_ids=runner.eos)
             clock = PhaseClock([runner.t_state.device] + ([drafter.state.device] if hasattr(drafter, "state") else []),
                                trace=trace)
             gen = speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, clock=clock,
