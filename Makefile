@@ -73,7 +73,8 @@ slurm:
 	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1 || (apt-get update -qq && \
-	      apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null)) && echo "installed slurm-wlm and munge"; \
+	      apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null)) && echo "installed slurm-wlm and munge" \
+	      || echo "could not install slurm-wlm and munge: the sweep test on a local Slurm cluster will be skipped"; \
 	  else echo "no Slurm: the sweep test on a local Slurm cluster will be skipped (install Debian's slurm-wlm and munge)"; fi; }
 
 test: models browser slurm

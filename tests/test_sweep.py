@@ -124,6 +124,25 @@ def test_the_command_line_runs_a_sweep_from_a_file_and_flags(tmp_path, capsys):
     assert "K must be an integer >= 1" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
+def test_a_look_without_the_scheduler_concludes_nothing(tmp_path, monkeypatch):
+    """A job the ledger has no end for is 'unknown' when no scheduler is asked, or when it does not answer: not
+    failed, not written down, not resubmitted; a torn ledger line is skipped."""
+    sw = grid.from_grid("kp", BASE, {"k": [1]}, tmp_path)
+    sw.save()
+    ledger.submitted(sw.home, "k1", "slurm", "77", None)
+    assert [s.state for s in ledger.states(sw)] == [ledger.UNKNOWN]
+    assert list(table.summary(sw)["state"]) == [ledger.UNKNOWN]
+    with open(sw.home / ledger.LEDGER, "a", encoding="utf-8") as f:
+        f.write('{"event": "ended", "run": "k1", "job_')  # a crash while writing
+    assert [s.state for s in ledger.states(sw)] == [ledger.UNKNOWN]
+    assert [e["event"] for e in ledger.entries(sw.home)] == ["submitted"]
+    if slurm.shutil.which("squeue"):
+        monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
+        states = ledger.states(sw, slurm.SlurmExecutor())
+        assert [s.state for s in states] == [ledger.UNKNOWN] and "did not answer" in states[0].detail
+        assert [e["event"] for e in ledger.entries(sw.home)] == ["submitted"]
+
+
 def test_slurm_options_follow_the_runs_devices():
     two = protocol.BenchConfig(device="cuda:0", draft_device="cuda:1")
     assert slurm.gpus_of(two) == 2 and slurm.gpus_of(protocol.BenchConfig(device="cuda:0")) == 1
@@ -142,7 +161,11 @@ def slurm_cluster(tmp_path_factory):
     if why:
         pytest.skip(why)
     c = cluster.LocalCluster(tmp_path_factory.mktemp("slurm"), cpus=os.cpu_count())
-    c.start()
+    try:
+        c.start()
+    except BaseException:
+        c.stop()  # what did start stops here, not after the tests
+        raise
     saved = os.environ.get("SLURM_CONF")
     os.environ.update(c.environment())
     yield c
@@ -195,3 +218,18 @@ def test_a_smoke_sweep_through_a_real_slurm_cluster(slurm_cluster, tmp_path):
     here = grid.from_grid("kp", BASE, GRID, tmp_path / "local")
     driver.run_sweep(here, local.LocalExecutor(progress=False), progress=False)
     assert table.compare(sw, here) == {name: [] for name in sw.names}
+
+
+def test_the_books_runs_go_through_slurm_before_its_notebooks(slurm_cluster, tmp_path):
+    """make book EXECUTOR=slurm's first step on the smoke set: its nine planned runs finish as Slurm jobs in the
+    book's run folder (tests/test_book.py checks that these are the very runs its notebooks obtain)."""
+    from thesis_lib.book import scheduled
+
+    overrides = {"RUNS_DIR": str(tmp_path / "runs")}
+    executor = slurm.SlurmExecutor(slurm.Resources(cpus=1, time="00:10:00"))
+    states = scheduled.run_on("smoke", executor, poll=0.5, progress=False, overrides=overrides)
+    assert [s.state for s in states] == [ledger.DONE] * 9, [s.describe() for s in states]
+    for cfg in scheduled.book_sweep("smoke", overrides).configs:
+        assert cfg.path.parent == tmp_path / "runs"
+        env = json.loads((cfg.path / "environment.json").read_text())
+        assert env["scheduler"]["job_id"] == ledger.jobs(scheduled.book_sweep("smoke", overrides).home)[cfg.name]["job_id"]

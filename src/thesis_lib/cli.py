@@ -673,7 +673,7 @@ def _print_sweep_end(sweep, states) -> int:
     from .sweep import driver, ledger, table
 
     bad = [s for s in states if s.state != ledger.DONE]
-    df = table.summary(sweep)
+    df = table.summary(sweep, driver.executor_of(sweep))
     print(formatting.to_markdown(df) if len(df) else "(no finished runs)")
     print(f"sweep folder: {sweep.home}")
     if bad:
@@ -696,22 +696,11 @@ def cmd_sweep_run(args) -> int:
     return _print_sweep_end(sweep, states)
 
 
-def _executor_of(sweep):
-    """The executor that ran a saved sweep's latest jobs (to ask it about them)."""
-    from .sweep import ledger, local, slurm
-
-    kinds = {e.get("executor") for e in ledger.entries(sweep.home) if e["event"] == "submitted"}
-    if "slurm" in kinds:
-        slurm.check_commands()
-        return slurm.SlurmExecutor()
-    return local.LocalExecutor()
-
-
 def cmd_sweep_status(args) -> int:
     from .sweep import driver, grid, ledger
 
     sweep = grid.open_sweep(args.home)
-    executor = _executor_of(sweep)
+    executor = driver.executor_of(sweep)
     states = driver.watch(sweep, executor, poll=args.poll) if args.wait else ledger.states(sweep, executor)
     for s in states:
         print(s.describe())
@@ -724,19 +713,20 @@ def cmd_sweep_status(args) -> int:
 
 def cmd_sweep_table(args) -> int:
     from .analysis import formatting
-    from .sweep import table
+    from .sweep import driver, grid, table
 
-    df = table.summary(args.home)
+    sweep = grid.open_sweep(args.home)
+    df = table.summary(sweep, driver.executor_of(sweep))
     print(df.to_csv(index=False) if args.format == "csv" else formatting.to_markdown(df) if args.format == "markdown"
           else df.to_string(index=False))
     return 0
 
 
 def cmd_sweep_cancel(args) -> int:
-    from .sweep import grid, ledger
+    from .sweep import driver, grid, ledger
 
     sweep = grid.open_sweep(args.home)
-    executor = _executor_of(sweep)
+    executor = driver.executor_of(sweep)
     active = [s for s in ledger.states(sweep, executor) if s.state in ledger.ACTIVE]
     for s in active:
         executor.cancel(s.job_id)
@@ -903,6 +893,8 @@ def cmd_book(args) -> int:
     from .book import browser, build, execute, params
 
     t0 = time.perf_counter()
+    if args.retries < 0 or args.poll <= 0:
+        raise ConfigError("--retries must be >= 0 and --poll > 0.")
     if args.executor == "slurm":
         from .book import scheduled
         from .sweep import driver, ledger

@@ -12,8 +12,6 @@ them exactly as if they had run them.
 
 from __future__ import annotations
 
-import contextlib
-
 from ..errors import ConfigError
 from ..sweep import driver, grid, ledger
 from . import experiments, shared
@@ -28,20 +26,20 @@ def planned_runs(p: Params) -> list:
     return list({c.name: c for c in configs}.values())
 
 
-def book_sweep(set_name: str) -> grid.Sweep:
-    values = load_parameters(set_name)
+def book_sweep(set_name: str, overrides: dict | None = None) -> grid.Sweep:
+    """The sweep of a parameter set's planned runs (``overrides``: parameters changed, as for the notebooks)."""
+    values = {**load_parameters(set_name), **(overrides or {})}
     values.setdefault("SET_NAME", set_label(set_name))
     p = Params.from_namespace(values).check()
     if p.rehearsal:
         raise ConfigError("The rehearsal set stands in for GPUs on this machine; build it without EXECUTOR=slurm.")
     configs = planned_runs(p)
     name = f"book-{p.set_name}-{shared.digest(sorted(c.name for c in configs))}"
-    return grid.of_runs(name, configs, ROOT / p.runs_dir / "sweeps" / name)
+    return grid.of_runs(name, configs, ROOT / p.runs_dir / "sweeps" / name, workdir=ROOT)
 
 
-def run_on(set_name: str, executor, *, poll: float = 10.0, retries: int = 0,
-           progress: bool = True) -> list[ledger.RunState]:
-    """Run the book's planned runs with ``executor`` and wait for them; the runs' states. Run folders are relative
-    to the repository, as in the notebooks (and in each job, which starts there)."""
-    with contextlib.chdir(ROOT):
-        return driver.run_sweep(book_sweep(set_name), executor, retries=retries, poll=poll, progress=progress)
+def run_on(set_name: str, executor, *, poll: float = 10.0, retries: int = 0, progress: bool = True,
+           overrides: dict | None = None) -> list[ledger.RunState]:
+    """Run the book's planned runs with ``executor`` and wait for them; the runs' states. Their folders are
+    relative to the repository, as in the notebooks (and each job starts there)."""
+    return driver.run_sweep(book_sweep(set_name, overrides), executor, retries=retries, poll=poll, progress=progress)

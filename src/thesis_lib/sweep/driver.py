@@ -10,8 +10,10 @@ keeping the samples already written). Finished runs are never submitted again.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
+from ..errors import ConfigError
 from ..progress import note, tqdm
 from . import ledger
 from .grid import Sweep
@@ -19,7 +21,36 @@ from .grid import Sweep
 
 def _label(c: dict) -> str:
     return (f"queued {c['queued']} · running {c['running']} · done {c['done']}"
-            + "".join(f" · {s} {c[s]}" for s in ledger.ENDED_BADLY if c[s]))
+            + "".join(f" · {s} {c[s]}" for s in (ledger.UNKNOWN, *ledger.ENDED_BADLY) if c[s]))
+
+
+def executor_of(sweep):
+    """The executor that ran a saved sweep's jobs (to ask it about them): Slurm's if any job went there."""
+    from . import local, slurm
+
+    kinds = {e.get("executor") for e in ledger.entries(sweep.home) if e["event"] == "submitted"}
+    if "slurm" in kinds:
+        slurm.check_commands()
+        return slurm.SlurmExecutor(workdir=sweep.workdir)
+    return local.LocalExecutor()
+
+
+@contextlib.contextmanager
+def locked(sweep: Sweep):
+    """One submitter at a time per sweep (two ``sweep run`` commands at once would submit the same runs)."""
+    import fcntl
+
+    sweep.home.mkdir(parents=True, exist_ok=True)
+    with open(sweep.home / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"Another command is submitting the sweep {sweep.name} now; nothing was changed. "
+                              "Watch it with: thesis-lib sweep status " + str(sweep.home)) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def watch(sweep: Sweep, executor, *, poll: float = 10.0, progress: bool = True) -> list[ledger.RunState]:
@@ -39,7 +70,7 @@ def watch(sweep: Sweep, executor, *, poll: float = 10.0, progress: bool = True) 
             bar.n = c[ledger.DONE]
             bar.set_postfix_str(_label(c))
             bar.refresh()
-            if not c[ledger.QUEUED] and not c[ledger.RUNNING]:
+            if not any(c[a] for a in ledger.ACTIVE):
                 return states
             time.sleep(poll)
 
@@ -59,13 +90,14 @@ def run_sweep(sweep: Sweep, executor, *, wait: bool = True, retries: int = 0, po
     """Submit the sweep's unfinished runs and (with ``wait``) see them to their end; the runs' states."""
     sweep.check()
     executor.check()
-    action = sweep.save()
-    states = ledger.states(sweep, executor)
-    todo = [s.run for s in states if s.state not in (ledger.DONE, *ledger.ACTIVE)]
-    c = ledger.counts(states)
-    note(f"sweep {sweep.name} ({action}, {len(sweep.names)} runs in {sweep.home}): {c[ledger.DONE]} done, "
-         f"{c[ledger.QUEUED] + c[ledger.RUNNING]} queued or running, {len(todo)} to submit via {executor.name}")
-    executor.submit(sweep, todo)
+    with locked(sweep):
+        action = sweep.save()
+        states = ledger.states(sweep, executor)
+        todo = [s.run for s in states if s.state not in (ledger.DONE, *ledger.ACTIVE)]
+        c = ledger.counts(states)
+        note(f"sweep {sweep.name} ({action}, {len(sweep.names)} runs in {sweep.home}): {c[ledger.DONE]} done, "
+             f"{sum(c[a] for a in ledger.ACTIVE)} queued or running, {len(todo)} to submit via {executor.name}")
+        executor.submit(sweep, todo)
     if not wait:
         return ledger.states(sweep, executor)
     for attempt in range(retries + 1):
@@ -76,5 +108,6 @@ def run_sweep(sweep: Sweep, executor, *, wait: bool = True, retries: int = 0, po
         note("did not finish:\n" + report(states))
         if attempt < retries:
             note(f"resubmitting {', '.join(bad)} (retry {attempt + 1} of {retries}; finished samples are kept)")
-            executor.submit(sweep, bad)
+            with locked(sweep):
+                executor.submit(sweep, bad)
     return states

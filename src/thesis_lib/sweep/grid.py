@@ -17,6 +17,7 @@ sweep is resumed by running the same command again, and a new grid needs a new n
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -42,6 +43,8 @@ class Sweep:
     points: dict[str, dict] = field(default_factory=dict)
     base: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
+    #: the folder the runs' relative paths start from (the book's runs: the repository); None: they are absolute
+    workdir: str | None = None
 
     @property
     def names(self) -> list[str]:
@@ -61,17 +64,24 @@ class Sweep:
             except ConfigError as exc:
                 raise ConfigError(f"Run {c.name} of the sweep {self.name}: {exc}") from None
 
+    def path(self, run: str) -> Path:
+        """A run's folder, wherever this process runs."""
+        return Path(self.workdir or ".") / self.config(run).path
+
     def is_done(self, run: str) -> bool:
         """The run folder holds a summary of this very configuration."""
-        cfg = self.config(run)
-        if not (cfg.path / SUMMARY).is_file():
+        cfg, path = self.config(run), self.path(run)
+        if not (path / SUMMARY).is_file():
             return False
-        stored = protocol.BenchConfig.from_dict(load_run(cfg.path).config).to_dict()
+        stored = protocol.BenchConfig.from_dict(load_run(path).config).to_dict()
         return stored == json.loads(json.dumps(cfg.to_dict()))
 
     def document(self) -> dict:
-        return {"name": self.name, "base": self.base, "grid": self.grid,
-                "runs": [{"name": c.name, "point": self.points.get(c.name, {})} for c in self.configs]}
+        doc = {"name": self.name, "base": self.base, "grid": self.grid,
+               "runs": [{"name": c.name, "point": self.points.get(c.name, {})} for c in self.configs]}
+        if self.workdir:
+            doc["workdir"] = self.workdir
+        return doc
 
     def save(self) -> str:
         """Write ``sweep.json`` and the job files; ``"new"`` or ``"resumed"`` (the same sweep saved before).
@@ -117,10 +127,15 @@ def run_name(point: dict) -> str:
                     else f"{key}-{_label(v)}" for key, v in point.items())
 
 
+def check_name(name: str) -> None:
+    if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", name):
+        raise ConfigError(f"A sweep's name is a plain folder name of letters, digits and . _ + - (got {name!r}).")
+
+
 def from_grid(name: str, base: dict, grid: dict, out: str | Path = "runs/sweeps") -> Sweep:
-    """The sweep ``out/name`` of every point of ``grid`` over ``base`` (checked names; no model touched)."""
-    if not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"A sweep's name must be a plain folder name (got {name!r}).")
+    """The sweep ``out/name`` of every point of ``grid`` over ``base`` (checked names; no model touched). Its runs'
+    folders are absolute paths, so the sweep can be watched and resumed from any folder."""
+    check_name(name)
     known = {f.name for f in fields(protocol.BenchConfig)}
     for doc, what in ((base, "base"), (grid, "grid")):
         unknown = sorted(set(doc) - known)
@@ -135,7 +150,7 @@ def from_grid(name: str, base: dict, grid: dict, out: str | Path = "runs/sweeps"
     bad = [k for k, v in grid.items() if not isinstance(v, (list, tuple)) or not v]
     if bad:
         raise ConfigError(f"Each grid parameter needs a non-empty list of values ({', '.join(bad)} has none).")
-    home = Path(out) / name
+    home = Path(out).resolve() / name
     configs, points = [], {}
     for values in itertools.product(*grid.values()):
         point = dict(zip(grid, values))
@@ -147,12 +162,14 @@ def from_grid(name: str, base: dict, grid: dict, out: str | Path = "runs/sweeps"
     return Sweep(name, home, configs, points, dict(base), {k: list(v) for k, v in grid.items()})
 
 
-def of_runs(name: str, configs: list[protocol.BenchConfig], home: str | Path) -> Sweep:
-    """A sweep of given configurations (each keeps its own name and folder), kept in ``home``."""
+def of_runs(name: str, configs: list[protocol.BenchConfig], home: str | Path, workdir: str | Path | None = None) -> Sweep:
+    """A sweep of given configurations (each keeps its own name and folder, relative ones from ``workdir``), kept
+    in ``home``."""
+    check_name(name)
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise ConfigError("Two runs of the sweep share a name.")
-    return Sweep(name, Path(home), list(configs))
+    return Sweep(name, Path(home), list(configs), workdir=None if workdir is None else str(Path(workdir).resolve()))
 
 
 def open_sweep(home: str | Path) -> Sweep:
@@ -164,7 +181,7 @@ def open_sweep(home: str | Path) -> Sweep:
     doc = json.loads(file.read_text(encoding="utf-8"))
     configs = [protocol.BenchConfig.from_dict(_read_job(home, r["name"])) for r in doc["runs"]]
     points = {r["name"]: r["point"] for r in doc["runs"] if r["point"]}
-    return Sweep(doc["name"], home, configs, points, doc.get("base", {}), doc.get("grid", {}))
+    return Sweep(doc["name"], home, configs, points, doc.get("base", {}), doc.get("grid", {}), doc.get("workdir"))
 
 
 def run_job(home: str | Path, run: str, *, progress: bool = True):
@@ -172,6 +189,7 @@ def run_job(home: str | Path, run: str, *, progress: bool = True):
     (finished samples are kept); a finished run is not redone."""
     sweep = open_sweep(home)
     cfg = sweep.config(run)
-    if sweep.is_done(run):
-        return load_run(cfg.path)
-    return protocol.run(cfg, resume=cfg.path.exists(), progress=progress)
+    with contextlib.chdir(sweep.workdir or "."):
+        if sweep.is_done(run):
+            return load_run(cfg.path)
+        return protocol.run(cfg, resume=cfg.path.exists(), progress=progress)

@@ -6,7 +6,7 @@ the driver sees it leave the queue, since the scheduler forgets finished jobs af
 joins that with the run folders and the scheduler's view: a run is **done** when its folder holds the
 summary of its configuration (whatever the ledger says), **queued** or **running** while its latest job is, and
 **failed**, **cancelled** or **timeout** when that job ended without a summary; **todo** when no job was ever
-submitted for it.
+submitted for it; **unknown** while the scheduler cannot be asked (such a run is waited for, not resubmitted).
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from pathlib import Path
 LEDGER, LOGS = "ledger.jsonl", "logs"
 DONE, QUEUED, RUNNING, FAILED, CANCELLED, TIMEOUT, TODO = ("done", "queued", "running", "failed", "cancelled",
                                                           "timeout", "todo")
-ACTIVE = (QUEUED, RUNNING)
+#: A job whose state could not be learnt now (no executor asked, or the scheduler did not answer): never
+#: resubmitted, never written down as ended, waited for.
+UNKNOWN = "unknown"
+ACTIVE = (QUEUED, RUNNING, UNKNOWN)
 ENDED_BADLY = (FAILED, CANCELLED, TIMEOUT)
 
 
@@ -71,10 +74,19 @@ def ended(home: Path, run: str, job_id: str, state: str, detail: str = "") -> No
 
 
 def entries(home: Path) -> list[dict]:
+    """The ledger's lines; a torn one (a crash while writing) is skipped, so one bad line cannot lock a sweep."""
     file = home / LEDGER
     if not file.is_file():
         return []
-    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for line in file.read_text(encoding="utf-8").splitlines():
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and "event" in doc and "run" in doc:
+            out.append(doc)
+    return out
 
 
 def jobs(home: Path) -> dict[str, dict]:
@@ -96,11 +108,15 @@ def submissions(home: Path, run: str) -> list[str]:
 def states(sweep, executor=None) -> list[RunState]:
     """Every run's state, in the sweep's order. ``executor.query(job_ids)`` gives the scheduler's view of jobs
     the ledger has no end for: ``{job_id: (state, detail)}``, a job it no longer knows left out; such a job's
-    end is written to the ledger as it is seen."""
+    end is written to the ledger as it is seen. Without an executor those jobs are ``unknown`` and nothing is
+    written."""
     home = sweep.home
     latest = jobs(home)
     open_ids = [j["job_id"] for j in latest.values() if "state" not in j]
-    seen = executor.query(open_ids) if executor is not None and open_ids else {}
+    if executor is None:
+        seen = {j: (UNKNOWN, "not asked") for j in open_ids}
+    else:
+        seen = executor.query(open_ids) if open_ids else {}
     out = []
     for run in sweep.names:
         job = latest.get(run)
@@ -125,7 +141,7 @@ def states(sweep, executor=None) -> list[RunState]:
 
 
 def counts(run_states: list[RunState]) -> dict[str, int]:
-    out = {s: 0 for s in (QUEUED, RUNNING, DONE, FAILED, CANCELLED, TIMEOUT, TODO)}
+    out = {s: 0 for s in (QUEUED, RUNNING, UNKNOWN, DONE, FAILED, CANCELLED, TIMEOUT, TODO)}
     for r in run_states:
         out[r.state] += 1
     return out

@@ -9,6 +9,7 @@ run as cancelled and stops the sweep. Its job ids are ``local-<pid>-<n>``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from ..bench import protocol
+from ..errors import ConfigError
 from ..models import loading
 from . import ledger
 
@@ -65,7 +67,8 @@ class LocalExecutor:
         try:
             if sweep.is_done(run):
                 return ledger.DONE, ""
-            protocol.run(cfg, resume=cfg.path.exists(), progress=self.progress, loaded=self._loaded(cfg))
+            with contextlib.chdir(sweep.workdir or "."):
+                protocol.run(cfg, resume=cfg.path.exists(), progress=self.progress, loaded=self._loaded(cfg))
             return ledger.DONE, ""
         except Exception as exc:  # noqa: BLE001 - recorded, reported with the sweep, and the next run goes on
             traceback.print_exc()
@@ -77,6 +80,10 @@ class LocalExecutor:
             code = subprocess.call([sys.executable, "-m", "thesis_lib.cli", "sweep", "job", str(sweep.home), run],
                                    stdout=f, stderr=subprocess.STDOUT)
         return (ledger.DONE, "") if code == 0 else (ledger.FAILED, f"exit status {code}")
+
+    def cancel(self, job_id: str) -> None:
+        raise ConfigError("A local sweep runs in its own shell: stop it there with Ctrl-C (its run is recorded as "
+                          "cancelled, and finished runs are kept).")
 
     def query(self, job_ids: list[str]) -> dict[str, tuple[str, str]]:
         """A local job without an end in the ledger runs while its process lives (a sweep in another shell), and

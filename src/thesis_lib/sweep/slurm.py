@@ -107,6 +107,10 @@ class SlurmExecutor:
 
     def submit(self, sweep, runs: list[str]) -> dict[str, str]:
         """Submit one job per run; ``{run: job id}`` (each written to the ledger as it is accepted)."""
+        odd = [str(p) for p in (sweep.home.resolve(), self.workdir, Path(self.python)) if any(c.isspace() for c in str(p))]
+        if odd:
+            raise ConfigError(f"A batch script's #SBATCH lines cannot hold paths with spaces: {', '.join(odd)}; "
+                              "move the sweep (--out) or the project to a path without them.")
         (sweep.home / ledger.LOGS).mkdir(parents=True, exist_ok=True)
         out = {}
         for run in runs:
@@ -124,6 +128,9 @@ class SlurmExecutor:
         """Slurm's view of these jobs, ``{job id: (state, detail)}``; jobs Slurm has forgotten are left out."""
         wanted, out = set(job_ids), {}
         listed = _call(["squeue", "--noheader", "--me", "--format=%i|%T|%r"], check=False)
+        if listed.returncode != 0:  # the controller did not answer: nothing is known, nothing is concluded
+            why = (listed.stderr.strip() or f"squeue exit status {listed.returncode}").splitlines()[-1]
+            return {j: (ledger.UNKNOWN, f"Slurm did not answer ({why})") for j in job_ids}
         for line in listed.stdout.splitlines():
             job_id, state, reason = (line.split("|") + ["", ""])[:3]
             if job_id in wanted:
@@ -140,8 +147,12 @@ class SlurmExecutor:
                 if fields.get("Reason", "None") != "None":
                     detail += f", {fields['Reason']}"
                 out[job_id] = (STATES.get(state, ledger.FAILED), detail)
+            elif "invalid job id" not in shown.stderr.lower():  # not "gone": the question failed
+                out[job_id] = (ledger.UNKNOWN, f"scontrol did not answer ({shown.stderr.strip() or shown.returncode})")
         return out
 
     def cancel(self, job_id: str) -> None:
-        _call(["scancel", str(job_id)])
+        done = _call(["scancel", str(job_id)], check=False)
+        if done.returncode != 0:
+            raise ConfigError(f"scancel {job_id}: {done.stderr.strip() or done.returncode}")
 

@@ -20,16 +20,17 @@ CONTENT = ("iteration", "question_id", "mode", "k", "tokens", "new_tokens", "fir
            "accepted", "rounds", "emitted", "verify_calls", "append_calls", "matches_baseline", "accepted_per_round")
 
 
-def summary(sweep: Sweep | str) -> pd.DataFrame:
-    """One row per run and mode of a sweep's finished runs (runs not done are listed with their state)."""
+def summary(sweep: Sweep | str, executor=None) -> pd.DataFrame:
+    """One row per run and mode of a sweep's finished runs (runs not done are listed with their state: as
+    ``executor`` sees their jobs, or ``unknown`` without one; nothing is written to the ledger then)."""
     sweep = open_sweep(sweep) if not isinstance(sweep, Sweep) else sweep
     rows = []
-    for state in ledger.states(sweep):
+    for state in ledger.states(sweep, executor):
         point = sweep.points.get(state.run, {})
         if state.state != ledger.DONE:
             rows.append({"run": state.run, **point, "mode": None, "state": state.state})
             continue
-        run = load_run(sweep.config(state.run).path)
+        run = load_run(sweep.path(state.run))
         envs = [run.environment, *run.environment.get("resumed", [])]  # a resumed run: every job that worked on it
         job = ",".join(str(e["scheduler"]["job_id"]) for e in envs if e.get("scheduler")) or state.job_id
         for mode, s in (run.summary or {}).items():
@@ -56,7 +57,7 @@ def compare(a: Sweep | str, b: Sweep | str) -> dict[str, list[str]]:
         if name not in b.names:
             out[name] = [f"{b.name} has no run {name}"]
             continue
-        ra, rb = load_run(a.config(name).path), load_run(b.config(name).path)
+        ra, rb = load_run(a.path(name)), load_run(b.path(name))
         ca, cb = content(ra), content(rb)
         diffs = [] if len(ca) == len(cb) else [f"{len(ca)} samples against {len(cb)}"]
         for x, y in zip(ca, cb):
