@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -184,12 +185,23 @@ def open_sweep(home: str | Path) -> Sweep:
     return Sweep(doc["name"], home, configs, points, doc.get("base", {}), doc.get("grid", {}), doc.get("workdir"))
 
 
+@contextlib.contextmanager
+def working_folder(sweep: Sweep):
+    """In the folder the sweep's relative run paths start from (for Python 3.10, which has no ``contextlib.chdir``)."""
+    before = os.getcwd()
+    os.chdir(sweep.workdir or before)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def run_job(home: str | Path, run: str, *, progress: bool = True):
     """What one job does: execute the run's configuration, resuming its folder if an earlier job left it half done
     (finished samples are kept); a finished run is not redone."""
     sweep = open_sweep(home)
     cfg = sweep.config(run)
-    with contextlib.chdir(sweep.workdir or "."):
+    with working_folder(sweep):
         if sweep.is_done(run):
             return load_run(cfg.path)
         return protocol.run(cfg, resume=cfg.path.exists(), progress=progress)

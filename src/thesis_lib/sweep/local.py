@@ -9,7 +9,6 @@ run as cancelled and stops the sweep. Its job ids are ``local-<pid>-<n>``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from ..bench import protocol
 from ..errors import ConfigError
 from ..models import loading
 from . import ledger
+from .grid import working_folder
 
 
 class LocalExecutor:
@@ -67,7 +67,7 @@ class LocalExecutor:
         try:
             if sweep.is_done(run):
                 return ledger.DONE, ""
-            with contextlib.chdir(sweep.workdir or "."):
+            with working_folder(sweep):
                 protocol.run(cfg, resume=cfg.path.exists(), progress=self.progress, loaded=self._loaded(cfg))
             return ledger.DONE, ""
         except Exception as exc:  # noqa: BLE001 - recorded, reported with the sweep, and the next run goes on
