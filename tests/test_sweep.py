@@ -136,11 +136,15 @@ def test_a_look_without_the_scheduler_concludes_nothing(tmp_path, monkeypatch):
         f.write('{"event": "ended", "run": "k1", "job_')  # a crash while writing
     assert [s.state for s in ledger.states(sw)] == [ledger.UNKNOWN]
     assert [e["event"] for e in ledger.entries(sw.home)] == ["submitted"]
-    if slurm.shutil.which("squeue"):
-        monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
-        states = ledger.states(sw, slurm.SlurmExecutor())
-        assert [s.state for s in states] == [ledger.UNKNOWN] and "did not answer" in states[0].detail
-        assert [e["event"] for e in ledger.entries(sw.home)] == ["submitted"]
+    bin_dir = tmp_path / "bin"  # a controller that does not answer, as squeue reports it
+    bin_dir.mkdir()
+    fake = bin_dir / "squeue"
+    fake.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    states = ledger.states(sw, slurm.SlurmExecutor())
+    assert [s.state for s in states] == [ledger.UNKNOWN] and "Unable to contact" in states[0].detail
+    assert [e["event"] for e in ledger.entries(sw.home)] == ["submitted"]
 
 
 def test_slurm_options_follow_the_runs_devices():
