@@ -55,18 +55,24 @@ class Run:
 
     def append(self, record: dict) -> None:
         """Write one finished sample to ``samples.jsonl`` and force it to disk."""
-        with open(self.path / SAMPLES, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_json_line(self.path / SAMPLES, record)
         self.samples.append(record)
 
     def write_summary(self, summary: dict) -> None:
-        _write_json(self.path / SUMMARY, summary)
+        write_json(self.path / SUMMARY, summary)
         self.summary = summary
 
 
-def _write_json(path: Path, doc: Any) -> None:
+def append_json_line(file: Path, doc: Any) -> None:
+    """One JSON line appended and forced to disk (a crash loses at most the line being written)."""
+    with open(file, "a", encoding="utf-8") as f:
+        f.write(json.dumps(doc) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """A JSON document written atomically (a temporary file renamed over the old one)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -153,7 +159,7 @@ def open_run(path: str | Path, config: dict, *, resume: bool = False, replace: b
     if action == "replace":
         os.replace(path, _aside(path))
     path.mkdir(parents=True)
-    _write_json(path / CONFIG, config)
+    write_json(path / CONFIG, config)
     return Run(path, config, {})
 
 
@@ -169,5 +175,5 @@ def record_environment(run: Run, env: dict) -> None:
 
 
 def write_environment(run: Run, doc: dict) -> None:
-    _write_json(run.path / ENVIRONMENT, doc)
+    write_json(run.path / ENVIRONMENT, doc)
     run.environment = doc

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..bench import protocol
-from ..bench.runs import SUMMARY, load_run
+from ..bench.runs import CONFIG, SUMMARY, load_run, write_json
 from ..errors import ConfigError
 
 SWEEP, JOBS = "sweep.json", "jobs"
@@ -74,7 +74,7 @@ class Sweep:
         cfg, path = self.config(run), self.path(run)
         if not (path / SUMMARY).is_file():
             return False
-        stored = protocol.BenchConfig.from_dict(load_run(path).config).to_dict()
+        stored = protocol.BenchConfig.from_dict(json.loads((path / CONFIG).read_text(encoding="utf-8"))).to_dict()
         return stored == json.loads(json.dumps(cfg.to_dict()))
 
     def document(self) -> dict:
@@ -99,15 +99,9 @@ class Sweep:
             return "resumed"
         (self.home / JOBS).mkdir(parents=True, exist_ok=True)
         for c in self.configs:
-            _write(self.home / JOBS / f"{c.name}.json", c.to_dict())
-        _write(file, doc)
+            write_json(self.home / JOBS / f"{c.name}.json", c.to_dict())
+        write_json(file, doc)
         return "new"
-
-
-def _write(path: Path, doc) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def _read_job(home: Path, run: str) -> dict | None:
@@ -194,6 +188,11 @@ def working_folder(sweep: Sweep):
         yield
     finally:
         os.chdir(before)
+
+
+def job_command(home: str | Path, run: str, python: str) -> list[str]:
+    """The command a job runs (``thesis-lib sweep job HOME RUN``): :func:`run_job` in a process of its own."""
+    return [python, "-m", "thesis_lib.cli", "sweep", "job", str(home), run]
 
 
 def run_job(home: str | Path, run: str, *, progress: bool = True):

@@ -12,10 +12,11 @@ submitted for it; **unknown** while the scheduler cannot be asked (such a run is
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..bench.runs import append_json_line
 
 LEDGER, LOGS = "ledger.jsonl", "logs"
 DONE, QUEUED, RUNNING, FAILED, CANCELLED, TIMEOUT, TODO = ("done", "queued", "running", "failed", "cancelled",
@@ -51,25 +52,18 @@ class RunState:
         return f"{self.run}: {self.state}{job}{detail}{log}"
 
 
-def _append(home: Path, doc: dict) -> None:
-    with open(home / LEDGER, "a", encoding="utf-8") as f:
-        f.write(json.dumps(doc) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def log_path(home: Path, run: str, job_id: str) -> Path:
     return home / LOGS / f"{run}-{job_id}.log"
 
 
 def submitted(home: Path, run: str, executor: str, job_id: str, log: Path | None) -> None:
-    _append(home, {"event": "submitted", "run": run, "executor": executor, "job_id": str(job_id),
+    append_json_line(home / LEDGER, {"event": "submitted", "run": run, "executor": executor, "job_id": str(job_id),
                    "log": None if log is None else str(log.relative_to(home)),
                    "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
 def ended(home: Path, run: str, job_id: str, state: str, detail: str = "") -> None:
-    _append(home, {"event": "ended", "run": run, "job_id": str(job_id), "state": state, "detail": detail,
+    append_json_line(home / LEDGER, {"event": "ended", "run": run, "job_id": str(job_id), "state": state, "detail": detail,
                    "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
@@ -128,14 +122,13 @@ def states(sweep, executor=None) -> list[RunState]:
             out.append(RunState(run, TODO))
             continue
         state, detail = job.get("state"), job.get("detail", "")
-        if state is None:
+        learnt = state is None
+        if learnt:
             state, detail = seen.get(job["job_id"], (FAILED, "the scheduler no longer knows this job"))
-            if state not in ACTIVE:
-                if state == DONE:  # the job ended well but left no summary of this configuration
-                    state, detail = FAILED, detail or "the job ended without writing the run's summary"
-                ended(home, run, job["job_id"], state, detail)
-        elif state == DONE:
+        if state == DONE:  # the job ended well but left no summary of this configuration
             state, detail = FAILED, detail or "the job ended without writing the run's summary"
+        if learnt and state not in ACTIVE:
+            ended(home, run, job["job_id"], state, detail)
         out.append(RunState(run, state, job["job_id"], log, detail))
     return out
 

@@ -19,7 +19,7 @@ from ..bench import protocol
 from ..errors import ConfigError
 from ..models import loading
 from . import ledger
-from .grid import working_folder
+from .grid import job_command, working_folder
 
 
 class LocalExecutor:
@@ -77,8 +77,7 @@ class LocalExecutor:
     def _run_subprocess(self, sweep, run: str, log) -> tuple[str, str]:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8") as f:
-            code = subprocess.call([sys.executable, "-m", "thesis_lib.cli", "sweep", "job", str(sweep.home), run],
-                                   stdout=f, stderr=subprocess.STDOUT)
+            code = subprocess.call(job_command(sweep.home, run, sys.executable), stdout=f, stderr=subprocess.STDOUT)
         return (ledger.DONE, "") if code == 0 else (ledger.FAILED, f"exit status {code}")
 
     def cancel(self, job_id: str) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from . import ledger
+from .grid import job_command
 
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel")
 #: Slurm's job states in this project's words (``squeue``/``scontrol`` ``JobState``).
@@ -100,7 +101,7 @@ class SlurmExecutor:
         home = sweep.home.resolve()
         opts = [f"--job-name={sweep.name}:{run}", f"--output={home / ledger.LOGS / run}-%j.log",
                 f"--chdir={self.workdir}", *self.resources.options(sweep.config(run))]
-        job = [self.python, "-m", "thesis_lib.cli", "sweep", "job", str(home), run]
+        job = job_command(home, run, self.python)
         return "\n".join(["#!/bin/bash", *(f"#SBATCH {o}" for o in opts), "set -euo pipefail",
                           f'echo "thesis-lib: job $SLURM_JOB_ID on $(hostname): run {run} of sweep {sweep.name}"',
                           "exec " + shlex.join(job), ""])
