@@ -148,25 +148,28 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
 
     assert cli.main(["precision-bench", "--precisions", "float16"]) == 2
     assert "Unknown precision" in capsys.readouterr().err
-    if not bf16_packing_available():
+    emulated = not bf16_packing_available()
+    if emulated:  # refused unless asked for on purpose; then timed like the native case, and said so
         assert cli.main(["precision-bench"]) == 2
         assert "not native" in capsys.readouterr().err
-        return
     out = tmp_path / "precision.json"
     from thesis_lib.bench.precision import int4_available
 
     precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else [])
-    assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100"]) == 2
+    extra = ["--emulated"] if emulated else []
+    assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
     if not int4_available():  # the optional extra is missing: said before any model loads
-        assert cli.main(["precision-bench", "--precisions", "float32,int4"]) == 2
+        assert cli.main(["precision-bench", "--precisions", "float32,int4", *extra]) == 2
         assert "torchao, which is not installed" in capsys.readouterr().err
     argv = ["precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
             "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--precisions", ",".join(precisions),
-            "--int4-group", "32", "--out", str(out)]
+            "--int4-group", "32", "--out", str(out), *extra]
     assert cli.main(argv) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc == json.loads(out.read_text()) and doc["measured"]["git"]
+    assert doc["emulated_bf16"] is emulated and doc["command"].endswith("--emulated") is emulated
+    assert doc["kernels"]["bfloat16"][0].startswith("stock" if emulated else "oneDNN-packed")
     for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:
         assert sorted(int(n) for n in doc["verify"][name]["ms"]) == [1, 2, 3, 4, 5]
     if "int4" in precisions:  # the target's body really is 4-bit: its kernels say so, its numbers are its own

@@ -546,6 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
     p.add_argument("-k", type=int, default=4, help="block length of the speculative run (default: %(default)s)")
+    p.add_argument("--emulated", action="store_true", help="on a CPU without native bf16 dot products, time "
+                   "bfloat16 and int4 anyway (stock bf16 layers): the precisions DTYPE auto declines there")
     p.add_argument("--out", default=None, help="write the JSON document to this new file")
     p.set_defaults(func=cmd_precision_bench)
     _add_sweep_parser(sub)
@@ -748,7 +750,7 @@ def cmd_precision_bench(args) -> int:
     from .bench import precision
 
     precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
-    precision.check(precisions, args.max_block, args.reps, args.int4_group)
+    precision.check(precisions, args.max_block, args.reps, args.int4_group, emulated=args.emulated)
     if args.k < 1 or args.max_new_tokens < 1 or args.e2e_prompts < 0:
         raise ConfigError("-k and --max-new-tokens must be >= 1 and --e2e-prompts >= 0.")
     specs.check_available(args.target)
@@ -756,11 +758,12 @@ def cmd_precision_bench(args) -> int:
     out_path = _new_out_path(args)
     doc = precision.run(args.target, args.draft, precisions=precisions, max_block=args.max_block, reps=args.reps,
                         e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k,
-                        int4_group=args.int4_group)
+                        int4_group=args.int4_group, emulated=args.emulated)
     doc["command"] = (f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
                       f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
                       f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}"
-                      + (f" --int4-group {args.int4_group}" if "int4" in precisions else ""))
+                      + (f" --int4-group {args.int4_group}" if "int4" in precisions else "")
+                      + (" --emulated" if args.emulated else ""))
     return _emit(doc, precision.text(doc), out_path)
 
 

@@ -51,17 +51,20 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int = INT4_GROUP) -> None:
-    """Refuse what cannot be measured here, before any weights load."""
+def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int = INT4_GROUP, *,
+          emulated: bool = False) -> None:
+    """Refuse what cannot be measured here, before any weights load. ``emulated``: bfloat16 on a CPU without native
+    bf16 dot products is measured anyway (stock bf16 layers, oneDNN cannot pack them): what ``DTYPE: auto``
+    declines there, timed so that the choice rests on a measurement of this machine too."""
     from ..models.packing import bf16_packing_available
 
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad or not precisions:
         raise ConfigError(f"Unknown precision(s) {bad or precisions}: use some of {', '.join(PRECISIONS)}.")
-    if {"bfloat16", "int4"} & set(precisions) and not bf16_packing_available():
+    if {"bfloat16", "int4"} & set(precisions) and not bf16_packing_available() and not emulated:
         raise ConfigError("bfloat16 is not native on this CPU (no AVX-512 BF16 in oneDNN's view): it would be "
                           "emulated and measure the emulation (int4 runs its activations and draft in bf16). "
-                          "Use --precisions float32.")
+                          "Use --precisions float32, or --emulated to time the emulation on purpose.")
     if int4_group not in (32, 64, 128, 256):
         raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
     if "int4" in precisions and not int4_available():
@@ -245,7 +248,7 @@ def bandwidth(doc: dict, pairs: dict, before: float, after: float, reads: dict |
 
 def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prompts: list | None = None,
         context_prompt: int = 0, max_block: int = 13, reps: int = 15, e2e_prompts: int = 3, max_new_tokens: int = 32,
-        k: int = 4, int4_group: int = INT4_GROUP, progress: bool = True) -> dict:
+        k: int = 4, int4_group: int = INT4_GROUP, emulated: bool = False, progress: bool = True) -> dict:
     """Load the pair once per precision, then measure the verify curves and the end-to-end runs side by side."""
     from ..decoding.state import ModelState
     from ..heads.for_model import flashhead_for
@@ -255,7 +258,9 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     from .environment import provenance
     from .runner import Runner
 
-    check(precisions, max_block, reps, int4_group)
+    from ..models.packing import bf16_packing_available
+
+    check(precisions, max_block, reps, int4_group, emulated=emulated)
     measured = provenance()  # the code and revision that make the numbers, taken before they are made
     prompts = prompts if prompts is not None else demo_prompts()
     if not 0 <= context_prompt < len(prompts) or e2e_prompts > len(prompts):
@@ -269,6 +274,9 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     doc = {"measured": measured, "target": target, "draft": draft, "precisions": list(precisions), "context_tokens": len(context),
            "max_block": max_block, "reps": reps, "k": k, "max_new_tokens": max_new_tokens,
            "processor": cpu_name(), "machine": platform.machine(), "fast_bf16": fast_bf16(),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+           # bf16 layers that this CPU runs without native dot products (stock kernels, not oneDNN-packed)
+           "emulated_bf16": bool({"bfloat16", "int4"} & set(precisions)) and not bf16_packing_available(),
            "auto": {"dtype": str(auto_dtype()[0]).replace("torch.", ""), "reason": auto_dtype()[1]},
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "kernels": {p: [lm.info.get("cpu_kernels") for lm in pair] for p, pair in pairs.items()}}
