@@ -489,6 +489,27 @@ def test_the_memory_verdict_follows_the_streaming_share():
     assert verdicts.memory_bound(float("nan"), 40.0, 36.0, 40.0, 2.0) == "was not measured"
 
 
+def test_the_auto_precision_check_reads_both_ways():
+    """Chapter 2's check of DTYPE auto on each CPU kind: the pick is called the faster one only when its FlashHead
+    deferred ms per token is the smaller; a document without both precisions leaves the pick untested; the CPU is
+    named with its vector extensions and bf16 support (older documents without ``cpu_capability`` included)."""
+    from thesis_lib.analysis import precision, verdicts
+
+    right = verdicts.auto_pick("float32", 300.0, 450.0)
+    assert "picks float32 there, which is the faster" in right and "(bfloat16 1.50 times float32's)" in right
+    wrong = verdicts.auto_pick("float32", 300.0, 200.0)
+    assert "which is not the faster" in wrong and "(float32 1.50 times bfloat16's)" in wrong
+    assert "which is the faster" in verdicts.auto_pick("bfloat16", 300.0, 200.0)
+    assert "untested" in verdicts.auto_pick("bfloat16", float("nan"), 200.0)
+    doc = {"processor": "AMD EPYC", "fast_bf16": False, "cpu_capability": "AVX2",
+           "auto": {"dtype": "float32", "reason": "float32: no bf16"}}
+    assert precision.machine(doc) == {"auto": "float32", "auto_reason": "float32: no bf16",
+                                      "cpu": "AMD EPYC (AVX2, no native bf16 dot products)"}
+    old = {**doc, "fast_bf16": True, "cpu_capability": None}
+    assert precision.capability(old) == "AMD EPYC (AVX-512, native bf16 dot products)"
+    assert precision.machine(None)["auto"] == "unknown"
+
+
 def test_the_gpu_document_reads_as_its_numbers_say():
     """Chapter 4's GPU paragraph on the saved H100 document: the shown footing is the captured heads' device
     time at 593 probes (the dense head's and FlashHead's own rows, not the launch-timed ones), the verdicts

@@ -10,7 +10,9 @@ What this module knows:
   each precision's own step costs (c = dense draft step / target step, v = verify of K + 1 tokens / target
   step) and the acceptance its own dense-draft runs implied, beside the measured end-to-end speedups of the same
   document (dense draft, which the model describes, and FlashHead).
-- :func:`summary`: the values chapter 2 glues (every key prefixed ``prec_``).
+- :func:`summary`: the values chapter 2 glues (every key prefixed ``prec_``); :func:`machine`: which CPU a
+  document was measured on and what ``DTYPE: auto`` picks there (a document from a CPU without native bf16,
+  ``precision-bench --emulated``, checks that pick by measurement).
 """
 
 from __future__ import annotations
@@ -124,3 +126,18 @@ def summary(doc: dict | None, alpha: float) -> dict:
     out["prec_context"] = int(doc["context_tokens"])
     out["prec_reps"] = int(doc["reps"])
     return out
+
+
+def capability(doc: dict) -> str:
+    """A document's CPU in words: its name and vector extensions (older documents lack ``cpu_capability``)."""
+    cap = doc.get("cpu_capability") or ("AVX-512" if doc.get("fast_bf16") else "unknown vector extensions")
+    bf16 = "native bf16 dot products" if doc.get("fast_bf16") else "no native bf16 dot products"
+    return f"{doc['processor']} ({cap}, {bf16})"
+
+
+def machine(doc: dict | None) -> dict:
+    """``auto`` (the precision ``DTYPE: auto`` picks on the document's CPU), ``auto_reason`` and ``cpu`` (see
+    :func:`capability`); "unknown" each without a document."""
+    if doc is None:
+        return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown"}
+    return {"auto": doc["auto"]["dtype"], "auto_reason": doc["auto"]["reason"], "cpu": capability(doc)}

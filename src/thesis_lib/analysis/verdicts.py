@@ -232,6 +232,19 @@ def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: floa
     return f"{v}, and FlashHead deferred's speedup over its own target-only decoding is {s}{below}"
 
 
+def auto_pick(auto: str, ms_float32: float, ms_bfloat16: float) -> str:
+    """Whether ``DTYPE: auto``'s precision on a CPU (``auto``) is the faster of float32 and bfloat16 end to end
+    there: FlashHead deferred's milliseconds per token in each (nan: not measured)."""
+    if ms_float32 != ms_float32 or ms_bfloat16 != ms_bfloat16:
+        return f"DTYPE auto picks {auto} there; the document did not decode in both precisions, so the pick is untested"
+    faster, slower = ("float32", "bfloat16") if ms_float32 <= ms_bfloat16 else ("bfloat16", "float32")
+    ratio = max(ms_float32, ms_bfloat16) / min(ms_float32, ms_bfloat16)
+    verb = "is" if auto == faster else "is not"
+    return (f"DTYPE auto picks {auto} there, which {verb} the faster of the two: FlashHead deferred spends "
+            f"{ms_float32:.0f} ms per token in float32 and {ms_bfloat16:.0f} ms in bfloat16 ({slower} "
+            f"{ratio:.2f} times {faster}'s)")
+
+
 #: The settings :func:`fastest_setting` names, in its arguments' order.
 SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
                  ("target-only decoding", "FlashHead deferred"))
@@ -257,6 +270,9 @@ RULES = {
         "prec_memory_bound": (memory_bound, ("prec_step_gbps_float32", "prec_read_gbps_float32",
                                              "prec_step_gbps_bfloat16", "prec_read_gbps_bfloat16",
                                              "prec_bytes_ratio_bfloat16")),
+        "prec_auto_pick": (auto_pick, ("prec_auto", "prec_flash_ms_token_float32", "prec_flash_ms_token_bfloat16")),
+        "nobf16_auto_pick": (auto_pick, ("nobf16_auto", "nobf16_flash_ms_token_float32",
+                                         "nobf16_flash_ms_token_bfloat16")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

@@ -102,6 +102,8 @@ class Params:
     gpu_check_file: str | None = None
     #: a saved ``thesis-lib precision-bench`` document shown in chapter 2 (float32 vs bfloat16 on this CPU kind)
     precision_file: str | None = None
+    #: the same from a CPU without native bf16 (``precision-bench --emulated``): DTYPE auto's pick checked there
+    precision_file_no_bf16: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True

@@ -171,18 +171,20 @@ def gpu_check(p: Params) -> tuple[dict | None, str]:
                  f"{doc['machine']}; saved in {p.gpu_check_file}")
 
 
-def precision_bench(p: Params) -> tuple[dict | None, str]:
-    """The saved ``thesis-lib precision-bench`` document ``PRECISION_FILE`` names, and a label saying what, when
-    and where it was measured."""
-    if not p.precision_file or not (ROOT / p.precision_file).is_file():
-        return None, "no precision document named (PRECISION_FILE)"
-    doc = json.loads((ROOT / p.precision_file).read_text(encoding="utf-8"))
+def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
+    """The saved ``thesis-lib precision-bench`` document the parameter ``name`` (``PRECISION_FILE`` or
+    ``PRECISION_FILE_NO_BF16``) names, and a label saying what, when and where it was measured."""
+    from ..analysis.precision import capability
+
+    path = getattr(p, name.lower())
+    if not path or not (ROOT / path).is_file():
+        return None, f"no precision document named ({name})"
+    doc = json.loads((ROOT / path).read_text(encoding="utf-8"))
     m = doc.get("measured") or {}
     git = m.get("git") or {}
     rev = (git.get("commit") or "unknown")[:10] + (" with uncommitted changes" if git.get("dirty") else "")
     return doc, (f"{doc.get('command', 'thesis-lib precision-bench')}; measured {m.get('recorded_at', '?')[:10]} at "
-                 f"{rev} on {doc['processor']} ({doc['threads']} threads, torch {doc['torch']}); saved in "
-                 f"{p.precision_file}")
+                 f"{rev} on {capability(doc)}, {doc['threads']} threads, torch {doc['torch']}; saved in {path}")
 
 
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
