@@ -10,9 +10,10 @@ What this module knows:
   each precision's own step costs (c = dense draft step / target step, v = verify of K + 1 tokens / target
   step) and the acceptance its own dense-draft runs implied, beside the measured end-to-end speedups of the same
   document (dense draft, which the model describes, and FlashHead).
-- :func:`summary`: the values chapter 2 glues (every key prefixed ``prec_``); :func:`machine`: which CPU a
+- :func:`summary`: the numbers chapter 2 glues (every key prefixed ``prec_``); :func:`machine`: which CPU a
   document was measured on and what ``DTYPE: auto`` picks there (a document from a CPU without native bf16,
-  ``precision-bench --emulated``, checks that pick by measurement).
+  ``precision-bench --emulated``, checks that pick by measurement); :func:`glued`: both, under one prefix per
+  document.
 """
 
 from __future__ import annotations
@@ -141,3 +142,11 @@ def machine(doc: dict | None) -> dict:
     if doc is None:
         return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown"}
     return {"auto": doc["auto"]["dtype"], "auto_reason": doc["auto"]["reason"], "cpu": capability(doc)}
+
+
+def glued(doc: dict | None, alpha: float, prefix: str = "prec_") -> dict:
+    """What chapter 2 glues for one document: :func:`summary` and :func:`machine`, every key under ``prefix``
+    (``prec_`` for ``PRECISION_FILE``, ``nobf16_`` for ``PRECISION_FILE_NO_BF16``)."""
+    out = {prefix + k[len("prec_"):]: v for k, v in summary(doc, alpha).items()}
+    out.update({prefix + k: v for k, v in machine(doc).items()})
+    return out

@@ -51,17 +51,23 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
+def emulates_bf16(precisions: Sequence[str]) -> bool:
+    """Whether measuring ``precisions`` here runs bf16 layers without native dot products (bfloat16, or int4's
+    bf16 activations and draft, on a CPU where oneDNN cannot pack bf16)."""
+    from ..models.packing import bf16_packing_available
+
+    return bool({"bfloat16", "int4"} & set(precisions)) and not bf16_packing_available()
+
+
 def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int = INT4_GROUP, *,
           emulated: bool = False) -> None:
     """Refuse what cannot be measured here, before any weights load. ``emulated``: bfloat16 on a CPU without native
     bf16 dot products is measured anyway (stock bf16 layers, oneDNN cannot pack them): what ``DTYPE: auto``
     declines there, timed so that the choice rests on a measurement of this machine too."""
-    from ..models.packing import bf16_packing_available
-
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad or not precisions:
         raise ConfigError(f"Unknown precision(s) {bad or precisions}: use some of {', '.join(PRECISIONS)}.")
-    if {"bfloat16", "int4"} & set(precisions) and not bf16_packing_available() and not emulated:
+    if emulates_bf16(precisions) and not emulated:
         raise ConfigError("bfloat16 is not native on this CPU (no AVX-512 BF16 in oneDNN's view): it would be "
                           "emulated and measure the emulation (int4 runs its activations and draft in bf16). "
                           "Use --precisions float32, or --emulated to time the emulation on purpose.")
@@ -258,8 +264,6 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     from .environment import provenance
     from .runner import Runner
 
-    from ..models.packing import bf16_packing_available
-
     check(precisions, max_block, reps, int4_group, emulated=emulated)
     measured = provenance()  # the code and revision that make the numbers, taken before they are made
     prompts = prompts if prompts is not None else demo_prompts()
@@ -276,7 +280,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
            "processor": cpu_name(), "machine": platform.machine(), "fast_bf16": fast_bf16(),
            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
            # bf16 layers that this CPU runs without native dot products (stock kernels, not oneDNN-packed)
-           "emulated_bf16": bool({"bfloat16", "int4"} & set(precisions)) and not bf16_packing_available(),
+           "emulated_bf16": emulates_bf16(precisions),
            "auto": {"dtype": str(auto_dtype()[0]).replace("torch.", ""), "reason": auto_dtype()[1]},
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "kernels": {p: [lm.info.get("cpu_kernels") for lm in pair] for p, pair in pairs.items()}}
