@@ -106,3 +106,5 @@ def test_sampling_check_fails_fast(tmp_path, capsys):
     assert json.loads(out.read_text()) == {"keep": True}  # nothing already written is lost
     assert cli.main(["sampling-check", "--delta", "0"]) == 2
     assert "error" in capsys.readouterr().err
+    assert cli.main(["sampling-check", "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err

@@ -95,6 +95,16 @@ def test_the_check_catches_a_wrong_rule(pair):
     assert not r["ok"] and r["max_abs_z"] > r["critical_z"]
 
 
+def test_the_draws_are_the_same_in_one_process_or_several(pair):
+    """The check's draws come in seeded chunks spread over processes: the same sequences and counts whichever
+    process made which chunk, and other sequences under another seed."""
+    kw = dict(case=1, draft_kind="flash", schedule="deferred")
+    one = distcheck.draw_sequences(pair, distcheck.CHUNK + 7, seed=3, workers=1, **kw)
+    two = distcheck.draw_sequences(pair, distcheck.CHUNK + 7, seed=3, workers=2, **kw)
+    assert one == two and len(one[0]) == distcheck.CHUNK + 7 and 0 < one[1] < one[2]
+    assert distcheck.draw_sequences(pair, distcheck.CHUNK + 7, seed=4, workers=2, **kw)[0] != one[0]
+
+
 def test_draws_for_power_is_consistent_with_power_at():
     exact = {(0,): 0.5, (1,): 0.3, (2,): 0.2}
     n = distcheck.draws_for_power(exact, delta=0.01, alpha=1e-3, power=0.99)

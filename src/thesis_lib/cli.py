@@ -511,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, default=0.01, help="absolute error to catch (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=1e-3, help="family-wise level per configuration (default: %(default)s)")
     p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=None, help="processes making the draws (default: one per "
+                   "core; the draws, and so the result, are the same for any number)")
     p.add_argument("--out", default=None, help="write the results as JSON to this new file")
     p.set_defaults(func=cmd_sampling_check)
 
@@ -770,9 +772,12 @@ def cmd_precision_bench(args) -> int:
 def cmd_sampling_check(args) -> int:
     from .analysis import distcheck
     from .bench.environment import provenance
+    from .bench.protocol import available_cores
 
     if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
         raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1 (got {args.workers}).")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists():
         raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
@@ -784,17 +789,19 @@ def cmd_sampling_check(args) -> int:
             for schedule in ("ordinary", "deferred"):
                 t = time.perf_counter()
                 r = distcheck.run_case(pair, case, draft, schedule, delta=args.delta, alpha=args.alpha,
-                                       power=args.power, progress=True)
+                                       power=args.power, workers=args.workers, progress=True)
                 r["seconds"] = round(time.perf_counter() - t, 1)
                 rows.append(r)
                 print(f"case {case} {draft:5s} {schedule:8s}: {r['draws']} draws, {r['cells']} cells, "
                       f"max |z| {r['max_abs_z']:.2f} vs {r['critical_z']:.2f}, power {r['power']:.4f}, "
                       f"acceptance {r['acceptance']:.3f} -> {'ok' if r['ok'] else 'FAIL'}", flush=True)
-    control = distcheck.run_always_accept(pair, delta=args.delta, alpha=args.alpha, power=args.power, progress=True)
+    control = distcheck.run_always_accept(pair, delta=args.delta, alpha=args.alpha, power=args.power,
+                                          workers=args.workers, progress=True)
     print(f"negative control (always accept): max |z| {control['max_abs_z']:.1f} vs {control['critical_z']:.2f} "
           f"-> {'rejected, as it must be' if not control['ok'] else 'NOT REJECTED: the check is too weak'}")
     ok = all(r["ok"] for r in rows) and not control["ok"]
-    doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "configurations": rows,
+    doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "chunk": distcheck.CHUNK,
+           "workers": args.workers or available_cores(), "configurations": rows,
            "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
            "environment": {"python": platform.python_version(), "machine": platform.machine(),
                            "processor": platform.processor()}, "measured": measured}

@@ -7,7 +7,9 @@ the largest ``|z|`` is tested at family-wise level ``alpha`` (Bonferroni over th
 has probability 0 but was drawn fails at once. :func:`draws_for_power` says how many draws make the check
 catch, with the requested power, an absolute error of ``delta`` in the hardest cell (the one with the
 largest binomial variance): ``N = ((z_crit + z_power) * sqrt(p (1 - p)) / delta) ** 2``. Power is computed
-with the normal approximation to the binomial, stated as such.
+with the normal approximation to the binomial, stated as such. :func:`draw_sequences` makes the draws in
+seeded chunks over one process per core (the draws are independent and single-threaded), with the same
+result for any number of processes.
 """
 
 from __future__ import annotations
@@ -128,13 +130,6 @@ def check(samples: Iterable[Sequence[int]], exact: dict[tuple[int, ...], float],
             "ok": impossible == 0 and abs(worst_z) <= zc}
 
 
-def sequences(prompt_ids: Sequence[int], n: int, draw, count: int, progress: bool = False) -> list[tuple[int, ...]]:
-    """``count`` sequences of the first ``n`` tokens from ``draw(prompt_ids, n) -> list[int]``."""
-    from ..progress import tqdm
-
-    return [tuple(draw(prompt_ids, n)[:n]) for _ in tqdm(range(count), disable=not progress, desc="draws")]
-
-
 # --- the stated experiment: tiny models, 8-token vocabulary (shared by the test suite and `thesis-lib sampling-check`)
 
 VOCAB = 8
@@ -168,57 +163,128 @@ def tiny_pair(vocab: int = VOCAB):
     return target, draft, flash
 
 
-def run_case(pair, case: int, draft_kind: str, schedule: str, *, delta: float, alpha: float = 1e-3,
-             power: float = 0.99, seed: int | None = None, progress: bool = False) -> dict:
-    """One configuration of the experiment: speculative sampling (dense or FlashHead draft, ordinary or
-    deferred) against target-only sampling's exact distribution, with as many draws as ``power`` needs to
-    catch an absolute error ``delta``. Returns :func:`check`'s numbers plus the acceptance rate seen."""
+#: Draws come in chunks of this many, each from its own generator (seeded by the run's seed and the chunk's
+#: index), so a check's draws are the same whether one process or several make them.
+CHUNK = 250
+
+
+def _drawer(pair, control: bool, case: int, draft_kind: str, schedule: str, g: torch.Generator):
+    """``draw() -> first n tokens`` for one configuration (``control``: the wrong always-accept rule), and
+    the ``[accepted, drafted]`` counts it keeps."""
     target, draft, flash = pair
     s, n, k = CASES[case]
-    with _one_thread():
-        exact = exact_distribution(target, PROMPT, n, s)
-    draws = draws_for_power(exact, delta=delta, alpha=alpha, power=power)
-    g = torch.Generator().manual_seed(1000 + case if seed is None else seed)
-    d = sampling.SamplingModelDrafter(draft, s, flash_head=flash if draft_kind == "flash" else None)
-    ts = ModelState(target)
     seen = [0, 0]
+    ts = ModelState(target)
+    if control:
+        d, head = sampling.SamplingModelDrafter(draft, s), DenseGreedyHead.from_model(target)
 
-    def draw(prompt, m):
-        gen = sampling.speculative_sample(ts, d, prompt, k=k, max_new_tokens=m, sampler=s, generator=g,
+        def draw():
+            ts.reset()
+            first = sampling.draw(sampling.target_probs(ts, head, PROMPT, s)[-1], g)  # the target's first token
+            d.begin(list(PROMPT) + [first])
+            y, _ = d.propose(n - 1, g)
+            return [first] + y
+        return draw, seen
+    d = sampling.SamplingModelDrafter(draft, s, flash_head=flash if draft_kind == "flash" else None)
+
+    def draw():
+        gen = sampling.speculative_sample(ts, d, PROMPT, k=k, max_new_tokens=n, sampler=s, generator=g,
                                           schedule=schedule)
         seen[0] += sum(gen.stats.accepted)
         seen[1] += sum(gen.stats.drafted)
         return gen.tokens
+    return draw, seen
 
+
+def _chunk(job: tuple) -> tuple[list, int, int]:
+    """One chunk of draws (in a worker process or in this one): ``(sequences, accepted, drafted)``."""
+    pair, control, case, draft_kind, schedule, seed, count = job
+    draw, seen = _drawer(pair, control, case, draft_kind, schedule, torch.Generator().manual_seed(seed))
+    n = CASES[case][1]
+    with _one_thread(), torch.inference_mode():
+        seqs = [tuple(draw()[:n]) for _ in range(count)]
+    return seqs, seen[0], seen[1]
+
+
+_POOLS: dict = {}
+
+
+def _spawnable() -> bool:
+    """Whether a spawned process can re-create this one's ``__main__`` (not so for a script read from stdin)."""
+    import os
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return getattr(main, "__spec__", None) is not None or path is None or os.path.isfile(path)
+
+
+def _pool(workers: int):
+    """A pool of ``workers`` spawned processes, started once and kept (a test suite makes many checks)."""
+    import atexit
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if workers not in _POOLS:
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(_POOLS[workers].shutdown)
+    return _POOLS[workers]
+
+
+def draw_sequences(pair, draws: int, *, seed: int, case: int = 0, draft_kind: str = "dense",
+                   schedule: str = "ordinary", control: bool = False, workers: int | None = None,
+                   progress: bool = False) -> tuple[list, int, int]:
+    """``draws`` sequences of one configuration's first tokens, in chunks of :data:`CHUNK` (chunk ``j`` seeded
+    ``seed * 1_000_003 + j``), over ``workers`` processes (default: one per core; one chunk, one worker, or a
+    ``__main__`` a spawned process cannot import: in this process). The result does not depend on
+    ``workers``. Returns ``(sequences, accepted, drafted)``."""
+    from ..bench.protocol import available_cores
+    from ..progress import tqdm
+
+    counts = [min(CHUNK, draws - i) for i in range(0, draws, CHUNK)]
+    jobs = [(pair, control, case, draft_kind, schedule, seed * 1_000_003 + j, c) for j, c in enumerate(counts)]
+    workers = min(available_cores() if workers is None else int(workers), len(jobs))
+    results = map(_chunk, jobs) if workers <= 1 or not _spawnable() else _pool(workers).map(_chunk, jobs)
+    seqs, accepted, drafted = [], 0, 0
+    with tqdm(total=draws, disable=not progress, desc="draws") as bar:
+        for chunk, a, d in results:
+            seqs += chunk
+            accepted, drafted = accepted + a, drafted + d
+            bar.update(len(chunk))
+    return seqs, accepted, drafted
+
+
+def run_case(pair, case: int, draft_kind: str, schedule: str, *, delta: float, alpha: float = 1e-3,
+             power: float = 0.99, seed: int | None = None, workers: int | None = None,
+             progress: bool = False) -> dict:
+    """One configuration of the experiment: speculative sampling (dense or FlashHead draft, ordinary or
+    deferred) against target-only sampling's exact distribution, with as many draws as ``power`` needs to
+    catch an absolute error ``delta`` (made by :func:`draw_sequences`). Returns :func:`check`'s numbers plus
+    the acceptance rate seen."""
+    target = pair[0]
+    s, n, k = CASES[case]
     with _one_thread():
-        r = check(sequences(PROMPT, n, draw, draws, progress=progress), exact, alpha=alpha, delta=delta)
+        exact = exact_distribution(target, PROMPT, n, s)
+    draws = draws_for_power(exact, delta=delta, alpha=alpha, power=power)
+    seqs, accepted, drafted = draw_sequences(pair, draws, seed=1000 + case if seed is None else seed, case=case,
+                                             draft_kind=draft_kind, schedule=schedule, workers=workers,
+                                             progress=progress)
+    r = check(seqs, exact, alpha=alpha, delta=delta)
     return {**r, "case": case, "sampler": dataclasses.asdict(s), "tokens": n, "k": k,
-            "draft": draft_kind, "schedule": schedule, "acceptance": seen[0] / max(1, seen[1])}
+            "draft": draft_kind, "schedule": schedule, "acceptance": accepted / max(1, drafted)}
 
 
 def run_always_accept(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, seed: int = 5,
-                      progress: bool = False) -> dict:
+                      workers: int | None = None, progress: bool = False) -> dict:
     """Negative control: a wrong rule that keeps every draft token gives the draft's distribution; the check
     must reject it at the same number of draws."""
-    target, draft, _ = pair
     s, n, k = CASES[0]
-    exact = exact_distribution(target, PROMPT, n, s)
+    exact = exact_distribution(pair[0], PROMPT, n, s)
     draws = draws_for_power(exact, delta=delta, alpha=alpha, power=power)
-    g = torch.Generator().manual_seed(seed)
-    d = sampling.SamplingModelDrafter(draft, s)
-    ts, head = ModelState(target), DenseGreedyHead.from_model(target)
-
-    def draw(prompt, m):
-        ts.reset()
-        first = sampling.draw(sampling.target_probs(ts, head, prompt, s)[-1], g)  # the target's first token
-        d.begin(list(prompt) + [first])
-        y, _ = d.propose(m - 1, g)
-        return [first] + y
-
-    with _one_thread():
-        r = check(sequences(PROMPT, n, draw, draws, progress=progress), exact, alpha=alpha, delta=delta)
+    seqs, _, _ = draw_sequences(pair, draws, seed=seed, control=True, workers=workers, progress=progress)
+    r = check(seqs, exact, alpha=alpha, delta=delta)
     return {**r, "case": "always-accept (negative control)", "tokens": n}
 
 
-__all__ = ["exact_distribution", "draws_for_power", "power_at", "check", "critical_z", "sequences", "CASES",
-           "tiny_pair", "run_case", "run_always_accept"]
+__all__ = ["exact_distribution", "draws_for_power", "power_at", "check", "critical_z", "CASES",
+           "tiny_pair", "run_case", "run_always_accept", "draw_sequences", "CHUNK"]
