@@ -782,26 +782,20 @@ def cmd_sampling_check(args) -> int:
     if out is not None and out.exists():
         raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
     measured = provenance()  # taken before the hour of draws: the code and revision that make them
-    pair = distcheck.tiny_pair()
-    rows, t0 = [], time.perf_counter()
-    for case in range(len(distcheck.CASES)):
-        for draft in ("dense", "flash"):
-            for schedule in ("ordinary", "deferred"):
-                t = time.perf_counter()
-                r = distcheck.run_case(pair, case, draft, schedule, delta=args.delta, alpha=args.alpha,
-                                       power=args.power, workers=args.workers, progress=True)
-                r["seconds"] = round(time.perf_counter() - t, 1)
-                rows.append(r)
-                print(f"case {case} {draft:5s} {schedule:8s}: {r['draws']} draws, {r['cells']} cells, "
-                      f"max |z| {r['max_abs_z']:.2f} vs {r['critical_z']:.2f}, power {r['power']:.4f}, "
-                      f"acceptance {r['acceptance']:.3f} -> {'ok' if r['ok'] else 'FAIL'}", flush=True)
-    control = distcheck.run_always_accept(pair, delta=args.delta, alpha=args.alpha, power=args.power,
-                                          workers=args.workers, progress=True)
+    pair, t0 = distcheck.tiny_pair(), time.perf_counter()
+
+    def report(r):
+        print(f"case {r['case']} {r['draft']:5s} {r['schedule']:8s}: {r['draws']} draws, {r['cells']} cells, "
+              f"max |z| {r['max_abs_z']:.2f} vs {r['critical_z']:.2f}, power {r['power']:.4f}, "
+              f"acceptance {r['acceptance']:.3f} -> {'ok' if r['ok'] else 'FAIL'}", flush=True)
+
+    result = distcheck.run_all(pair, delta=args.delta, alpha=args.alpha, power=args.power, workers=args.workers,
+                               progress=True, on_row=report)
+    control, ok = result["negative_control"], result["ok"]
     print(f"negative control (always accept): max |z| {control['max_abs_z']:.1f} vs {control['critical_z']:.2f} "
           f"-> {'rejected, as it must be' if not control['ok'] else 'NOT REJECTED: the check is too weak'}")
-    ok = all(r["ok"] for r in rows) and not control["ok"]
     doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "chunk": distcheck.CHUNK,
-           "workers": args.workers or available_cores(), "configurations": rows,
+           "workers": args.workers or available_cores(), "configurations": result["configurations"],
            "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
            "environment": {"python": platform.python_version(), "machine": platform.machine(),
                            "processor": platform.processor()}, "measured": measured}

@@ -286,5 +286,28 @@ def run_always_accept(pair, *, delta: float, alpha: float = 1e-3, power: float =
     return {**r, "case": "always-accept (negative control)", "tokens": n}
 
 
+def run_all(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, workers: int | None = None,
+            progress: bool = False, on_row=None) -> dict:
+    """The whole experiment: every case of :data:`CASES` with dense and FlashHead drafts, ordinary and deferred
+    (:func:`run_case`, each row with its seconds; ``on_row(row)`` after each), then the negative control;
+    ``ok`` when every configuration passes and the control is rejected."""
+    import time
+
+    rows = []
+    for case in range(len(CASES)):
+        for draft in ("dense", "flash"):
+            for schedule in ("ordinary", "deferred"):
+                t = time.perf_counter()
+                r = run_case(pair, case, draft, schedule, delta=delta, alpha=alpha, power=power, workers=workers,
+                             progress=progress)
+                r["seconds"] = round(time.perf_counter() - t, 1)
+                rows.append(r)
+                if on_row is not None:
+                    on_row(r)
+    control = run_always_accept(pair, delta=delta, alpha=alpha, power=power, workers=workers, progress=progress)
+    return {"delta": delta, "alpha": alpha, "power": power, "configurations": rows, "negative_control": control,
+            "ok": all(r["ok"] for r in rows) and not control["ok"]}
+
+
 __all__ = ["exact_distribution", "draws_for_power", "power_at", "check", "critical_z", "CASES",
-           "tiny_pair", "run_case", "run_always_accept", "draw_sequences", "CHUNK"]
+           "tiny_pair", "run_case", "run_always_accept", "draw_sequences", "CHUNK", "run_all"]

@@ -253,10 +253,5 @@ def sampling_check(p: Params) -> tuple[dict, str]:
         check = json.loads((ROOT / p.sampling_check_file).read_text(encoding="utf-8"))
         return check, (f"`thesis-lib sampling-check --delta {check['delta']}` ({p.sampling_check_file}, "
                        f"{measured_when(check.get('measured') or {})})")
-    pair_ = distcheck.tiny_pair()
-    rows = [distcheck.run_case(pair_, c, d, s, delta=p.sampling_delta) for c in range(len(distcheck.CASES))
-            for d in ("dense", "flash") for s in ("ordinary", "deferred")]
-    check = {"delta": p.sampling_delta, "alpha": 1e-3, "power": 0.99, "configurations": rows,
-             "negative_control": distcheck.run_always_accept(pair_, delta=p.sampling_delta)}
-    check["ok"] = all(r["ok"] for r in rows) and not check["negative_control"]["ok"]
+    check = distcheck.run_all(distcheck.tiny_pair(), delta=p.sampling_delta)
     return check, f"this notebook, delta = {p.sampling_delta}"
