@@ -64,7 +64,8 @@ def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
     assert fates == {n: "executed" for n in execute.NOTEBOOKS}
     runs = sorted(p.name for p in (tmp / "runs").iterdir())
     assert any("-bench-" in r for r in runs) and any("-profile-" in r for r in runs)
-    assert sum("-sweep-k" in r for r in runs) == 2 and any(r.endswith(".json") and "model-bench" in r for r in runs)
+    assert sum("-grid-" in r for r in runs) == 1 and any(r.endswith(".json") and "model-bench" in r for r in runs)
+    assert sum("-beyond-ks-" in r for r in runs) == 1 and not any("-sweep-k" in r or "-explorer-k" in r for r in runs)
     assert any("-beyond-" in r for r in runs) and any("-codesign-" in r for r in runs)
     for n in execute.NOTEBOOKS:  # papermill's injected parameters are folded away in the book
         cells = json.loads((execute.build_dir("smoke") / "notebooks" / f"{n}.ipynb").read_text(encoding="utf-8"))["cells"]
@@ -80,7 +81,11 @@ def test_the_runs_a_scheduler_gets_are_the_notebooks_own(smoke_book):
     _, _, tmp = smoke_book
     p = Params.from_namespace({**load_parameters("smoke"), "SET_NAME": "smoke", "RUNS_DIR": str(tmp / "runs")}).check()
     planned = scheduled.planned_runs(p)
-    assert len(planned) == 1 + 1 + 2 + 4 + 1  # main, profiled, K sweep, explorer grid, chapter 6's K sweep
+    assert len(planned) == 4  # main, profiled, K sweep with the explorer grid (one run), chapter 6's K sweep
+    grid = next(c for c in planned if "-grid-" in c.name)  # every K and probe setting beside one baseline
+    assert grid.modes == ("baseline", "dense_deferred@k1", "flash_deferred@k1", "dense_deferred@k3",
+                          "flash_deferred@k3", "flash_deferred@k1p1", "flash_deferred@k1p8", "flash_deferred@k3p1",
+                          "flash_deferred@k3p8")
     for cfg in planned:
         stored = json.loads((cfg.path / "config.json").read_text(encoding="utf-8"))
         assert stored == json.loads(json.dumps(cfg.to_dict())), cfg.name
@@ -115,15 +120,16 @@ def test_chapter_4_glue_and_tables(smoke_book):
     assert g["head_speedup"] > 0 and g["step_speedup"] > 0
     assert 0 <= g["append_def"] <= 3 < g["append_base"]  # at most one standalone append per sample (3 prompts)
     assert g["head_ceiling"] >= 1 and 0 < g["outside_propose_flash"] < 100
-    # the K sweep's best K and its speedup, recomputed from the sweep's own samples
+    # the K sweep's best K and its speedup, recomputed from the sweep's own samples (one run, a variant per K)
     runs = smoke_book[2] / "runs"
     speedups = {}
+    folder = next(runs.glob("smoke-grid-*"))
+    recs = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     for k in (1, 3):
-        folder = next(runs.glob(f"smoke-sweep-k{k}-*"))
-        recs = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
         tps = {m: sum(r["new_tokens"] - r["first_emit"] for r in recs if r["mode"] == m)
-               / sum(r["decode_s"] for r in recs if r["mode"] == m) for m in ("baseline", "flash_deferred")}
-        speedups[k] = tps["flash_deferred"] / tps["baseline"]
+               / sum(r["decode_s"] for r in recs if r["mode"] == m) for m in ("baseline", f"flash_deferred@k{k}")}
+        assert all(r["k"] == k for r in recs if r["mode"] == f"flash_deferred@k{k}")
+        speedups[k] = tps[f"flash_deferred@k{k}"] / tps["baseline"]
     assert g["sweep_best_k"] == max(speedups, key=speedups.get)
     assert math.isclose(g["sweep_best_speedup"], max(speedups.values()), rel_tol=1e-9)
     # the thesis' numbers in the prose come from the data file, next to ours
@@ -141,11 +147,9 @@ def test_chapter_5_and_explorer_glue(smoke_book):
     assert 0 < g["c_thesis"] < 1 and 0 <= g["acceptance_flash"] <= 1
     assert 0 < g["flash_head_share_decode"] < 100
     assert math.isclose(g["thesis_flash_head_share"], 100 * reference.value("4.8", "The head-only ceiling is low", "Value"))
-    e = glued("explorer")  # the static explorer: a state per mode of every sweep run, per explorer-grid run
-    runs = smoke_book[2] / "runs"
-    sweeps, grid = list(runs.glob("smoke-sweep-k*")), list(runs.glob("smoke-explorer-k*"))
-    assert len(grid) == 4 and e["explorer_runs"] == len(sweeps) + len(grid)
-    assert e["explorer_states"] == 2 * len(sweeps) + len(grid) and e["explorer_lossless"] is True
+    e = glued("explorer")  # the static explorer: a state per draft and K of the sweep, per K and probes of the grid
+    assert e["explorer_runs"] == 1 and len(list((smoke_book[2] / "runs").glob("smoke-grid-*"))) == 1
+    assert e["explorer_states"] == 2 * 2 + 2 * 2 and e["explorer_lossless"] is True
 
 
 def test_chapter_6_glue(smoke_book):

@@ -387,6 +387,55 @@ def test_beyond_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monke
     assert not (tmp_path / "runs").exists()
 
 
+def test_mode_variants_run_at_their_own_k_and_probes_beside_one_baseline(pair_dir, tmp_path, cache):
+    """A K sweep and a probe grid as one run: each variant decodes as a run at its setting would (the same tokens
+    and rounds as a plain run at that K and probe count), lossless, against the one baseline; a view of the run
+    reads as that plain run; the shared head's probe count is the configured one afterwards."""
+    grid = ("baseline", "dense_deferred@k1", "flash_deferred@k2p1", "flash_deferred@k5", "flash_deferred@p17")
+    run = protocol.run(_config(pair_dir, tmp_path / "runs", name="grid", modes=grid, **FLASH), progress=False)
+    plain = {(2, 1): protocol.run(_config(pair_dir, tmp_path / "runs", name="k2p1", modes=("baseline", "flash_deferred"),
+                                          **{**FLASH, "k": 2, "probes": 1}), progress=False),
+             (5, 3): protocol.run(_config(pair_dir, tmp_path / "runs", name="k5", modes=("baseline", "flash_deferred"),
+                                          k=5, **FLASH), progress=False)}
+    assert run.environment["flashhead"]["n_probes"] == 3  # restored after every variant
+    for m, k in (("dense_deferred@k1", 1), ("flash_deferred@k2p1", 2), ("flash_deferred@k5", 5), ("flash_deferred@p17", 3)):
+        rs = run.of(m)
+        assert len(rs) == 3 and all(r["matches_baseline"] and r["k"] == k for r in rs), m
+        assert all(max(r["drafted_per_round"]) <= k for r in rs) and any(max(r["drafted_per_round"]) == k for r in rs), m
+    assert [r.get("probes") for r in run.of("flash_deferred@k2p1")] == [1, 1, 1]
+    # all 17 probes: the FlashHead draft is the dense draft (same tokens drafted, same rounds)
+    assert [r["accepted_per_round"] for r in run.of("flash_deferred@p17")] == [
+        r["accepted_per_round"] for r in protocol.run(_config(pair_dir, tmp_path / "runs", name="dense3",
+                                                              modes=("baseline", "dense_deferred")), progress=False).of("dense_deferred")]
+    for (k, n), ref in plain.items():
+        name = "flash_deferred@k2p1" if n == 1 else "flash_deferred@k5"
+        view = run.view({"baseline": "baseline", "flash_deferred": name}, k=k, probes=n if n == 1 else None)
+        assert view.config["k"] == k and sorted(view.modes()) == ["baseline", "flash_deferred"]
+        assert view.environment["flashhead"]["n_probes"] == n
+        assert view.summary["flash_deferred"] == run.summary[name]
+        for a, b in zip(view.of("flash_deferred"), ref.of("flash_deferred")):
+            assert (a["tokens"], a["accepted_per_round"], a["drafted_per_round"]) == (
+                b["tokens"], b["accepted_per_round"], b["drafted_per_round"])
+    # the speedup of a variant is taken against the one baseline of its run, prompt by prompt
+    base = {r["question_id"]: r["decode_tokens_per_s"] for r in run.of("baseline")}
+    ratios = sorted(r["decode_tokens_per_s"] / base[r["question_id"]] for r in run.of("flash_deferred@k5"))
+    assert run.summary["flash_deferred@k5"]["speedup_vs_baseline"] == pytest.approx(ratios[1])
+
+
+def test_bad_mode_variants_fail_before_any_model_loads(pair_dir, tmp_path, monkeypatch, cache):
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("weights loaded"))
+    bad = {"flash_deferred@k0": "K must be", "flash_deferred@": "Malformed", "flash_deferred@q3": "Malformed",
+           "flash_deferred@p3k2": "Malformed", "dense_deferred@p4": "probe count", "flash_deferred_hk@k3": "fixed K",
+           "sample_flash@k2": "fixed K", "baseline@k2": "fixed K", "warp@k2": "fixed K",
+           "flash_deferred@p18": "out of range"}
+    for mode, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            protocol.run(_config(pair_dir, tmp_path / "runs", modes=("baseline", mode), **FLASH), progress=False)
+    assert not (tmp_path / "runs").exists()
+    assert modes.variant("flash_deferred", 6, 148) == "flash_deferred@k6p148" and modes.variant("dense_deferred") == "dense_deferred"
+    assert modes.split_mode("hybrid_ordinary@k2p5") == ("hybrid", "ordinary") and modes.needs_flash_head("flash_deferred@k2")
+
+
 def test_cheap_checks_come_before_any_model_file_with_an_empty_model_cache(tmp_path, monkeypatch):
     """With the embedded default pair and an empty model cache: an existing run folder and a probe count out of
     range are reported at once, and the cache stays empty (nothing assembled, converted or downloaded)."""

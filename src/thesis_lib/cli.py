@@ -124,14 +124,14 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .bench.modes import FLASH_MODES, check_modes
+    from .bench.modes import check_modes, needs_flash_head
     from .bench.prompts import encode
     from .bench.runner import Runner
     from .models import loading
 
     _check_common(args)
     check_modes([args.mode])
-    flash = args.mode in FLASH_MODES
+    flash = needs_flash_head(args.mode)
     if flash:
         _check_flash_args(args, args.draft)
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
@@ -176,7 +176,7 @@ def cmd_compare(args) -> int:
     from .analysis import formatting
     from .bench.execute import compare
     from .bench.metrics import summarize
-    from .bench.modes import DEFAULT_MODES, FLASH_MODES, check_modes
+    from .bench.modes import DEFAULT_MODES, check_modes, needs_flash_head
     from .bench.runner import Runner
     from .models import loading
 
@@ -184,7 +184,7 @@ def cmd_compare(args) -> int:
     modes = check_modes(args.modes.split(",")) if args.modes else DEFAULT_MODES
     prompts = _select_prompts(args)
     out_path = _new_out_path(args)
-    flash = any(m in FLASH_MODES for m in modes)
+    flash = any(needs_flash_head(m) for m in modes)
     if flash:
         _check_flash_args(args, args.draft)
 
@@ -432,7 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_pair_args(p, max_new_tokens=32)
         if name == "bench":
             p.add_argument("--modes", default=",".join(THESIS_MODES),
-                           help=f"comma-separated modes, of: {', '.join(ALL_MODES)} (default: %(default)s)")
+                           help=f"comma-separated modes, of: {', '.join(ALL_MODES)}; a greedy mode with the fixed K may "
+                                "take its own K and FlashHead probe count, e.g. flash_deferred@k6p148, timed "
+                                "beside the same baseline (default: %(default)s)")
         else:
             p.add_argument("--schedule", default="ordinary", choices=["ordinary", "deferred", "pipelined"],
                            help="the schedule profiled (default: %(default)s, as the thesis' Table 4.7)")

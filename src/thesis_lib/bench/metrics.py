@@ -9,7 +9,7 @@ import statistics
 from typing import Sequence
 
 from ..decoding.stats import Generation
-from .modes import SAMPLE_MODES, baseline_of, k_policy_of, split_mode
+from .modes import SAMPLE_MODES, base_mode, baseline_of, k_policy_of, split_mode
 from .prompts import Prompt
 
 
@@ -103,11 +103,11 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
         return None
     if rec["mode"] in SAMPLE_MODES or k_policy_of(rec["mode"]) != "fixed" or split_mode(rec["mode"])[0] not in ("dense", "flash", "shared"):
         return None  # the model below knows one fixed K and the dense/FlashHead step costs only
-    k = rec["k"]
-    verify = costs[f"target_verify_{k + 1}_s"] if rec["mode"].endswith("deferred") else costs[f"target_verify_{k}_s"]
-    step = costs["flash_draft_step_s"] if rec["mode"].startswith("flash") else costs["draft_step_s"]
-    if rec["mode"].endswith("pipelined"):
-        return None  # the model has no overlap term
+    mode, k = base_mode(rec["mode"]), rec["k"]
+    verify = costs.get(f"target_verify_{k + 1}_s" if mode.endswith("deferred") else f"target_verify_{k}_s")
+    step = costs["flash_draft_step_s"] if mode.startswith("flash") else costs["draft_step_s"]
+    if mode.endswith("pipelined") or verify is None:
+        return None  # the model has no overlap term; a variant's K whose verify forward was not timed
     t = (costs["draft_prefill_s"] + rec["drafted"] * step + rec["verify_calls"] * verify
          + rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - rec["first_emit"]) / t

@@ -16,10 +16,16 @@ speculative decoding, optionally with a block-length suffix, a ``sample_*`` mode
 - ``hf_greedy``: transformers' ``generate()``, greedy, the peer of ``baseline``; ``hf_assisted``:
   ``generate(assistant_model=...)`` with the same draft and a constant K (its adaptive schedule and
   confidence threshold off), the peer of ``dense_ordinary``.
+
+A greedy speculative mode with the fixed K may name its own K and, with a FlashHead draft, its own probe count:
+``flash_deferred@k6``, ``flash_deferred@p148``, ``flash_deferred@k6p148`` (a *variant*). A K sweep or a probe grid
+is then one run whose every setting is timed beside the same target-only baseline, interleaved, instead of a run
+per setting each timing its own baseline.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from ..decoding.greedy import SCHEDULES
@@ -52,8 +58,55 @@ THESIS_MODES = ("baseline", "dense_ordinary", "flash_ordinary", "dense_deferred"
 PROFILE_DRAFTS = ("dense", "shared", "flash")
 
 
+#: Drafts whose probe count a variant may set (their head is the run's FlashHead head).
+PROBE_DRAFTS = ("flash", "hybrid")
+_VARIANT = re.compile(r"^(?P<base>[a-z_]+)@(?:k(?P<k>[0-9]+))?(?:p(?P<p>[0-9]+))?$")
+
+
+def variant_of(mode: str) -> tuple[str, int | None, int | None]:
+    """``"flash_deferred@k6p148" -> ("flash_deferred", 6, 148)``; a plain mode is its own base, ``(mode, None,
+    None)``. A malformed or disallowed variant is a :class:`ConfigError` that says what may be set where."""
+    if "@" not in mode:
+        return mode, None, None
+    m = _VARIANT.match(mode)
+    if not m or not (m["k"] or m["p"]):
+        raise ConfigError(f"Malformed mode variant {mode!r}: write <mode>@k<K>, <mode>@p<probes> or "
+                          "<mode>@k<K>p<probes>, e.g. flash_deferred@k6p148.")
+    base, k, p = m["base"], int(m["k"]) if m["k"] else None, int(m["p"]) if m["p"] else None
+    if base not in SPEC_MODES or k_policy_of(base) != "fixed":
+        raise ConfigError(f"{mode}: only greedy speculative modes with the fixed K take a variant "
+                          f"(e.g. flash_deferred@k6); {base} is not one.")
+    if k is not None and k < 1:
+        raise ConfigError(f"{mode}: K must be >= 1.")
+    if p is not None and (p < 1 or base.split("_")[0] not in PROBE_DRAFTS):
+        raise ConfigError(f"{mode}: a probe count >= 1 applies to the drafts {', '.join(PROBE_DRAFTS)} only.")
+    return base, k, p
+
+
+def base_mode(mode: str) -> str:
+    """The mode a variant is of (``flash_deferred@k6 -> flash_deferred``); a plain mode itself."""
+    return variant_of(mode)[0]
+
+
+def variant(mode: str, k: int | None = None, probes: int | None = None) -> str:
+    """The variant of ``mode`` at its own K and/or probe count (checked): ``variant("flash_deferred", 6, 148)``
+    is ``"flash_deferred@k6p148"``; neither given: the mode itself."""
+    if k is None and probes is None:
+        return mode
+    name = f"{mode}@" + (f"k{k}" if k is not None else "") + (f"p{probes}" if probes is not None else "")
+    variant_of(name)
+    return name
+
+
+def needs_flash_head(mode: str) -> bool:
+    """Whether a mode (or a variant) drafts with the run's FlashHead head."""
+    return base_mode(mode) in FLASH_MODES
+
+
 def split_mode(mode: str) -> tuple[str, str]:
-    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")`` and ``("hf", ...)`` for the rest."""
+    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")`` and ``("hf", ...)`` for the rest; a
+    variant as its base mode."""
+    mode = base_mode(mode)
     if mode not in ALL_MODES:
         raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
     if mode in SPEC_MODES:
@@ -66,17 +119,19 @@ def split_mode(mode: str) -> tuple[str, str]:
 
 def k_policy_of(mode: str) -> str:
     """``fixed``, or the block-length policy a mode's suffix names (``heuristic``, ``cost``)."""
+    mode = mode.split("@")[0]
     return K_SUFFIXES.get(mode.rsplit("_", 1)[-1], "fixed") if mode in SPEC_MODES else "fixed"
 
 
 def baseline_of(mode: str) -> str:
     """The mode a mode's speed is compared with: target-only sampling for sampling modes, else greedy."""
+    mode = mode.split("@")[0]
     return "sample_baseline" if mode in SAMPLE_MODES else "baseline"
 
 
 def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
     modes = tuple(modes)
-    unknown = [m for m in modes if m not in ALL_MODES]
+    unknown = [m for m in modes if variant_of(m)[0] not in ALL_MODES]
     if unknown:
         raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
     if not modes:

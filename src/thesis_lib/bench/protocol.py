@@ -34,7 +34,8 @@ from .drafts import beyond_heads, flash_body, flash_head, flash_info
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
-from .modes import CONFIDENCE_DRAFTS, FLASH_MODES, THESIS_MODES, check_modes, k_policy_of, profile_modes, split_mode
+from .modes import (CONFIDENCE_DRAFTS, THESIS_MODES, check_modes, k_policy_of, needs_flash_head, profile_modes, split_mode,
+                    variant_of)
 from .prompts import TURNS, Prompt, load_prompts, select
 from .runner import Runner
 from .runs import Run, check_new_run, open_run, record_environment, write_environment
@@ -140,7 +141,7 @@ class BenchConfig:
 
     @property
     def needs_flash(self) -> bool:
-        return any(m in FLASH_MODES for m in self.modes)
+        return any(needs_flash_head(m) for m in self.modes)
 
     def drafts(self) -> set[str]:
         return {split_mode(m)[0] for m in self.modes}
@@ -216,21 +217,25 @@ def available_cores() -> int:
 
 
 def check_flash(cfg) -> None:
-    """FlashHead parameters checked against the draft's config.json before any weights load."""
+    """FlashHead parameters checked against the draft's config.json before any weights load (the probe counts
+    of the modes' variants included)."""
     if not 0 <= cfg.outliers < 1:
         raise ConfigError(f"outliers must lie in [0, 1) (got {cfg.outliers}).")
     if cfg.probes is not None and cfg.probes < 1:
         raise ConfigError(f"probes must be >= 1 (got {cfg.probes}).")
+    variants = [p for p in (variant_of(m)[2] for m in getattr(cfg, "modes", ())) if p is not None]
     if cfg.assets:
         checkpoint = embedl.resolve(cfg.assets, fetch_assets=False)  # a folder, or a hub checkpoint's config
-        if checkpoint.n_clusters and cfg.probes is not None:
-            check_probes(cfg.probes, int(checkpoint.n_clusters))
+        if checkpoint.n_clusters:
+            for p in ([cfg.probes] if cfg.probes is not None else []) + variants:
+                check_probes(p, int(checkpoint.n_clusters))
         return
     vocab = specs.model_config(cfg.draft).get("vocab_size")
     if vocab:
         c = cfg.clusters if cfg.clusters is not None else vocab // 16
         check_cluster_count(vocab, c)
-        check_probes(cfg.probes if cfg.probes is not None else default_probes(c), c)
+        for p in [cfg.probes if cfg.probes is not None else default_probes(c)] + variants:
+            check_probes(p, c)
 
 
 def check_beyond(cfg) -> None:

@@ -27,7 +27,7 @@ from ..decoding.stats import DecodeStats, Generation
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..models.loading import LoadedModel, output_rows
-from .modes import CONFIDENCE_DRAFTS, k_policy_of, split_mode
+from .modes import CONFIDENCE_DRAFTS, k_policy_of, split_mode, variant_of
 
 
 class _Stamps:
@@ -125,6 +125,28 @@ class Runner:
         return self.drafters.get("flash")
 
     def run(self, mode: str, ids: Sequence[int]) -> Generation:
+        """One generation of ``mode`` (a variant at its own K and probe count: the runner's K and the FlashHead
+        head's probes are set for this call and restored after it)."""
+        base, k, probes = variant_of(mode)
+        if k is None and probes is None:
+            return self._run(mode, ids)
+        if probes is not None and self.flash_head is None:
+            raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+        k0, p0 = self.k, getattr(self.flash_head, "n_probes", None)
+        try:
+            self.k = k if k is not None else k0
+            if probes is not None:
+                self.flash_head.with_probes(probes)
+            gen = self._run(base, ids)
+        finally:
+            self.k = k0
+            if probes is not None:
+                self.flash_head.with_probes(p0)
+        if probes is not None:
+            gen.extra["probes"] = probes
+        return gen
+
+    def _run(self, mode: str, ids: Sequence[int]) -> Generation:
         draft, schedule = split_mode(mode)
         common = dict(max_new_tokens=self.max_new_tokens, eos_ids=self.eos)
         if draft == "hf":

@@ -62,6 +62,29 @@ class Run:
         write_json(self.path / SUMMARY, summary)
         self.summary = summary
 
+    def view(self, modes: dict[str, str], *, k: int | None = None, probes: int | None = None) -> "Run":
+        """This run seen as a run of ``modes`` only (name shown -> the mode or variant measured, e.g.
+        ``{"baseline": "baseline", "flash_deferred": "flash_deferred@k6p148"}``), for readers written for one run
+        per setting: the samples and summary under the names shown; the configuration's ``k`` and ``probes`` and
+        the environment's FlashHead probe count set to the variant's. The folder stays this one: every view of
+        it shares the baseline measured once, interleaved with all its settings."""
+        import copy
+
+        shown = {measured: name for name, measured in modes.items()}
+        config = {**self.config, "modes": list(modes)}
+        if k is not None:
+            config["k"] = k
+        env = copy.deepcopy(self.environment)
+        head = env.get("flashhead")
+        if probes is not None:
+            config["probes"] = probes
+            if head:
+                head["candidates"] += (probes - head["n_probes"]) * head["cluster_size"]
+                head["n_probes"] = probes
+        samples = [{**r, "mode": shown[r["mode"]]} for r in self.samples if r["mode"] in shown]
+        summary = None if self.summary is None else {shown[m]: v for m, v in self.summary.items() if m in shown}
+        return Run(self.path, config, env, samples, summary)
+
 
 def append_json_line(file: Path, doc: Any) -> None:
     """One JSON line appended and forced to disk (a crash loses at most the line being written)."""

@@ -30,6 +30,7 @@ from ..analysis import codesign, distcheck
 from ..analysis import lookahead as la
 from ..bench.drafts import token_counts
 from ..bench.environment import measured_when
+from ..bench.modes import variant
 from ..bench.timing import head_ms
 from ..bench.prompts import encode, load_prompts, prompt_text
 from ..decoding.greedy import greedy_generate
@@ -223,15 +224,18 @@ def beyond_run(p: Params, margin: float):
     return obtain(named(cfg, p.set_name, "beyond"), p)
 
 
-def k_sweep_configs(p: Params) -> dict:
-    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` on the beyond run's prompts;
-    ``K -> configuration``."""
-    return {k: named(p.bench(k=k, modes=("baseline", "flash_deferred"), costs=False), p.set_name, f"beyond-k{k}")
-            for k in p.beyond_k_sweep}
+def k_sweep_config(p: Params):
+    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` (mode variants, one run) on the
+    beyond run's prompts."""
+    cfg = p.bench(modes=("baseline", *(variant("flash_deferred", k) for k in p.beyond_k_sweep)), costs=False)
+    return named(cfg, p.set_name, "beyond-ks")
 
 
 def k_sweep_runs(p: Params) -> dict:
-    return {k: obtain(cfg, p) for k, cfg in k_sweep_configs(p).items()}
+    """``K -> `` the K sweep's run seen as a run of baseline and the FlashHead deferred draft at that K."""
+    run = obtain(k_sweep_config(p), p)
+    return {k: run.view({"baseline": "baseline", "flash_deferred": variant("flash_deferred", k)}, k=k)
+            for k in p.beyond_k_sweep}
 
 
 def codesign_run(p: Params, setting: dict):

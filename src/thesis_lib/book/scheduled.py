@@ -2,7 +2,7 @@
 one sweep before the notebooks, which then find them done and only read them.
 
 :func:`planned_runs` lists the run folders whose configuration follows from the parameter set alone: the main
-run, the profiled run, the K sweep, the static explorer's grid and chapter 6's K sweep. The rest (the draft's
+run, the profiled run, the K sweep with the static explorer's grid (one run) and chapter 6's K sweep. The rest (the draft's
 model bench, chapter 6's calibration and the runs whose settings it picks) depend on a result computed in a
 notebook, so they stay in the notebooks, where the book is built. :func:`run_on` runs the planned ones as a
 sweep (:mod:`thesis_lib.sweep`) kept in ``RUNS_DIR/sweeps/book-<set>-<hash of the run names>``; its run folders
@@ -21,8 +21,7 @@ from .params import ROOT, Params, load_parameters
 
 def planned_runs(p: Params) -> list:
     """The configurations of the book's runs that depend on no other result, in the order the chapters need them."""
-    configs = [shared.main_config(p), shared.profile_config(p), *shared.sweep_configs(p).values(),
-               *shared.explorer_configs(p).values(), *experiments.k_sweep_configs(p).values()]
+    configs = [shared.main_config(p), shared.profile_config(p), shared.grid_config(p), experiments.k_sweep_config(p)]
     return list({c.name: c for c in configs}.values())
 
 

@@ -1,6 +1,7 @@
 """The chapters' shared results: parameters in, run folders and JSON documents out, computed once.
 
-Each result (:func:`main_run`, :func:`profile_run`, :func:`sweep_runs`, :func:`explorer_runs`, :func:`model_bench`,
+Each result (:func:`main_run`, :func:`profile_run`, :func:`grid_run` with its views :func:`sweep_runs` and
+:func:`explorer_runs`, :func:`model_bench`,
 and chapter 6's in :mod:`~thesis_lib.book.experiments`) is a run folder or JSON document under ``RUNS_DIR`` whose name carries
 a hash of its configuration (:func:`named`, :func:`cached_document`), so the same parameters find the same
 results (computed once, by whichever notebook asks first) and other parameters never overwrite them. One
@@ -21,6 +22,7 @@ import torch
 
 from ..bench import drafts, embedl_peer, modelbench, protocol
 from ..bench.environment import environment, measured_when, provenance
+from ..bench.modes import variant
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
@@ -100,31 +102,34 @@ def profile_run(p: Params):
     return obtain(profile_config(p), p)
 
 
-def sweep_configs(p: Params) -> dict:
-    """Speedup over K: baseline and the deferred dense and FlashHead drafts at each K of ``K_SWEEP``
-    on ``SWEEP_PROMPTS`` prompts (one run folder per K); ``K -> configuration``."""
-    return {k: named(_sweep_config(p, k, ("baseline", "dense_deferred", "flash_deferred")), p.set_name,
-                     f"sweep-k{k}") for k in p.k_sweep}
+def grid_config(p: Params) -> protocol.BenchConfig:
+    """Speedup over K and the static explorer's grid, one run on ``SWEEP_PROMPTS`` prompts (one iteration, no
+    component costs): the deferred dense and FlashHead drafts at each K of ``K_SWEEP``, and the FlashHead deferred
+    draft at each probe count of ``EXPLORER_PROBES`` for each K of ``EXPLORER_K`` (default ``K_SWEEP``), every
+    setting a mode variant (:func:`thesis_lib.bench.modes.variant`) timed beside the one target-only baseline."""
+    sweep = [variant(m, k) for k in p.k_sweep for m in ("dense_deferred", "flash_deferred")]
+    grid = [variant("flash_deferred", k, n) for k in p.explorer_k or p.k_sweep for n in p.explorer_probes]
+    cfg = p.bench(modes=("baseline", *sweep, *grid), prompts=p.sweep_prompts, per_category=1, iterations=1,
+                  costs=False)
+    return named(cfg, p.set_name, "grid")
+
+
+def grid_run(p: Params):
+    return obtain(grid_config(p), p)
 
 
 def sweep_runs(p: Params) -> dict:
-    return {k: obtain(cfg, p) for k, cfg in sweep_configs(p).items()}
-
-
-def _sweep_config(p: Params, k: int, modes: tuple, **kw) -> protocol.BenchConfig:
-    """A short run on the sweep's prompts (one iteration, no component costs): the K sweep's and the explorer's."""
-    return p.bench(k=k, modes=modes, prompts=p.sweep_prompts, per_category=1, iterations=1, costs=False, **kw)
-
-
-def explorer_configs(p: Params) -> dict:
-    """The static explorer's grid: baseline and FlashHead deferred at each probe count of ``EXPLORER_PROBES`` for
-    each K of ``EXPLORER_K`` (default ``K_SWEEP``), on the K sweep's prompts; ``(K, probes) -> configuration``."""
-    return {(k, n): named(_sweep_config(p, k, ("baseline", "flash_deferred"), probes=n), p.set_name,
-                          f"explorer-k{k}-p{n}") for k in p.explorer_k or p.k_sweep for n in p.explorer_probes}
+    """``K -> `` the grid run seen as a run of baseline and the deferred dense and FlashHead drafts at that K."""
+    run = grid_run(p)
+    return {k: run.view({"baseline": "baseline", **{m: variant(m, k) for m in ("dense_deferred", "flash_deferred")}},
+                        k=k) for k in p.k_sweep}
 
 
 def explorer_runs(p: Params) -> dict:
-    return {key: obtain(cfg, p) for key, cfg in explorer_configs(p).items()}
+    """``(K, probes) -> `` the grid run seen as a run of baseline and the FlashHead deferred draft at that setting."""
+    run = grid_run(p)
+    return {(k, n): run.view({"baseline": "baseline", "flash_deferred": variant("flash_deferred", k, n)}, k=k,
+                             probes=n) for k in p.explorer_k or p.k_sweep for n in p.explorer_probes}
 
 
 def model_bench(p: Params) -> dict:
