@@ -119,19 +119,19 @@ def split_mode(mode: str) -> tuple[str, str]:
 
 def k_policy_of(mode: str) -> str:
     """``fixed``, or the block-length policy a mode's suffix names (``heuristic``, ``cost``)."""
-    mode = mode.split("@")[0]
+    mode = base_mode(mode)
     return K_SUFFIXES.get(mode.rsplit("_", 1)[-1], "fixed") if mode in SPEC_MODES else "fixed"
 
 
 def baseline_of(mode: str) -> str:
     """The mode a mode's speed is compared with: target-only sampling for sampling modes, else greedy."""
-    mode = mode.split("@")[0]
+    mode = base_mode(mode)
     return "sample_baseline" if mode in SAMPLE_MODES else "baseline"
 
 
 def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
     modes = tuple(modes)
-    unknown = [m for m in modes if variant_of(m)[0] not in ALL_MODES]
+    unknown = [m for m in modes if base_mode(m) not in ALL_MODES]
     if unknown:
         raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
     if not modes:
