@@ -19,6 +19,7 @@ from thesis_lib.errors import ClusteringAssetError, ConfigError
 from thesis_lib.heads import assets
 from thesis_lib.heads import clustering as cl
 from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.heads import flashhead
 from thesis_lib.heads.flashhead import FlashHead, check_probes
 from thesis_lib.heads.for_model import special_token_ids
 
@@ -479,7 +480,9 @@ def test_a_sweep_past_the_recompile_limit_stays_compiled(tiny_models, tiny_clust
     model = tiny_models[("f32", "qwen2", "target")]
     head = _head(model, tiny_clusterings[17], n_probes=1, path="compiled", centroid_dtype="float32")
     ref = _head(model, tiny_clusterings[17], n_probes=1, path="reference")
+    flashhead.compile_settings()  # what the head's first compile applies; then a lower limit for this test
     cfg = torch._dynamo.config
+    assert cfg.fail_on_recompile_limit_hit
     limit = cfg.recompile_limit  # set and restored by hand: monkeypatch's undo deletes a config entry
     cfg.recompile_limit = 2
     h = torch.randn(3, 64, generator=torch.Generator().manual_seed(2))

@@ -113,3 +113,16 @@ def test_long_modules_are_one_named_idea():
 def test_every_module_says_what_it_knows():
     missing = [str(p.relative_to(SRC)) for p in _modules() if ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None]
     assert not missing, f"modules without a docstring: {missing}"
+
+
+def test_importing_the_library_does_not_import_the_compiler():
+    """Every module of the library imports without torch's compiler stack (dynamo: about 1.7 s of every notebook
+    kernel's, command's and spawned worker's start-up); it is loaded by the first ``torch.compile``."""
+    import subprocess
+    import sys
+
+    names = [".".join(_dotted(p)) for p in _modules()]
+    names = [n for n in names if not n.endswith("triton_kernels")]  # imports Triton itself; loaded on a GPU only
+    code = "import importlib, sys\nfor n in %r: importlib.import_module(n)\nprint('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code % names], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False"

@@ -32,7 +32,7 @@ from ..decoding.state import ModelState
 from ..heads.clustering import Clustering
 from ..heads.dense import DenseGreedyHead
 from ..heads import gpu_kernels
-from ..heads.flashhead import FlashHead
+from ..heads.flashhead import FlashHead, compile_settings
 from ..models.specs import QWEN3_CONFIGS
 from .gpuverify import qwen3, verify_check
 from .graphs import capture, capture_head, queued_times
@@ -308,6 +308,7 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
         draft_layers: int | None = None) -> dict:
     """The whole check; ``quick`` shrinks it to a CPU-sized smoke run (few layers, few reps, two probe counts)."""
     cuda = device.startswith("cuda")
+    compile_settings()  # dynamo's settings for the dense heads compiled here as for the FlashHead's
     t0 = time.perf_counter()
     doc = {"note": NOTE, "versions": versions(device), "quick": quick}
     doc["head"] = head_check(device, reps=2 if quick else 20, rows=8 if quick else 64,

@@ -240,6 +240,7 @@ class FlashHead(nn.Module):
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
         if self.path in ("auto", "compiled"):
             if getattr(self, compiled_attr) is None:
+                compile_settings()
                 setattr(self, compiled_attr, torch.compile(fn, dynamic=False, mode=self.compile_mode))
             try:
                 out = self._compiled_call(compiled_attr, args)
@@ -328,13 +329,20 @@ class FlashHead(nn.Module):
         return FlashHeadSample(token=cand[pick], candidates=cand, probs=probs, clusters=clusters)
 
 
-def _raise_recompile_limit(n: int = 64) -> None:
-    """Each (probe count, batch) pair compiles once; allow enough of them (a sweep uses ~10), and make hitting
-    the limit an error (:meth:`FlashHead._fast` recompiles) instead of a silent fall-back to eager code."""
+_COMPILE_SET = False
+
+
+def compile_settings(n: int = 64) -> None:
+    """Dynamo's settings for this project's compiled functions, applied once before the first ``torch.compile``
+    (not at import: importing dynamo costs about 1.7 s, which every notebook kernel, command and spawned worker
+    that never compiles would pay). Each (probe count, batch) pair compiles once; allow enough of them (a sweep
+    uses ~10), and make hitting the limit an error (:meth:`FlashHead._fast` recompiles) instead of a silent
+    fall-back to eager code."""
+    global _COMPILE_SET
+    if _COMPILE_SET:
+        return
     cfg = torch._dynamo.config
     if cfg.recompile_limit < n:
         cfg.recompile_limit = n
     cfg.fail_on_recompile_limit_hit = True
-
-
-_raise_recompile_limit()
+    _COMPILE_SET = True
