@@ -39,24 +39,29 @@ def glued(name: str, set_name: str = "smoke") -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def smoke_book(tmp_path_factory):
-    """Execute all five notebooks afresh (new cache and run folders), then build the HTML."""
+def _fresh_build(tmp_path_factory, set_name: str):
+    """Execute all notebooks of a parameter set afresh (new cache and run folders), then build the HTML with
+    the same parameters (which reuses them): ``(fates, html folder, tmp folder)``."""
     import os
 
-    tmp = tmp_path_factory.mktemp("book")
+    tmp = tmp_path_factory.mktemp(set_name)
     old = os.environ.get("THESIS_LIB_CACHE")
     os.environ["THESIS_LIB_CACHE"] = str(tmp / "cache")
     try:
         overrides = {"RUNS_DIR": str(tmp / "runs")}
-        fates = execute.execute("smoke", recompute=True, overrides=overrides, progress=False)
-        html = build.build("smoke", progress=False, overrides=overrides)  # the same parameters: reuses them
+        fates = execute.execute(set_name, recompute=True, overrides=overrides, progress=False)
+        html = build.build(set_name, progress=False, overrides=overrides)
     finally:
         if old is None:
             os.environ.pop("THESIS_LIB_CACHE")
         else:
             os.environ["THESIS_LIB_CACHE"] = old
     return fates, html, tmp
+
+
+@pytest.fixture(scope="module")
+def smoke_book(tmp_path_factory):
+    return _fresh_build(tmp_path_factory, "smoke")
 
 
 def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
@@ -226,6 +231,18 @@ def test_reused_when_nothing_changed_and_bad_input_fails_first(smoke_book, monke
         execute.execute("smoke", only=["ch9"])
     with pytest.raises(ConfigError, match="K must be"):
         execute.execute("smoke", overrides={"K": 0})
+    # a parameter set may be a YAML file of one's own: read from its path, built under its stem, checked first
+    import yaml
+
+    mine = tmp / "my-set.yaml"
+    mine.write_text(yaml.safe_dump({**params.load_parameters("smoke"), "K": 0}))
+    assert params.load_parameters(str(mine))["K"] == 0
+    assert execute.build_dir(str(mine)) == params.ROOT / "build" / "my-set" / "book"
+    with pytest.raises(ConfigError, match="K must be"):
+        execute.execute(str(mine))
+    (tmp / "lower.yaml").write_text("k: 3\n")
+    with pytest.raises(ConfigError, match="UPPER_CASE"):
+        execute.execute(str(tmp / "lower.yaml"))
 
 
 # --- the thesis' numbers -------------------------------------------------------------------------------
@@ -296,21 +313,28 @@ def test_param_count_matches_a_real_model():
         assert theory.param_count(cfg)["total"] == counted, arch
 
 
-def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def rehearsal_book(tmp_path_factory):
+    return _fresh_build(tmp_path_factory, "rehearsal")
+
+
+def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(rehearsal_book):
     """The gpu-thesis code path end to end (issue 17's rehearsal): hub ids from a stand-in Hugging Face cache,
     Embedl's checkpoint layout as ASSETS, target on cuda:0 and draft on cuda:1 as virtual devices (a device
     mix-up anywhere raises), bfloat16, Qwen3's thinking switch; every chapter executes and the book builds."""
     import yaml
 
-    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    fates, html, tmp_path = rehearsal_book
     rehearsal, thesis = (yaml.safe_load((params.PARAMS_DIR / f"{n}.yaml").read_text()) for n in ("rehearsal", "gpu-thesis"))
     assert set(thesis) <= set(rehearsal)  # the same keys as the set it rehearses
-    for key in ("TARGET", "DRAFT", "DEVICE", "DRAFT_DEVICE", "DTYPE", "ASSETS", "FLASH_PATH", "THINKING"):
+    for key in ("TARGET", "DRAFT", "DEVICE", "DRAFT_DEVICE", "DTYPE", "ASSETS", "FLASH_PATH", "THINKING",
+                "SAMPLING_CHECK_FILE"):
         assert rehearsal[key] == thesis[key], key
-    overrides = {"RUNS_DIR": str(tmp_path / "runs")}
-    fates = execute.execute("rehearsal", recompute=True, overrides=overrides, progress=False)
     assert fates == {n: "executed" for n in execute.NOTEBOOKS}
-    html = build.build("rehearsal", progress=False, overrides=overrides)
+    # chapter 6 shows the saved sampling check (the smoke book runs one in the notebook instead)
+    assert glued("ch6_beyond", "rehearsal")["sampling_source"].startswith("`thesis-lib sampling-check --delta 0.01`")
+    g6 = glued("ch6_beyond", "rehearsal")
+    assert g6["sampling_all_ok"] == "all pass" and g6["sampling_delta"] == 1.0  # percent, from the document
     assert (html / "results.html").is_file()
     bench = next((tmp_path / "runs").glob("rehearsal-bench-*"))
     env = json.loads((bench / "environment.json").read_text())
@@ -386,24 +410,13 @@ def _verdicts_hold(set_name: str) -> dict:
     return seen
 
 
-def test_no_page_states_a_verdict_its_own_numbers_contradict(smoke_book, tmp_path):
-    """The smoke book twice, with other seeds and K: in both, every glued verdict is what the page's own numbers
-    give, and the rendered page says exactly that."""
-    import yaml
-
-    first = _verdicts_hold("smoke")
-    doc = yaml.safe_load((params.PARAMS_DIR / "smoke.yaml").read_text())
-    doc.update(SEED=1, K=2, PROBES=1, RUNS_DIR=str(tmp_path / "runs"))
-    other = tmp_path / "smoke-reseeded.yaml"
-    other.write_text(yaml.safe_dump(doc))
-    try:
-        build.build(str(other), progress=False)
-        second = _verdicts_hold(str(other))
-    finally:
-        import shutil
-
-        shutil.rmtree(execute.build_dir(str(other)).parent, ignore_errors=True)
+def test_no_page_states_a_verdict_its_own_numbers_contradict(smoke_book, rehearsal_book):
+    """Two books on different data (the smoke set; the rehearsal set: other models, devices and precision, no
+    saved precision or GPU document): in both, every glued verdict is what the page's own numbers give, and the
+    rendered page says exactly that; and the verdicts are not fixed text: some read differently in the two."""
+    first, second = _verdicts_hold("smoke"), _verdicts_hold("rehearsal")
     assert set(first) == set(second)
+    assert any(first[k] != second[k] for k in first)
 
 
 def test_progress_reaches_the_terminal_not_the_pages(smoke_book):
