@@ -237,12 +237,33 @@ def test_reused_when_nothing_changed_and_bad_input_fails_first(smoke_book, monke
     mine = tmp / "my-set.yaml"
     mine.write_text(yaml.safe_dump({**params.load_parameters("smoke"), "K": 0}))
     assert params.load_parameters(str(mine))["K"] == 0
+    assert execute.set_label(str(mine)) == "my-set"
     assert execute.build_dir(str(mine)) == params.ROOT / "build" / "my-set" / "book"
     with pytest.raises(ConfigError, match="K must be"):
         execute.execute(str(mine))
     (tmp / "lower.yaml").write_text("k: 3\n")
     with pytest.raises(ConfigError, match="UPPER_CASE"):
         execute.execute(str(tmp / "lower.yaml"))
+    # a valid one reaches papermill with its own name and values (stopped there: the notebooks are the smoke book's)
+    mine.write_text(yaml.safe_dump({**params.load_parameters("smoke"), "K": 2}))
+    given = {}
+
+    class Stop(Exception):
+        pass
+
+    def record(src, dest, parameters, **kw):
+        given.update(parameters)
+        raise Stop
+
+    monkeypatch.setattr(papermill, "execute_notebook", record)
+    try:
+        with pytest.raises(Stop):
+            execute.execute(str(mine), only=["ch2_theory"], overrides=same, progress=False)
+    finally:
+        import shutil
+
+        shutil.rmtree(execute.build_dir(str(mine)).parent, ignore_errors=True)
+    assert given["SET_NAME"] == "my-set" and given["K"] == 2 and given["RUNS_DIR"] == same["RUNS_DIR"]
 
 
 # --- the thesis' numbers -------------------------------------------------------------------------------
@@ -332,8 +353,8 @@ def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(rehearsal_book):
         assert rehearsal[key] == thesis[key], key
     assert fates == {n: "executed" for n in execute.NOTEBOOKS}
     # chapter 6 shows the saved sampling check (the smoke book runs one in the notebook instead)
-    assert glued("ch6_beyond", "rehearsal")["sampling_source"].startswith("`thesis-lib sampling-check --delta 0.01`")
     g6 = glued("ch6_beyond", "rehearsal")
+    assert g6["sampling_source"].startswith("`thesis-lib sampling-check --delta 0.01`")
     assert g6["sampling_all_ok"] == "all pass" and g6["sampling_delta"] == 1.0  # percent, from the document
     assert (html / "results.html").is_file()
     bench = next((tmp_path / "runs").glob("rehearsal-bench-*"))
@@ -411,12 +432,14 @@ def _verdicts_hold(set_name: str) -> dict:
 
 
 def test_no_page_states_a_verdict_its_own_numbers_contradict(smoke_book, rehearsal_book):
-    """Two books on different data (the smoke set; the rehearsal set: other models, devices and precision, no
-    saved precision or GPU document): in both, every glued verdict is what the page's own numbers give, and the
-    rendered page says exactly that; and the verdicts are not fixed text: some read differently in the two."""
+    """Two books on different data (the smoke set; the rehearsal set: other models and devices, no saved
+    precision or GPU document): in both, every glued verdict is what the page's own numbers give, and the
+    rendered page says exactly that; and the verdicts drawn from the runs are not fixed text: some of chapters 4
+    and 6 read differently in the two (those from saved documents differ anyway, one book having none)."""
     first, second = _verdicts_hold("smoke"), _verdicts_hold("rehearsal")
     assert set(first) == set(second)
-    assert any(first[k] != second[k] for k in first)
+    from_runs = [k for k in first if k[0] in ("ch4_results", "ch6_beyond") and not k[1].startswith(("gpu_", "prec_"))]
+    assert any(first[k] != second[k] for k in from_runs)
 
 
 def test_progress_reaches_the_terminal_not_the_pages(smoke_book):
