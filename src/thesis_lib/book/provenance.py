@@ -23,6 +23,12 @@ def hardware(env: dict) -> str:
     return f"{cpu}" + (f", {threads} threads" if threads else "")
 
 
+def run_folders(*runs) -> list[str]:
+    """The run folders behind ``runs``, each named once, in order (the views of one run, e.g. the K sweep's and
+    the explorer's settings of the grid run, share its folder)."""
+    return list(dict.fromkeys(r.name for r in runs))
+
+
 def source_label(run_or_doc, p: Params) -> str:
     """The ``Source`` of this project's rows in a table: parameter set, when and with which revision the numbers
     were measured, models and machine; ``None``: measured live, now."""

@@ -334,8 +334,8 @@ _COMPILE_SET = False
 
 def compile_settings(n: int = 64) -> None:
     """Dynamo's settings for this project's compiled functions, applied once before the first ``torch.compile``
-    (not at import: importing dynamo costs about 1.7 s, which every notebook kernel, command and spawned worker
-    that never compiles would pay). Each (probe count, batch) pair compiles once; allow enough of them (a sweep
+    (not at import: importing dynamo costs about 1.7 s, which every process that neither compiles nor builds a
+    transformers model, whose generation module imports dynamo, would pay). Each (probe count, batch) pair compiles once; allow enough of them (a sweep
     uses ~10), and make hitting the limit an error (:meth:`FlashHead._fast` recompiles) instead of a silent
     fall-back to eager code."""
     global _COMPILE_SET
