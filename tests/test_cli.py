@@ -155,7 +155,8 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     out = tmp_path / "precision.json"
     from thesis_lib.bench.precision import int4_available
 
-    precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else [])
+    # float32-row: float32 again in the one-row packed layout, the layouts compared side by side
+    precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else []) + ["float32-row"]
     extra = ["--emulated"] if emulated else []
     assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
@@ -170,6 +171,9 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert doc == json.loads(out.read_text()) and doc["measured"]["git"]
     assert doc["emulated_bf16"] is emulated and doc["command"].endswith("--emulated") is emulated
     assert doc["kernels"]["bfloat16"][0].startswith("stock" if emulated else "oneDNN-packed")
+    assert [k.endswith("block layout)") for k in doc["kernels"]["float32"]] == [True, True]
+    assert [k.endswith("row layout)") for k in doc["kernels"]["float32-row"]] == [True, True]
+    assert doc["ratios"]["float32-row"]["target_step"] > 0
     for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:
         assert sorted(int(n) for n in doc["verify"][name]["ms"]) == [1, 2, 3, 4, 5]
     if "int4" in precisions:  # the target's body really is 4-bit: its kernels say so, its numbers are its own
@@ -185,8 +189,9 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert bw["stream_read_gbps"] > 0 and bw["step_bytes"]["target/float32"] == 2 * bw["step_bytes"]["target/bfloat16"]
     assert ("target/int4" not in bw["step_bytes"]) or bw["step_bytes"]["target/int4"] is None
     # the plain-sum read timed beside the steps, once per repetition, for each precision with countable bytes
-    assert set(bw["read_gbps"]) == {p for p in precisions if p != "int4"} and min(bw["read_gbps"].values()) > 0
-    assert set(bw["step_share"]) == {f"target/{p}" for p in bw["read_gbps"]}
+    assert set(bw["read_gbps"]) == {"float32", "bfloat16"} and min(bw["read_gbps"].values()) > 0
+    assert set(bw["step_share"]) == {f"target/{p}" for p in precisions if p != "int4"}
+    assert bw["step_bytes"]["target/float32-row"] == bw["step_bytes"]["target/float32"]
     assert analysis.summary(doc, 0.5)["prec_bytes_ratio_bfloat16"] == 2.0
     assert all(v != v for v in analysis.summary(None, 0.5).values())  # no document: nothing to glue but nan
     assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err

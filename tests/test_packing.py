@@ -10,23 +10,50 @@ import torch
 from thesis_lib.decoding.greedy import greedy_generate
 from thesis_lib.decoding.state import CPU_BUCKETS, ModelState
 from thesis_lib.heads.dense import DenseGreedyHead
-from thesis_lib.models.packing import PackedLinear, bf16_packing_available, is_packed, pack_linears
+from thesis_lib.errors import ConfigError
+from thesis_lib.models.packing import LAYOUTS, PackedLinear, bf16_packing_available, is_packed, pack_linears
 
 from conftest import TINY_VOCAB
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(1, 64), (5, 64), (1, 3, 64)])
-def test_packed_linear_matches_dense(bias, shape):
+def test_packed_linear_matches_dense(bias, shape, layout):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 96, bias=bias)
     x = torch.randn(*shape)
-    packed = PackedLinear(lin)
+    packed = PackedLinear(lin, layout=layout)
     torch.testing.assert_close(packed(x), lin(x), rtol=1e-5, atol=1e-5)
     assert packed(x).shape == (*shape[:-1], 96)
-    torch.testing.assert_close(packed.weight, lin.weight.detach())
+    torch.testing.assert_close(packed.weight, lin.weight.detach(), rtol=0, atol=0)  # the packed copy loses nothing
+    assert f"float32 {layout} layout" in repr(packed)
+
+
+def test_layouts_are_checked_before_packing():
+    lin = torch.nn.Linear(8, 4)
+    with pytest.raises(ConfigError, match="Unknown packed layout 'rows'"):
+        PackedLinear(lin, layout="rows")
+    with pytest.raises(ConfigError, match="one-row packed layout is for float32 layers, not bfloat16"):
+        PackedLinear(torch.nn.Linear(8, 4).to(torch.bfloat16), layout="row")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    with pytest.raises(ConfigError, match="Unknown packed layout"):
+        pack_linears(model, layout="column")
+    assert isinstance(model[0], torch.nn.Linear)  # nothing was swapped
+
+
+def test_pack_linears_takes_the_layout_asked_for(tiny_models):
+    for layout in LAYOUTS:
+        m = copy.deepcopy(tiny_models[("f32", "qwen2", "target")])
+        ids = torch.tensor([[1, 5, 9, 200, 30]])
+        with torch.inference_mode():
+            dense = m(ids).logits
+        pack_linears(m, layout)
+        assert {x.layout for x in m.modules() if isinstance(x, PackedLinear)} == {layout}
+        with torch.inference_mode():
+            torch.testing.assert_close(m(ids).logits, dense, rtol=1e-4, atol=1e-4)
 
 
 def test_pack_linears_packs_float32_only(tiny_models):

@@ -39,7 +39,9 @@ import torch
 
 from ..errors import ConfigError
 
-PRECISIONS = ("float32", "bfloat16", "int4")
+#: "float32-row" is float32 in the one-row packed layout (:data:`thesis_lib.models.packing.LAYOUTS`), the
+#: layout this project packed float32 in before the general one: both in one run compare the two layouts
+PRECISIONS = ("float32", "bfloat16", "int4", "float32-row")
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
 
@@ -49,6 +51,11 @@ def int4_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torchao") is not None
+
+
+def dtype_of(precision: str) -> str:
+    """The torch dtype name a precision runs its float layers in ("float32-row": float32)."""
+    return "float32" if precision == "float32-row" else precision
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -247,8 +254,9 @@ def bandwidth(doc: dict, pairs: dict, before: float, after: float, reads: dict |
             n = step_bytes(lm.model)
             out["step_bytes"][name] = n
             out["step_gbps"][name] = None if n is None else n / (doc["verify"][name]["ms"][1] / 1e3) / 1e9
-            if role == "target" and out["step_gbps"][name] is not None and p in out["read_gbps"]:  # its shapes
-                out["step_share"][name] = out["step_gbps"][name] / out["read_gbps"][p]
+            fmt = dtype_of(p)
+            if role == "target" and out["step_gbps"][name] is not None and fmt in out["read_gbps"]:  # its shapes
+                out["step_share"][name] = out["step_gbps"][name] / out["read_gbps"][fmt]
     return out
 
 
@@ -272,7 +280,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
                           "is out of range.")
     t0 = time.perf_counter()
     pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
-                 else loading.load_pair(target, draft, dtype=p, progress=progress)) for p in precisions}
+                 else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress,
+                                        layout="row" if p == "float32-row" else "block")) for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)
     doc = {"measured": measured, "target": target, "draft": draft, "precisions": list(precisions), "context_tokens": len(context),
@@ -288,7 +297,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prom
     for p, (t, d) in pairs.items():
         states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)
         states[f"draft/{p}"] = ModelState(d.model, vocab_limit=d.vocab_limit)
-    probes = {p: read_probe(pairs[p][0].model, getattr(torch, p)) for p in precisions if p != "int4"}
+    # one read probe per number format (float32-row reads float32 matrices too)
+    probes = {dtype_of(p): read_probe(pairs[p][0].model, getattr(torch, dtype_of(p))) for p in precisions if p != "int4"}
     read_rates = {p: [] for p in probes}
 
     def read_all(r: int) -> None:  # beside the one-token steps, order alternating like theirs

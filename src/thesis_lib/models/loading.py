@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import embedl, virtual
-from .packing import bf16_packing_available, pack_linears, packing_available
+from .packing import bf16_packing_available, check_layout, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
 
@@ -203,17 +203,19 @@ def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str |
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
-               progress: bool = True, pack: bool | None = None) -> LoadedModel:
+               progress: bool = True, pack: bool | None = None, layout: str = "block") -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
-    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike.
+    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. ``layout``:
+    the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block").
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
     recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_layout(layout)
     quantized = check_quantization(spec)
     load_time = bool(quantized and quantized.get("load_time"))
     if load_time:
@@ -241,9 +243,10 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
-    packed = pack_linears(model) if pack and (quantized is None or load_time) else 0
+    packed = pack_linears(model, layout) if pack and (quantized is None or load_time) else 0
+    shape = layout if torch_dtype == torch.float32 else "block"
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
-            "cpu_kernels": f"oneDNN-packed ({packed} linear layers)" if packed else "stock",
+            "cpu_kernels": f"oneDNN-packed ({packed} linear layers, {shape} layout)" if packed else "stock",
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
     if load_time:
         info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} of {n_body} linear layers, group "
@@ -299,8 +302,9 @@ def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "ta
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
-              pack: bool | None = None) -> tuple[LoadedModel, LoadedModel]:
+              pack: bool | None = None, layout: str = "block") -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
+    check_layout(layout)
     check_available(target)
     check_available(draft)
     check_quantization(target)
@@ -312,6 +316,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
-    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
-    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack)
+    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack,
+                     layout=layout)
+    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack,
+                     layout=layout)
     return tgt, drf
