@@ -550,6 +550,33 @@ def test_the_auto_precision_check_reads_both_ways():
     assert precision.machine(None)["auto"] == "unknown"
 
 
+def test_the_layout_verdict_reads_both_ways():
+    """Chapter 2's packed-layout sentence: which layout verifies a block of five more cheaply, how long a step takes
+    in the general layout over the one-row one, and where FlashHead deferred pays, each from the numbers given
+    (swapped numbers swap the words); a document without both layouts leaves it unmeasured. The saved AVX2
+    document's values are read from its float32 and float32-row entries."""
+
+    from thesis_lib.analysis import precision, verdicts
+
+    general_wins = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, 1.2, 0.9)
+    assert "cheaper in the general layout" in general_wins and "1.06 times as long in the general" in general_wins
+    assert "pays (1.20x) over target-only decoding in the general layout and does not pay (0.90x)" in general_wins
+    assert general_wins.endswith("so the general layout is the one speculative decoding wants here")
+    row_wins = verdicts.layout_effect(320.0, 340.0, 2.2, 1.3, 0.9, 1.2)
+    assert "cheaper in the one-row layout" in row_wins and "0.94 times as long" in row_wins
+    assert "does not pay (0.90x) over target-only decoding in the general layout and pays (1.20x)" in row_wins
+    assert row_wins.endswith("so the one-row layout is the one speculative decoding wants here")
+    assert "not measured" in verdicts.layout_effect(float("nan"), 320.0, 1.3, 2.2, 1.2, 0.9)
+    doc = json.loads((DATA / "precision-bench-float32-layouts-no-bf16.json").read_text())
+    got = precision.layouts(doc)
+    assert got["layout_step_ms_row"] == doc["verify"]["target/float32-row"]["ms"]["1"]
+    assert got["layout_verify5_block"] == doc["verify"]["target/float32"]["over_step"]["5"]
+    assert got["layout_measured_row"] == (
+        doc["end_to_end"]["summary"]["float32-row"]["vs_baseline"]["flash_deferred"]["speedup_pooled"])
+    only_one = {**doc, "precisions": ["float32"]}
+    assert all(v != v for v in precision.layouts(only_one).values()) and set(got) == set(precision.LAYOUT_KEYS)
+
+
 def test_the_gpu_document_reads_as_its_numbers_say():
     """Chapter 4's GPU paragraph on the saved H100 document: the shown footing is the captured heads' device
     time at 593 probes (the dense head's and FlashHead's own rows, not the launch-timed ones), the verdicts

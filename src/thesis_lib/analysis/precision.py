@@ -14,6 +14,9 @@ What this module knows:
   document was measured on and what ``DTYPE: auto`` picks there (a document from a CPU without native bf16,
   ``precision-bench --emulated``, checks that pick by measurement); :func:`glued`: both, under one prefix per
   document.
+- :func:`layouts`: float32 in oneDNN's general packed layout beside the one-row layout (``precision-bench
+  --precisions float32,float32-row``): what each costs per step and per verified block, and what FlashHead deferred
+  makes of it.
 """
 
 from __future__ import annotations
@@ -149,4 +152,24 @@ def glued(doc: dict | None, alpha: float, prefix: str = "prec_") -> dict:
     (``prec_`` for ``PRECISION_FILE``, ``nobf16_`` for ``PRECISION_FILE_NO_BF16``)."""
     out = {prefix + k[len("prec_"):]: v for k, v in summary(doc, alpha).items()}
     out.update({prefix + k: v for k, v in machine(doc).items()})
+    return out
+
+
+#: The glued keys of :func:`layouts`: per layout ("block": float32 as packed now, "row": ``float32-row``).
+LAYOUT_KEYS = tuple(f"layout_{k}_{lay}" for lay in ("block", "row") for k in ("step_ms", "verify5", "measured",
+                                                                              "base_ms_token", "flash_ms_token"))
+
+
+def layouts(doc: dict | None) -> dict:
+    """From a document with ``float32`` and ``float32-row``: each layout's target step (ms), a block of five over
+    one step, FlashHead deferred over target-only (pooled) and both modes' ms per token; nan each where the
+    document (or one of the two) is missing."""
+    out = {key: float("nan") for key in LAYOUT_KEYS}
+    if doc is None or not {"float32", "float32-row"} <= set(doc["precisions"]):
+        return out
+    for lay, p in (("block", "float32"), ("row", "float32-row")):
+        got = summary({**doc, "precisions": [p]}, 0.5)
+        for k in ("verify5", "measured", "base_ms_token", "flash_ms_token"):
+            out[f"layout_{k}_{lay}"] = got.get(f"prec_{k}_{p}", float("nan"))
+        out[f"layout_step_ms_{lay}"] = got[f"prec_target_step_ms_{p}"]
     return out

@@ -245,6 +245,25 @@ def auto_pick(auto: str, ms_float32: float, ms_bfloat16: float) -> str:
             f"{ratio:.2f} times {faster}'s)")
 
 
+def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: float, sp_block: float,
+                  sp_row: float) -> str:
+    """What float32's packed layout does on a CPU: one step and a block of five (in steps) in the general layout
+    (``block``) and the one-row layout (``row``), and FlashHead deferred's speedup over target-only in each
+    (pooled; nan: not measured)."""
+    if any(x != x for x in (step_block, step_row, v5_block, v5_row, sp_block, sp_row)):
+        return "the document comparing the two layouts is missing, so this is not measured here"
+    cheaper = "general" if v5_block < v5_row else "one-row"
+    step = step_row / step_block
+    pays = {lay: ("pays" if sp > 1 else "does not pay") + f" ({sp:.2f}x)" for lay, sp in
+            (("general", sp_block), ("one-row", sp_row))}
+    faster = "general" if sp_block > sp_row else "one-row"
+    return (f"a block of five costs {v5_block:.2f} steps in the general layout and {v5_row:.2f} in the one-row "
+            f"layout, so verification is cheaper in the {cheaper} layout, while one step takes "
+            f"{1 / step:.2f} times as long in the general layout as in the one-row one; FlashHead deferred "
+            f"{pays['general']} over target-only decoding in the general layout and {pays['one-row']} in the "
+            f"one-row layout, so the {faster} layout is the one speculative decoding wants here")
+
+
 #: The settings :func:`fastest_setting` names, in its arguments' order.
 SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
                  ("target-only decoding", "FlashHead deferred"))
@@ -273,6 +292,8 @@ RULES = {
         "prec_auto_pick": (auto_pick, ("prec_auto", "prec_flash_ms_token_float32", "prec_flash_ms_token_bfloat16")),
         "nobf16_auto_pick": (auto_pick, ("nobf16_auto", "nobf16_flash_ms_token_float32",
                                          "nobf16_flash_ms_token_bfloat16")),
+        "layout_effect": (layout_effect, ("layout_step_ms_block", "layout_step_ms_row", "layout_verify5_block",
+                                          "layout_verify5_row", "layout_measured_block", "layout_measured_row")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

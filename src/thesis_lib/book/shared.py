@@ -177,8 +177,8 @@ def gpu_check(p: Params) -> tuple[dict | None, str]:
 
 
 def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
-    """The saved ``thesis-lib precision-bench`` document the parameter ``name`` (``PRECISION_FILE`` or
-    ``PRECISION_FILE_NO_BF16``) names, and a label saying what, when and where it was measured."""
+    """The saved ``thesis-lib precision-bench`` document the parameter ``name`` (``PRECISION_FILE``,
+    ``PRECISION_FILE_NO_BF16`` or ``PRECISION_FILE_LAYOUTS``) names, and a label saying what, when and where it was measured."""
     from ..analysis.precision import capability
 
     path = getattr(p, name.lower())
