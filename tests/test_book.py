@@ -544,37 +544,48 @@ def test_the_auto_precision_check_reads_both_ways():
     doc = {"processor": "AMD EPYC", "fast_bf16": False, "cpu_capability": "AVX2",
            "auto": {"dtype": "float32", "reason": "float32: no bf16"}}
     assert precision.machine(doc) == {"auto": "float32", "auto_reason": "float32: no bf16",
-                                      "cpu": "AMD EPYC (AVX2, no native bf16 dot products)"}
+                                      "cpu": "AMD EPYC (AVX2, no native bf16 dot products)",
+                                      "float32_layout": "not measured"}
     old = {**doc, "fast_bf16": True, "cpu_capability": None}
     assert precision.capability(old) == "AMD EPYC (AVX-512, native bf16 dot products)"
     assert precision.machine(None)["auto"] == "unknown"
 
 
 def test_the_layout_verdict_reads_both_ways():
-    """Chapter 2's packed-layout sentence: which layout verifies a block of five more cheaply, how long a step takes
-    in the general layout over the one-row one, and where FlashHead deferred pays, each from the numbers given
-    (swapped numbers swap the words); a document without both layouts leaves it unmeasured. The saved AVX2
-    document's values are read from its float32 and float32-row entries."""
-
+    """Chapter 2's packed-layout sentence: verification is called cheaper where a block of five costs fewer
+    milliseconds (not fewer of its own layout's steps), and speculative decoding faster where FlashHead deferred
+    spends fewer milliseconds per token (not where its speedup over its own target-only decoding is larger);
+    swapped numbers swap the words; a document without both layouts, or without end-to-end runs, says what is
+    not measured. The saved AVX2 document: its float32 entries read as the general layout and its FlashHead ms
+    per token is the baseline's over the pooled speedup; the older AVX-512 document's float32 was one-row."""
     from thesis_lib.analysis import precision, verdicts
 
-    general_wins = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, 1.2, 0.9)
+    general_wins = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
+    assert "(442 ms) in the general layout and 2.20 (704 ms)" in general_wins
     assert "cheaper in the general layout" in general_wins and "1.06 times as long in the general" in general_wins
     assert "pays (1.20x) over target-only decoding in the general layout and does not pay (0.90x)" in general_wins
-    assert general_wins.endswith("so the general layout is the one speculative decoding wants here")
-    row_wins = verdicts.layout_effect(320.0, 340.0, 2.2, 1.3, 0.9, 1.2)
-    assert "cheaper in the one-row layout" in row_wins and "0.94 times as long" in row_wins
-    assert "does not pay (0.90x) over target-only decoding in the general layout and pays (1.20x)" in row_wins
-    assert row_wins.endswith("so the one-row layout is the one speculative decoding wants here")
-    assert "not measured" in verdicts.layout_effect(float("nan"), 320.0, 1.3, 2.2, 1.2, 0.9)
+    assert general_wins.endswith("320 against 430 ms per token, so speculative decoding is faster in the general "
+                                 "layout here")
+    # fewer steps per block but a step so much longer that the block costs more; a larger speedup over a slower
+    # baseline but more milliseconds per token: the milliseconds decide both
+    slow_steps = verdicts.layout_effect(500.0, 200.0, 1.2, 2.0, 1.3, 1.1, 380.0, 300.0)
+    assert "cheaper in the one-row layout" in slow_steps and "2.50 times as long" in slow_steps
+    assert slow_steps.endswith("so speculative decoding is faster in the one-row layout here")
+    assert "not measured" in verdicts.layout_effect(float("nan"), 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
+    no_e2e = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, *[float("nan")] * 4)
+    assert "cheaper in the general layout" in no_e2e and "decoded nothing end to end" in no_e2e
     doc = json.loads((DATA / "precision-bench-float32-layouts-no-bf16.json").read_text())
     got = precision.layouts(doc)
+    base = doc["end_to_end"]["summary"]["float32-row"]
+    assert math.isclose(got["layout_flash_ms_token_row"] * base["vs_baseline"]["flash_deferred"]["speedup_pooled"],
+                        base["baseline_ms_per_token"])
     assert got["layout_step_ms_row"] == doc["verify"]["target/float32-row"]["ms"]["1"]
     assert got["layout_verify5_block"] == doc["verify"]["target/float32"]["over_step"]["5"]
-    assert got["layout_measured_row"] == (
-        doc["end_to_end"]["summary"]["float32-row"]["vs_baseline"]["flash_deferred"]["speedup_pooled"])
-    only_one = {**doc, "precisions": ["float32"]}
-    assert all(v != v for v in precision.layouts(only_one).values()) and set(got) == set(precision.LAYOUT_KEYS)
+    assert "float32-row" not in str(precision.summary(doc, 0.5))  # its own keys only, no hyphenated extras
+    assert all(v != v for v in precision.layouts({**doc, "precisions": ["float32"]}).values())
+    assert precision.float32_layout(doc) == "general"
+    old = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
+    assert precision.float32_layout(old) == "one-row" and precision.machine(old)["float32_layout"] == "one-row"
 
 
 def test_the_gpu_document_reads_as_its_numbers_say():

@@ -29,7 +29,12 @@ def test_packed_linear_matches_dense(bias, shape, layout):
     torch.testing.assert_close(packed(x), lin(x), rtol=1e-5, atol=1e-5)
     assert packed(x).shape == (*shape[:-1], 96)
     torch.testing.assert_close(packed.weight, lin.weight.detach(), rtol=0, atol=0)  # the packed copy loses nothing
-    assert f"float32 {layout} layout" in repr(packed)
+    # the bias as the greedy head reads it: the layer's own, or none (a zero one in the one-row layout)
+    got = packed.packed_bias_dense()
+    if bias:
+        torch.testing.assert_close(got, lin.bias.detach(), rtol=0, atol=0)
+    else:
+        assert got is None if layout == "block" else not got.any()
 
 
 def test_layouts_are_checked_before_packing():

@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "draft on --device (needs the book extra)")
     p.set_defaults(func=cmd_gpu_check)
 
-    p = sub.add_parser("precision-bench", help="float32 vs bfloat16 on the CPU, side by side: step and verify cost, "
+    p = sub.add_parser("precision-bench", help="float32 vs bfloat16 (and int4, or float32's one-row packed layout) on the CPU, "
+                       "side by side: step and verify cost, "
                        "end-to-end speedup (issue 19)",
                        description="Loads the pair once per precision (oneDNN-packed layers), then times one forward "
                        "of blocks of 1..--max-block tokens after a real prompt for target and draft, precisions "

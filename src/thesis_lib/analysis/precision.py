@@ -97,7 +97,7 @@ def summary(doc: dict | None, alpha: float) -> dict:
     if doc is None:
         return out
     rows = model_rows(doc, alpha).set_index("precision")
-    for p in doc["precisions"]:
+    for p in (p for p in doc["precisions"] if p in PRECISIONS):  # float32-row: see layouts()
         out[f"prec_verify5_{p}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
         out[f"prec_verify9_{p}"] = _curve(doc, f"target/{p}").get(9, float("nan"))
         out[f"prec_jumps_{p}"] = jumps(_curve(doc, f"target/{p}"))
@@ -111,7 +111,7 @@ def summary(doc: dict | None, alpha: float) -> dict:
         out[f"prec_model_{p}"] = float(rows.loc[p, "model speedup, dense deferred"])
         out[f"prec_measured_dense_{p}"] = float(rows.loc[p, "measured, dense deferred"])
         out[f"prec_measured_{p}"] = float(rows.loc[p, "measured, FlashHead deferred"])
-    for p, r in (doc.get("ratios") or {}).items():
+    for p, r in ((p, r) for p, r in (doc.get("ratios") or {}).items() if p in PRECISIONS):
         out[f"prec_target_ratio_{p}"] = float(r["target_step"])
         out[f"prec_draft_ratio_{p}"] = float(r["draft_step"])
     bw = doc.get("bandwidth") or {}
@@ -132,6 +132,15 @@ def summary(doc: dict | None, alpha: float) -> dict:
     return out
 
 
+def float32_layout(doc: dict) -> str:
+    """The packed layout a document's float32 ran in, from its recorded kernels ("general" or "one-row"; documents
+    from before layouts were named, 2026-11-24, used the one-row layout); "not measured" without float32."""
+    kernels = (doc.get("kernels") or {}).get("float32")
+    if not kernels:
+        return "not measured"
+    return "one-row" if "row layout" in kernels[0] or "layout" not in kernels[0] else "general"
+
+
 def capability(doc: dict) -> str:
     """A document's CPU in words: its name and vector extensions (older documents lack ``cpu_capability``)."""
     cap = doc.get("cpu_capability") or ("AVX-512" if doc.get("fast_bf16") else "unknown vector extensions")
@@ -140,11 +149,12 @@ def capability(doc: dict) -> str:
 
 
 def machine(doc: dict | None) -> dict:
-    """``auto`` (the precision ``DTYPE: auto`` picks on the document's CPU), ``auto_reason`` and ``cpu`` (see
-    :func:`capability`); "unknown" each without a document."""
+    """``auto`` (the precision ``DTYPE: auto`` picks on the document's CPU), ``auto_reason``, ``cpu`` (see
+    :func:`capability`) and ``float32_layout`` (:func:`float32_layout`); "unknown" each without a document."""
     if doc is None:
-        return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown"}
-    return {"auto": doc["auto"]["dtype"], "auto_reason": doc["auto"]["reason"], "cpu": capability(doc)}
+        return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown", "float32_layout": "unknown"}
+    return {"auto": doc["auto"]["dtype"], "auto_reason": doc["auto"]["reason"], "cpu": capability(doc),
+            "float32_layout": float32_layout(doc)}
 
 
 def glued(doc: dict | None, alpha: float, prefix: str = "prec_") -> dict:
@@ -167,9 +177,14 @@ def layouts(doc: dict | None) -> dict:
     out = {key: float("nan") for key in LAYOUT_KEYS}
     if doc is None or not {"float32", "float32-row"} <= set(doc["precisions"]):
         return out
+    nan = float("nan")
     for lay, p in (("block", "float32"), ("row", "float32-row")):
-        got = summary({**doc, "precisions": [p]}, 0.5)
-        for k in ("verify5", "measured", "base_ms_token", "flash_ms_token"):
-            out[f"layout_{k}_{lay}"] = got.get(f"prec_{k}_{p}", float("nan"))
-        out[f"layout_step_ms_{lay}"] = got[f"prec_target_step_ms_{p}"]
+        out[f"layout_step_ms_{lay}"] = float(doc["verify"][f"target/{p}"]["ms"]["1"])
+        out[f"layout_verify5_{lay}"] = _curve(doc, f"target/{p}").get(5, nan)
+        e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(p)
+        if e2e:  # FlashHead deferred emits the baseline's tokens (lossless), so its ms/token is the pooled ratio's
+            pooled = float(e2e["vs_baseline"]["flash_deferred"]["speedup_pooled"])
+            out[f"layout_measured_{lay}"] = pooled
+            out[f"layout_base_ms_token_{lay}"] = float(e2e["baseline_ms_per_token"])
+            out[f"layout_flash_ms_token_{lay}"] = float(e2e["baseline_ms_per_token"]) / pooled
     return out

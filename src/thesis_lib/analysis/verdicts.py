@@ -246,22 +246,26 @@ def auto_pick(auto: str, ms_float32: float, ms_bfloat16: float) -> str:
 
 
 def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: float, sp_block: float,
-                  sp_row: float) -> str:
-    """What float32's packed layout does on a CPU: one step and a block of five (in steps) in the general layout
-    (``block``) and the one-row layout (``row``), and FlashHead deferred's speedup over target-only in each
-    (pooled; nan: not measured)."""
-    if any(x != x for x in (step_block, step_row, v5_block, v5_row, sp_block, sp_row)):
+                  sp_row: float, ms_block: float, ms_row: float) -> str:
+    """What float32's packed layout does on a CPU: one step (ms) and a block of five (in that layout's steps) in the
+    general layout (``block``) and the one-row layout (``row``); FlashHead deferred's speedup over target-only
+    decoding in the same layout (pooled) and its milliseconds per token in each, which decide the faster layout
+    (each layout's speedup is over its own target-only decoding). nan: not measured."""
+    if any(x != x for x in (step_block, step_row, v5_block, v5_row)):
         return "the document comparing the two layouts is missing, so this is not measured here"
-    cheaper = "general" if v5_block < v5_row else "one-row"
-    step = step_row / step_block
+    block_ms, row_ms = v5_block * step_block, v5_row * step_row
+    cheaper = "general" if block_ms < row_ms else "one-row"
+    head = (f"a block of five costs {v5_block:.2f} steps ({block_ms:.0f} ms) in the general layout and {v5_row:.2f} "
+            f"({row_ms:.0f} ms) in the one-row layout, so verification is cheaper in the {cheaper} layout, while one "
+            f"step takes {step_block / step_row:.2f} times as long in the general layout as in the one-row one")
+    if any(x != x for x in (sp_block, sp_row, ms_block, ms_row)):
+        return head + "; the document decoded nothing end to end, so which layout decodes faster is not measured"
     pays = {lay: ("pays" if sp > 1 else "does not pay") + f" ({sp:.2f}x)" for lay, sp in
             (("general", sp_block), ("one-row", sp_row))}
-    faster = "general" if sp_block > sp_row else "one-row"
-    return (f"a block of five costs {v5_block:.2f} steps in the general layout and {v5_row:.2f} in the one-row "
-            f"layout, so verification is cheaper in the {cheaper} layout, while one step takes "
-            f"{1 / step:.2f} times as long in the general layout as in the one-row one; FlashHead deferred "
-            f"{pays['general']} over target-only decoding in the general layout and {pays['one-row']} in the "
-            f"one-row layout, so the {faster} layout is the one speculative decoding wants here")
+    faster = "general" if ms_block < ms_row else "one-row"
+    return (head + f"; FlashHead deferred {pays['general']} over target-only decoding in the general layout and "
+            f"{pays['one-row']} in the one-row layout, and spends {ms_block:.0f} against {ms_row:.0f} ms per token, "
+            f"so speculative decoding is faster in the {faster} layout here")
 
 
 #: The settings :func:`fastest_setting` names, in its arguments' order.
@@ -293,7 +297,8 @@ RULES = {
         "nobf16_auto_pick": (auto_pick, ("nobf16_auto", "nobf16_flash_ms_token_float32",
                                          "nobf16_flash_ms_token_bfloat16")),
         "layout_effect": (layout_effect, ("layout_step_ms_block", "layout_step_ms_row", "layout_verify5_block",
-                                          "layout_verify5_row", "layout_measured_block", "layout_measured_row")),
+                                          "layout_verify5_row", "layout_measured_block", "layout_measured_row",
+                                          "layout_flash_ms_token_block", "layout_flash_ms_token_row")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

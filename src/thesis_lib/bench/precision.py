@@ -20,7 +20,7 @@ What this module knows:
   ratio of its bytes (times the ratio of the two formats' read rates).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
-ratios are the precision's effect alone. ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+ratios are the precision's effect alone (``float32-row``: the packed layout's effect). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
@@ -260,7 +260,7 @@ def bandwidth(doc: dict, pairs: dict, before: float, after: float, reads: dict |
     return out
 
 
-def run(target: str, draft: str, *, precisions: Sequence[str] = PRECISIONS, prompts: list | None = None,
+def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfloat16"), prompts: list | None = None,
         context_prompt: int = 0, max_block: int = 13, reps: int = 15, e2e_prompts: int = 3, max_new_tokens: int = 32,
         k: int = 4, int4_group: int = INT4_GROUP, emulated: bool = False, progress: bool = True) -> dict:
     """Load the pair once per precision, then measure the verify curves and the end-to-end runs side by side."""

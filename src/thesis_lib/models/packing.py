@@ -2,8 +2,8 @@
 
 Why this exists (measured on this project's 2-core AVX-512 machine, one 8960 x 1536 fp32 weight): the
 stock ``F.linear`` path costs 3.4 ms for one row but 9.2 ms for five rows, because the GEMM re-packs the
-whole weight matrix on every call, while a weight packed once into oneDNN's blocked layout costs 2.4 ms for
-one row and 3.0 ms for five. A speculative round verifies K + 1 rows at once, so on CPU the packed layout
+whole weight matrix on every call, while a weight packed once for oneDNN (then in the one-row layout,
+``"row"`` below) costs 2.4 ms for one row and 3.0 ms for five. A speculative round verifies K + 1 rows at once, so on CPU the packed layout
 turns block verification from "about two single steps" into "about one and a quarter": the property
 speculative decoding relies on, and the one the thesis' GPU already had.
 
@@ -27,7 +27,7 @@ the 1.5B target, 0.27 GB for the 0.5B draft): the greedy head re-scores its few 
 
 bfloat16 packing (``mkldnn._reorder_linear_weight`` + ``mkldnn._linear_pointwise``) needs a CPU with native
 bf16 dot products (:func:`bf16_packing_available`); on the 1.5B target it makes one decode step 2 to 2.8 times
-faster than packed float32 and keeps verification of a 5-token block at about one step's cost (issue 19). The pages of the
+faster than packed float32 (then in the one-row layout; not re-measured there against the general one) and keeps verification of a 5-token block at about one step's cost (issue 19). The pages of the
 memory-mapped safetensors file a packed weight came from leave the process' resident memory as soon as it is
 packed, so the process holds the packed model once (the embedded pair: 16.5 GB peak before this, 9.0 GB
 after, measured loading both models). Outputs equal the dense layer's up to float rounding. It changes the
@@ -99,7 +99,8 @@ class PackedLinear(nn.Module):
         return y.reshape(*lead, self.out_features).to(self.out_dtype)
 
     def packed_bias_dense(self) -> torch.Tensor | None:
-        """The bias as a plain tensor (None without one; float32 layers hold a zero bias when there is none)."""
+        """The bias as a plain tensor (None without one; float32 layers in the one-row layout hold a zero bias when
+        there is none)."""
         if self.packed_bias is None:
             return None
         return self.packed_bias.to_dense() if self.packed_bias.is_mkldnn else self.packed_bias
