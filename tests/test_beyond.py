@@ -108,3 +108,22 @@ def test_sampling_check_fails_fast(tmp_path, capsys):
     assert "error" in capsys.readouterr().err
     assert cli.main(["sampling-check", "--workers", "0"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_a_packed_head_keeps_its_bias_in_the_truncated_head():
+    """A biased output layer, oneDNN-packed: the truncated head built from it scores with the bias (the packed layer
+    has no ``bias`` attribute; without it the bias decides nothing and token 1 would win instead of token 0)."""
+    from types import SimpleNamespace
+
+    from thesis_lib.models.packing import PackedLinear
+
+    lin = torch.nn.Linear(2, 3)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]]))
+        lin.bias.copy_(torch.tensor([5.0, 0.0, 0.0]))
+    model = SimpleNamespace(get_output_embeddings=lambda: PackedLinear(lin))
+    head = truncated.frequency_head(SimpleNamespace(model=model, vocab_limit=3), Counter(), 3)
+    assert head(torch.tensor([[1.0, 0.0]])).tolist() == [0]  # 1 + 5 beats 2 + 0
+    plain = SimpleNamespace(get_output_embeddings=lambda: lin)
+    assert truncated.frequency_head(SimpleNamespace(model=plain, vocab_limit=3), Counter(), 3)(
+        torch.tensor([[1.0, 0.0]])).tolist() == [0]

@@ -18,6 +18,7 @@ import torch
 from ..errors import ClusteringAssetError, ConfigError
 from ..models import embedl
 from ..models.loading import output_rows
+from ..models.packing import layer_bias
 from .assets import ASSET_DIR, cached_clustering, load_assets
 from .clustering import Clustering, check_cluster_count
 from .flashhead import FlashHead, check_probes
@@ -131,7 +132,7 @@ def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None =
     if n_probes is None and checkpoint is not None and checkpoint.n_probes is not None:
         n_probes = int(checkpoint.n_probes)
     head = FlashHead(weight, clustering, special_ids=specials, vocab_limit=loaded.vocab_limit,
-                     bias=getattr(out, "bias", None), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
+                     bias=layer_bias(out), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
     head.always_scored_outliers = len(extra)
     head.checkpoint = checkpoint.source if checkpoint is not None else None
     return head

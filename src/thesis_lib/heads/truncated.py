@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..models.packing import layer_bias
 
 
 class TruncatedHead(nn.Module):
@@ -73,7 +74,7 @@ def frequency_head(loaded, counts: Counter, n_tokens: int, specials: Sequence[in
     out = loaded.model.get_output_embeddings()
     keep = ranked_tokens(counts, limit)[:n_tokens] + [int(s) for s in specials]
     weight = out.weight.detach() if weight is None else weight
-    return TruncatedHead(weight, keep, bias=getattr(out, "bias", None), vocab_limit=limit)
+    return TruncatedHead(weight, keep, bias=layer_bias(out), vocab_limit=limit)
 
 
 __all__ = ["TruncatedHead", "ranked_tokens", "frequency_head"]

@@ -125,6 +125,14 @@ def check_layout(layout: str, dtype: torch.dtype = torch.float32) -> None:
         raise ConfigError(f"The one-row packed layout is for float32 layers, not {str(dtype).replace('torch.', '')}.")
 
 
+def layer_bias(layer: nn.Module) -> torch.Tensor | None:
+    """An output layer's bias as a plain tensor, packed or not (a packed layer's ``bias`` attribute does not exist:
+    its bias lives beside the packed weight)."""
+    if isinstance(layer, PackedLinear):
+        return layer.packed_bias_dense()
+    return getattr(layer, "bias", None)
+
+
 def is_packed(module: nn.Module) -> bool:
     return any(isinstance(m, PackedLinear) for m in module.modules())
 
