@@ -32,6 +32,17 @@ def _curve(doc: dict, name: str) -> dict[int, float]:
     return {int(n): float(v) for n, v in doc["verify"][name]["over_step"].items()}
 
 
+def flash_costs(doc: dict, precision: str) -> dict | None:
+    """A precision's end-to-end costs: target-only ms per token, FlashHead deferred's pooled speedup over it and
+    its ms per token (FlashHead deferred emits the baseline's tokens, lossless, so that is the baseline's over the
+    pooled ratio); None where the document decoded nothing end to end in it."""
+    e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(precision)
+    if not e2e:
+        return None
+    base, pooled = float(e2e["baseline_ms_per_token"]), float(e2e["vs_baseline"]["flash_deferred"]["speedup_pooled"])
+    return {"base_ms_token": base, "measured": pooled, "flash_ms_token": base / pooled}
+
+
 def curve_table(doc: dict, gpu_doc: dict | None = None) -> pd.DataFrame:
     """Rows n = 1 .. max_block: the target's block cost over one step in each precision (and the GPU's)."""
     cols = {f"target, {p}": _curve(doc, f"target/{p}") for p in doc["precisions"]}
@@ -101,11 +112,10 @@ def summary(doc: dict | None, alpha: float) -> dict:
         out[f"prec_verify5_{p}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
         out[f"prec_verify9_{p}"] = _curve(doc, f"target/{p}").get(9, float("nan"))
         out[f"prec_jumps_{p}"] = jumps(_curve(doc, f"target/{p}"))
-        e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(p)
-        if e2e:  # FlashHead deferred emits the baseline's tokens (lossless), so its ms/token is the pooled ratio's
-            out[f"prec_base_ms_token_{p}"] = float(e2e["baseline_ms_per_token"])
-            out[f"prec_flash_ms_token_{p}"] = float(e2e["baseline_ms_per_token"]) / float(
-                e2e["vs_baseline"]["flash_deferred"]["speedup_pooled"])
+        costs = flash_costs(doc, p)
+        if costs:
+            out[f"prec_base_ms_token_{p}"] = costs["base_ms_token"]
+            out[f"prec_flash_ms_token_{p}"] = costs["flash_ms_token"]
         out[f"prec_target_step_ms_{p}"] = float(rows.loc[p, "target step (ms)"])
         out[f"prec_draft_step_ms_{p}"] = float(rows.loc[p, "draft step (ms)"])
         out[f"prec_model_{p}"] = float(rows.loc[p, "model speedup, dense deferred"])
@@ -177,14 +187,8 @@ def layouts(doc: dict | None) -> dict:
     out = {key: float("nan") for key in LAYOUT_KEYS}
     if doc is None or not {"float32", "float32-row"} <= set(doc["precisions"]):
         return out
-    nan = float("nan")
     for lay, p in (("block", "float32"), ("row", "float32-row")):
         out[f"layout_step_ms_{lay}"] = float(doc["verify"][f"target/{p}"]["ms"]["1"])
-        out[f"layout_verify5_{lay}"] = _curve(doc, f"target/{p}").get(5, nan)
-        e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(p)
-        if e2e:  # FlashHead deferred emits the baseline's tokens (lossless), so its ms/token is the pooled ratio's
-            pooled = float(e2e["vs_baseline"]["flash_deferred"]["speedup_pooled"])
-            out[f"layout_measured_{lay}"] = pooled
-            out[f"layout_base_ms_token_{lay}"] = float(e2e["baseline_ms_per_token"])
-            out[f"layout_flash_ms_token_{lay}"] = float(e2e["baseline_ms_per_token"]) / pooled
+        out[f"layout_verify5_{lay}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
+        out.update({f"layout_{k}_{lay}": v for k, v in (flash_costs(doc, p) or {}).items()})
     return out

@@ -53,9 +53,18 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
+#: precisions that are another's number format in another packed layout: name -> (dtype name, layout)
+LAYOUT_VARIANTS = {"float32-row": ("float32", "row")}
+
+
 def dtype_of(precision: str) -> str:
     """The torch dtype name a precision runs its float layers in ("float32-row": float32)."""
-    return "float32" if precision == "float32-row" else precision
+    return LAYOUT_VARIANTS.get(precision, (precision, "block"))[0]
+
+
+def layout_of(precision: str) -> str:
+    """The packed layout a precision's float32 layers take ("float32-row": "row"; every other: "block")."""
+    return LAYOUT_VARIANTS.get(precision, (precision, "block"))[1]
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -280,8 +289,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
                           "is out of range.")
     t0 = time.perf_counter()
     pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
-                 else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress,
-                                        layout="row" if p == "float32-row" else "block")) for p in precisions}
+                 else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress, layout=layout_of(p)))
+             for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)
     doc = {"measured": measured, "target": target, "draft": draft, "precisions": list(precisions), "context_tokens": len(context),

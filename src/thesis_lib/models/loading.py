@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import embedl, virtual
-from .packing import bf16_packing_available, check_layout, pack_linears, packing_available
+from .packing import bf16_packing_available, check_layout, layout_for, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
 
@@ -244,9 +244,9 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
     packed = pack_linears(model, layout) if pack and (quantized is None or load_time) else 0
-    shape = layout if torch_dtype == torch.float32 else "block"
     info = {"load_seconds": round(time.perf_counter() - t0, 2),
-            "cpu_kernels": f"oneDNN-packed ({packed} linear layers, {shape} layout)" if packed else "stock",
+            "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, {layout_for(torch_dtype, layout)} layout)"
+                            if packed else "stock"),
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
     if load_time:
         info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} of {n_body} linear layers, group "

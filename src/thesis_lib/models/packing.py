@@ -125,6 +125,11 @@ def check_layout(layout: str, dtype: torch.dtype = torch.float32) -> None:
         raise ConfigError(f"The one-row packed layout is for float32 layers, not {str(dtype).replace('torch.', '')}.")
 
 
+def layout_for(dtype: torch.dtype, layout: str) -> str:
+    """The layout a layer of ``dtype`` is packed in when ``layout`` is asked for: bfloat16 layers always "block"."""
+    return layout if dtype == torch.float32 else "block"
+
+
 def layer_bias(layer: nn.Module) -> torch.Tensor | None:
     """An output layer's bias as a plain tensor, packed or not (a packed layer's ``bias`` attribute does not exist:
     its bias lives beside the packed weight)."""
@@ -169,8 +174,7 @@ def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: s
             kept = id(child.weight) in keep
             if kept and child.weight.dtype == torch.float32:
                 continue  # a tied float32 head: F.linear on the embedding, no second copy
-            setattr(module, name, PackedLinear(child, keep_weight=kept,
-                                               layout=layout if child.weight.dtype == torch.float32 else "block"))
+            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=layout_for(child.weight.dtype, layout)))
             if not kept:
                 _drop_file_pages(child.weight, maps)
             count += 1
