@@ -139,6 +139,45 @@ def test_gpu_check_runs_on_a_cpu(tmp_path, capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
+def test_gpu_check_s_random_models_have_the_thesis_shapes_and_a_sane_scale():
+    """gpu-check's random Qwen3 stacks (built without transformers' initialisation, for speed): the parameters and
+    shapes transformers builds, in the requested dtype, the embedding and head tied where the config says, norms at
+    one, other weights at the config's scale and not copies of each other, float32 rotary frequencies, the same
+    weights for the same seed and finite logits."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    from thesis_lib.bench.gpuverify import qwen3
+    from thesis_lib.models.specs import QWEN3_CONFIGS
+
+    shape = QWEN3_CONFIGS["Qwen3-0.6B"]
+    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
+    cfg.num_hidden_layers = 1
+    with torch.device("meta"):
+        shapes = {n: p.shape for n, p in Qwen3ForCausalLM(cfg).named_parameters(remove_duplicate=False)}
+    for tied in (True, False):
+        model = qwen3({**shape, "tie_word_embeddings": tied}, 1, "cpu")
+        params = dict(model.named_parameters(remove_duplicate=False))
+        assert {n: p.shape for n, p in params.items()} == shapes
+        assert all(p.dtype == torch.bfloat16 for p in params.values())
+        assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+        attn = model.model.layers[0].self_attn
+        assert not torch.equal(attn.k_proj.weight, attn.v_proj.weight)
+        for name, p in params.items():
+            if name.endswith("norm.weight"):
+                assert (p == 1).all(), name
+            else:
+                assert abs(float(p.float().std()) - cfg.initializer_range) < 0.05 * cfg.initializer_range, name
+                assert abs(float(p.float().mean())) < 1e-3, name
+        freq = model.model.rotary_emb.inv_freq
+        assert freq.dtype == torch.float32 and torch.equal(freq, Qwen3RotaryEmbedding(cfg).inv_freq)
+    again = qwen3({**shape, "tie_word_embeddings": False}, 1, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(again.parameters(), model.parameters()))
+    with torch.inference_mode():
+        assert torch.isfinite(model(torch.arange(100, 120)[None]).logits).all()
+
+
 def test_precision_bench_on_tiny_models(tmp_path, capsys):
     """float32 beside bfloat16 (where the CPU runs it natively): every block timed in both, speculative output
     equal to the same precision's target-only output on every prompt, the document saved once and never
