@@ -158,7 +158,7 @@ def test_gpu_check_s_random_models_have_the_thesis_shapes_and_a_sane_scale():
         shapes = {n: p.shape for n, p in Qwen3ForCausalLM(cfg).named_parameters(remove_duplicate=False)}
     for tied in (True, False):
         model = qwen3({**shape, "tie_word_embeddings": tied}, 1, "cpu")
-        params = dict(model.named_parameters(remove_duplicate=False))
+        params = {n: p.detach() for n, p in model.named_parameters(remove_duplicate=False)}
         assert {n: p.shape for n, p in params.items()} == shapes
         assert all(p.dtype == torch.bfloat16 for p in params.values())
         assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
