@@ -23,7 +23,7 @@ def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16, seed: int
     """A random Qwen3 causal LM of ``shape`` with ``layers`` layers, built on ``device`` directly in ``dtype``.
 
     Built without transformers' and torch's initialisation (on a CPU, drawing the ~2e9 normal values of a
-    Qwen3-32B-shaped embedding, head and layer took about 30 s of gpu-check's quick run): norms get ones, every
+    Qwen3-32B-shaped embedding, head and layer took 34 s of gpu-check's quick run): norms get ones, every
     other weight a seeded normal block of 2**22 values at the config's ``initializer_range``, repeated over the
     tensor from an offset of its own. The values are at the scale transformers would draw; they only feed
     latency measurements. The rotary frequencies stay float32, as in a checkpoint loaded in ``dtype``."""
