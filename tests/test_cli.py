@@ -145,15 +145,14 @@ def test_gpu_check_s_random_models_have_the_thesis_shapes_and_a_sane_scale():
     one, other weights at the config's scale and not copies of each other, float32 rotary frequencies, the same
     weights for the same seed and finite logits."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
-    from thesis_lib.bench.gpuverify import qwen3
+    from thesis_lib.bench.gpuverify import qwen3, qwen3_config
     from thesis_lib.models.specs import QWEN3_CONFIGS
 
     shape = QWEN3_CONFIGS["Qwen3-0.6B"]
-    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
-    cfg.num_hidden_layers = 1
+    cfg = qwen3_config(shape, 1)
     with torch.device("meta"):
         shapes = {n: p.shape for n, p in Qwen3ForCausalLM(cfg).named_parameters(remove_duplicate=False)}
     for tied in (True, False):

@@ -19,6 +19,16 @@ from .graphs import capture
 from .timing import interleaved, stats_ms
 
 
+def qwen3_config(shape: dict, layers: int):
+    """The transformers ``Qwen3Config`` of ``shape`` (a :data:`~thesis_lib.models.specs.QWEN3_CONFIGS` entry) with
+    ``layers`` layers."""
+    from transformers import Qwen3Config
+
+    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
+    cfg.num_hidden_layers = layers
+    return cfg
+
+
 def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16, seed: int = 0):
     """A random Qwen3 causal LM of ``shape`` with ``layers`` layers, built on ``device`` directly in ``dtype``.
 
@@ -27,11 +37,10 @@ def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16, seed: int
     other weight a seeded normal block of 2**22 values at the config's ``initializer_range``, repeated over the
     tensor from an offset of its own. The values are at the scale transformers would draw; they only feed
     latency measurements. The rotary frequencies stay float32, as in a checkpoint loaded in ``dtype``."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
     from transformers.initialization import no_init_weights
 
-    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
-    cfg.num_hidden_layers = layers
+    cfg = qwen3_config(shape, layers)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
