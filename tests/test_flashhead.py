@@ -559,3 +559,68 @@ def test_the_triton_path_is_refused_where_it_cannot_run():
     with pytest.raises(ConfigError, match="triton"):
         FlashHead(w, clustering, n_probes=2, path="triton")
     assert FlashHead(w, clustering, n_probes=2, path="auto")(torch.randn(1, 32)).shape == (1,)  # auto: CPU path
+
+
+# ----------------------------------------------------------------------------------------- 16-bit heads
+
+
+def _two_near_tokens(d: int = 64):
+    """A bfloat16 head of 8 tokens in 2 clusters where tokens 1 (cluster 0) and 3 (cluster 1) have logits that
+    round to the same bf16 value, 3's larger by 2^-7 unrounded (bf16's spacing at 20 is 1/8)."""
+    from thesis_lib.heads.clustering import Clustering
+
+    w = torch.zeros(8, d)
+    w[:, 2] = torch.linspace(-1, 1, 8)  # the other tokens well below
+    w[1, 0], w[3, 0], w[3, 1] = 20.0, 20.0, 2.0 ** -7
+    w = w.to(torch.bfloat16)
+    h = torch.zeros(1, d, dtype=torch.bfloat16)
+    h[0, 0], h[0, 1] = 1.0, 1.0
+    assign = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1])
+    centroids = torch.zeros(2, d).index_add_(0, assign, w.float()) / 4
+    return w, h, Clustering(centroids=centroids, assignments=assign, info={})
+
+
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference"])
+def test_a_bf16_flashhead_scores_its_candidates_unrounded(path):
+    """Two candidates whose bf16 logits tie: every FlashHead path picks the larger unrounded one, as the refined
+    dense head does; the rounded logits would give the lower id (checked here, so the case is a real tie)."""
+    w, h, clus = _two_near_tokens()
+    rounded = torch.nn.functional.linear(h, w)
+    assert float(rounded[0, 1]) == float(rounded[0, 3]) and int(DenseGreedyHead(w, refine=False)(h)) == 1
+    assert int(DenseGreedyHead(w)(h)) == 3
+    head = FlashHead(w, clus, n_probes=2, path=path)
+    assert int(head(h)) == 3 and head.active_path == path
+    assert int(head.greedy_confidence(h)[0]) == 3  # the fast path's (reference: eager)
+
+
+def test_bf16_adaptive_and_truncated_heads_score_their_candidates_unrounded():
+    from thesis_lib.heads.adaptive import AdaptiveFlashHead
+    from thesis_lib.heads.truncated import TruncatedHead
+
+    w, h, clus = _two_near_tokens()
+    flash = FlashHead(w, clus, n_probes=2, path="eager")
+    assert int(AdaptiveFlashHead(flash, margin=100.0, min_probes=2)(h)) == 3
+    assert int(TruncatedHead(w, [1, 3, 5])(h)) == 3
+    assert int(TruncatedHead(w, [1, 5])(h)) == 1  # without token 3 the refinement must not invent it
+
+
+def test_a_bf16_flashhead_with_every_probe_is_the_refined_dense_head(tiny_models, tiny_clusterings):
+    """The tiny target's head in bf16, 600 bf16 hidden states: with all 17 clusters probed, the fast head
+    (compiled) and the reference give the refined dense head's token on every state, and at 4 probes the fast
+    head gives the reference's. The states include near ties of the rounded logits (counted: the check would
+    pass vacuously without them)."""
+    w = head_weight(tiny_models[("f32", "qwen2", "target")]).to(torch.bfloat16)
+    h = (torch.randn(600, 64, generator=torch.Generator().manual_seed(11)) * 3).to(torch.bfloat16)
+    dense = DenseGreedyHead(w, TINY_VOCAB)
+    want = dense(h)
+    rounded = torch.nn.functional.linear(h, w)[:, :TINY_VOCAB]
+    top2 = rounded.float().topk(2, dim=-1).values
+    assert int((top2[:, 0] == top2[:, 1]).sum()) >= 3  # rounded ties are present in this sample
+    assert not torch.equal(rounded.argmax(dim=-1), want)  # and the refinement decides some of them
+    for path in ("compiled", "reference"):
+        head = FlashHead(w, tiny_clusterings[17], n_probes=17, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
+                         path=path)
+        assert torch.equal(head(h), want), path
+    fast = FlashHead(w, tiny_clusterings[17], n_probes=4, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
+                     path="compiled", centroid_dtype="float32")
+    assert torch.equal(fast(h), fast.reference(h))

@@ -57,12 +57,12 @@ class AdaptiveFlashHead(torch.nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         f = self.flash
         top, counts = self.probes_for(hidden)
-        hw = hidden.to(f.weight_perm.dtype)
-        sp = (hw @ f.special_weight.T).float() + f.special_bias  # [S, ns]
+        hf = hidden.float()  # candidates scored in float32, as FlashHead's fast path does
+        sp = hf @ f.special_weight.float().T + f.special_bias  # [S, ns]
         out, used = [], counts.tolist()
         for i, p in enumerate(used):
             cl = top[i, :p]
-            logits = (f.weight_perm[cl] @ hw[i]).float() + f.slot_bias[cl]  # [p, b]
+            logits = f.weight_perm[cl].float() @ hf[i] + f.slot_bias[cl]  # [p, b]
             scores = torch.cat([logits.reshape(-1), sp[i]])
             ids = torch.cat([f.tokens[cl].reshape(-1), f.special_ids])
             best = scores.max()

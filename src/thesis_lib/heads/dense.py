@@ -53,8 +53,7 @@ class DenseGreedyHead(nn.Module):
         self.packed = packed  # a oneDNN-packed output layer (models.packing); its logits are cut to `limit`
         self.vocab_limit = limit
         if refine is None:
-            refine = (self.weight is not None and self.weight.dtype in (torch.bfloat16, torch.float16)
-                      and self.weight.device.type == "cpu")
+            refine = refines(self.weight)
         if refine and self.weight is None:
             raise ValueError("refining 16-bit logits needs the head's dense weight")
         self.refine = bool(refine)
@@ -92,18 +91,32 @@ class DenseGreedyHead(nn.Module):
 
     def _refined(self, hidden: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The greedy tokens of the unrounded logits (see the class docstring)."""
-        vals, ids = torch.topk(logits, min(REFINE_TOP, logits.shape[-1]), dim=-1)  # [S, T], descending
-        vals = vals.float()
-        top = vals[:, :1]
-        near = vals >= top - top.abs() * 2.0 ** -6 - 1e-6  # within two rounding steps (bf16: 2^-7 relative each)
-        rows = self.weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1).float()  # [S, T, D]
-        exact = torch.einsum("std,sd->st", rows, hidden.reshape(ids.shape[0], -1).float())
-        if self.bias is not None:
-            exact = exact + self.bias.float()[ids]
-        exact = exact.masked_fill(~near, float("-inf"))
-        order = torch.argsort(ids, dim=-1)  # ascending ids: argmax's first maximum is the lowest id
-        pick = torch.gather(exact, 1, order).argmax(dim=-1, keepdim=True)
-        return torch.gather(torch.gather(ids, 1, order), 1, pick).squeeze(1)
+        return refined_argmax(self.weight, self.bias, hidden, logits)
+
+
+def refines(weight: torch.Tensor | None) -> bool:
+    """Whether a head with these rows refines its logits: 16-bit weights on the CPU (see :class:`DenseGreedyHead`)."""
+    return weight is not None and weight.dtype in (torch.bfloat16, torch.float16) and weight.device.type == "cpu"
+
+
+def refined_argmax(weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor,
+                   logits: torch.Tensor) -> torch.Tensor:
+    """The argmax over the rows of ``weight`` of the unrounded logits ``hidden @ weight.T + bias``, given their
+    16-bit rounding ``logits: [S, rows]``: the rows whose rounded logit lies within two rounding steps of the
+    maximum (at most :data:`REFINE_TOP`) are re-scored in float32 from the same weights and hidden state; the
+    highest wins, the lowest row on an exact tie. Returns row indices ``[S]``."""
+    vals, ids = torch.topk(logits, min(REFINE_TOP, logits.shape[-1]), dim=-1)  # [S, T], descending
+    vals = vals.float()
+    top = vals[:, :1]
+    near = vals >= top - top.abs() * 2.0 ** -6 - 1e-6  # within two rounding steps (bf16: 2^-7 relative each)
+    rows = weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1).float()  # [S, T, D]
+    exact = torch.einsum("std,sd->st", rows, hidden.reshape(ids.shape[0], -1).float())
+    if bias is not None:
+        exact = exact + bias.float()[ids]
+    exact = exact.masked_fill(~near, float("-inf"))
+    order = torch.argsort(ids, dim=-1)  # ascending ids: argmax's first maximum is the lowest id
+    pick = torch.gather(exact, 1, order).argmax(dim=-1, keepdim=True)
+    return torch.gather(torch.gather(ids, 1, order), 1, pick).squeeze(1)
 
 
 def top_probability(scores: torch.Tensor) -> torch.Tensor:

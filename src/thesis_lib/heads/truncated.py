@@ -22,11 +22,14 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models.packing import layer_bias
+from .dense import refined_argmax, refines
 
 
 class TruncatedHead(nn.Module):
     """Greedy head over a fixed token subset: ``argmax`` of the exact logits of ``token_ids``; ties go to
-    the lowest id (the subset is kept sorted, and ``argmax`` returns the first maximum)."""
+    the lowest id (the subset is kept sorted, and ``argmax`` returns the first maximum). 16-bit rows on the CPU
+    are refined like the dense head's (:func:`~thesis_lib.heads.dense.refined_argmax`), so a tie of rounded
+    logits does not decide the token."""
 
     def __init__(self, weight: torch.Tensor, token_ids: Sequence[int], *, bias: torch.Tensor | None = None,
                  vocab_limit: int | None = None):
@@ -53,7 +56,12 @@ class TruncatedHead(nn.Module):
         return int(self.ids.numel())
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = nn.functional.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+        same = self.bias is None or self.bias.dtype == self.weight.dtype  # the float32 bias of a 16-bit head: added after
+        logits = nn.functional.linear(hidden.to(self.weight.dtype), self.weight, self.bias if same else None)
+        if not same:
+            logits = logits.float() + self.bias
+        if refines(self.weight):  # 16-bit logits tie by rounding: re-score the near ones, as the dense head does
+            return self.ids[refined_argmax(self.weight, self.bias, hidden, logits)]
         return self.ids[logits.argmax(dim=-1)]
 
 
