@@ -9,7 +9,8 @@ every state, and reports
   breaks ties by candidate order, this library by lowest id), **padding** (Embedl picked a row of the embedding
   matrix past the tokenizer's last token, which this library never scores), a **ranking** difference (the
   winning token's cluster is probed by one head and not the other: the cluster scores are ranked in another
-  precision), or **other** (there should be none);
+  precision), or **other** (none in float32; with a bf16 head, where ours scores candidates unrounded and
+  Embedl's compares bf16-rounded logits, a near-tie can land here);
 - latency side by side: one call per state, interleaved, same threads, same states (ours as configured,
   compiled where that works).
 

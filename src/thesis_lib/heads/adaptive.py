@@ -14,6 +14,7 @@ import math
 import torch
 
 from ..errors import ConfigError
+from .flashhead import score_dtype
 
 
 class AdaptiveFlashHead(torch.nn.Module):
@@ -57,12 +58,13 @@ class AdaptiveFlashHead(torch.nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         f = self.flash
         top, counts = self.probes_for(hidden)
-        hf = hidden.float()  # candidates scored in float32, as FlashHead's fast path does
-        sp = hf @ f.special_weight.float().T + f.special_bias  # [S, ns]
+        acc = score_dtype(f.weight_perm.dtype)  # as FlashHead's torch paths: 16-bit rows widened to float32
+        hf = hidden.to(acc)
+        sp = (hf @ f.special_weight.to(acc).T).float() + f.special_bias  # [S, ns]
         out, used = [], counts.tolist()
         for i, p in enumerate(used):
             cl = top[i, :p]
-            logits = f.weight_perm[cl].float() @ hf[i] + f.slot_bias[cl]  # [p, b]
+            logits = (f.weight_perm[cl].to(acc) @ hf[i]).float() + f.slot_bias[cl]  # [p, b]
             scores = torch.cat([logits.reshape(-1), sp[i]])
             ids = torch.cat([f.tokens[cl].reshape(-1), f.special_ids])
             best = scores.max()

@@ -26,7 +26,7 @@ from torch import nn
 from ..models.packing import PackedLinear
 
 
-#: Candidates re-scored per position when 16-bit logits are refined (:meth:`DenseGreedyHead.forward`).
+#: Candidates re-scored per position when 16-bit logits are refined (:func:`refined_argmax`).
 REFINE_TOP = 8
 
 

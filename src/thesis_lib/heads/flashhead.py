@@ -25,12 +25,14 @@ What this module knows:
   (:mod:`thesis_lib.heads.gpu_kernels`). ``"auto"`` picks ``"triton"`` on a CUDA device with Triton, else
   ``"compiled"``, falling back to ``"eager"`` (with a warning) where compilation fails.
 - **Centroid precision** (``centroid_dtype=``): the first stage only ranks clusters, so on CPUs with fast
-  bfloat16 (AVX-512 BF16) it runs in bfloat16 by default ("auto"). The second stage scores the candidates in
-  float32 from the head's own rows (a bfloat16 head's rows are widened as they are read; products and sums in
-  float32), so the candidates' logits are exact, not rounded to bf16's 8 significant bits: two candidates
-  tie only when their float32 logits do, and with every cluster probed the head picks the token the refined
-  dense head picks (:class:`~thesis_lib.heads.dense.DenseGreedyHead`). The reference path always ranks in
-  float32.
+  bfloat16 (AVX-512 BF16) it runs in bfloat16 by default ("auto"). The second stage scores the candidates
+  from the head's own rows in at least float32 (:func:`score_dtype`: a bfloat16 head's rows are widened as they
+  are read, products and sums in float32; float64 stays float64), so a bf16 head's candidate logits are not
+  rounded to bf16's 8 significant bits: two candidates tie only when their float32 logits do, and with every
+  cluster probed the head picks the token the dense head picks on a CPU, where that one refines its 16-bit
+  logits (:class:`~thesis_lib.heads.dense.DenseGreedyHead`; up to float32 summation order). The Triton path
+  scores in float32 too but rounds the hidden state to the head's dtype first (a no-op for a bf16 model's
+  own hidden states). The reference path always ranks and scores in float32.
 """
 
 from __future__ import annotations
@@ -72,12 +74,18 @@ def _select(scores: torch.Tensor, ids: torch.Tensor, sentinel: int) -> torch.Ten
     return torch.where(scores == best, ids, torch.full_like(ids, sentinel)).amin(dim=-1)
 
 
+def score_dtype(weight_dtype: torch.dtype) -> torch.dtype:
+    """The dtype candidates are scored in: float32 for 16-bit rows (widened as they are read), else the rows' own
+    (float32, float64): no two candidates tie merely by a 16-bit rounding of their logits."""
+    return torch.promote_types(weight_dtype, torch.float32)
+
+
 def _torch_cluster_scores(h: torch.Tensor, weight_perm: torch.Tensor, top: torch.Tensor,
                           slot_bias: torch.Tensor) -> torch.Tensor:
     """The probed clusters' rows scored in torch (what ``torch.compile`` fuses): ``[S, p, b]`` float32, products
-    and sums in float32 whatever the head's dtype (16-bit rows are widened as they are read), so no two
-    candidates tie merely by a 16-bit rounding of their logits."""
-    return (weight_perm[top].float() * h.float()[:, None, None, :]).sum(-1) + slot_bias[top]
+    and sums in :func:`score_dtype`."""
+    acc = score_dtype(weight_perm.dtype)
+    return (weight_perm[top].to(acc) * h.to(acc)[:, None, None, :]).sum(-1).float() + slot_bias[top]
 
 
 def _candidates_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
@@ -92,7 +100,8 @@ def _candidates_fused(h: torch.Tensor, centroids: torch.Tensor, weight_perm: tor
     # sorted top-593 of 9,496 costs more than the rest of the head
     top = torch.topk(cs, n_probes, dim=-1, sorted=False).indices  # [S, p]
     logits = cluster_scores(h, weight_perm, top, slot_bias)  # [S, p, b]
-    sp = torch.matmul(h.float(), special_w.float().T) + special_b  # [S, ns], float32 like the clusters' rows
+    acc = score_dtype(weight_perm.dtype)  # like the clusters' rows
+    sp = torch.matmul(h.to(acc), special_w.to(acc).T).float() + special_b  # [S, ns]
     scores = torch.cat([logits.reshape(s, -1), sp], dim=1)
     ids = torch.cat([tokens[top].reshape(s, -1), special_ids.expand(s, -1)], dim=1)
     return scores, ids
