@@ -17,10 +17,11 @@ def tok():
 
 @pytest.fixture(scope="session")
 def tiny_models():
-    """Targets and drafts in float32, float64 and packed float32. Drafts: identical, close (noisy copy),
-    loose, independent."""
+    """Targets and drafts in float32, float64, packed float32 ("f32p") and packed float32 with row-exact
+    attention ("f32x"). Drafts: identical, close (noisy copy), loose, independent."""
     import copy
 
+    from thesis_lib.models import attention
     from thesis_lib.models.packing import pack_linears
 
     out = {}
@@ -40,6 +41,15 @@ def tiny_models():
             out[("f32p", arch, role)] = packed
     for arch in ("qwen2", "qwen3"):
         out[("f32p", arch, "same")] = out[("f32p", arch, "target")]
+    # "f32x": packed float32 with row-exact attention (what the loader gives a CPU model)
+    for (tag, arch, role), m in list(out.items()):
+        if tag == "f32" and role != "same":
+            exact = copy.deepcopy(m)
+            pack_linears(exact)
+            attention.use(exact, "exact")
+            out[("f32x", arch, role)] = exact
+    for arch in ("qwen2", "qwen3"):
+        out[("f32x", arch, "same")] = out[("f32x", arch, "target")]
     return out
 
 

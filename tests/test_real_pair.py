@@ -15,11 +15,13 @@ from thesis_lib.models import specs
 pytestmark = pytest.mark.real
 
 #: The models run in the precision ``DTYPE: auto`` picks (bfloat16 on a CPU with AVX-512 BF16, else float32),
-#: where a K-token verify forward can round differently from one-token steps. A divergence is allowed only at a
-#: near tie of the target's top two unrounded logits (magnitude ~10 to 30 here): in float32 closer than
-#: REAL_NEAR_TIE; in bfloat16 (whose greedy head re-scores near-tied tokens unrounded, heads.dense) closer than
-#: BF16_NEAR_TIE of the top logit (four bf16 rounding steps of the hidden state). None has been seen so far in
-#: either precision.
+#: with row-exact attention (models.attention). In float32 (packed layers whose rows are computed alike for one
+#: token or a block, measured on this project's CPUs) a verified block then computes what one-token steps compute,
+#: so speculative output must equal target-only output token for token. In bfloat16 the packed kernels' rows
+#: have not been measured alike yet: a divergence is allowed there only at a near tie of the target's top two
+#: unrounded logits (magnitude ~10 to 30 here), closer than BF16_NEAR_TIE of the top logit (four bf16 rounding
+#: steps of the hidden state; the greedy head re-scores near-tied tokens unrounded, heads.dense). REAL_NEAR_TIE
+#: is float32's allowance under transformers' batched attention, kept for that case.
 REAL_NEAR_TIE = 2e-3
 BF16_NEAR_TIE = 2.0 ** -6
 
@@ -55,14 +57,18 @@ def test_the_pair_runs_in_the_precision_this_cpu_supports(real_pair):
     want = "bfloat16" if fast_bf16() else "float32"
     for lm in real_pair:
         assert lm.dtype == want and lm.info["stored_dtype"] == want and want in lm.info["dtype_reason"]
+        assert lm.info["attention"].startswith("row-exact")
         assert isinstance(lm.model.model.layers[0].mlp.down_proj, PackedLinear)
         tied = lm.model.config.tie_word_embeddings
         assert isinstance(lm.model.get_output_embeddings(), PackedLinear) == (want == "bfloat16" or not tied)
         assert (lm.model.get_output_embeddings().weight is lm.model.get_input_embeddings().weight) == tied
 
 
-def _diverges_only_at_a_near_tie(target, ids, ref, got, what):
-    """``got`` equals target-only ``ref``, or parts from it where the target's top two logits nearly tie."""
+def _check_lossless(target, ids, ref, got, what):
+    """``got`` equals target-only ``ref``; outside float32 with row-exact attention it may instead part from it
+    where the target's top two logits nearly tie."""
+    if target.dtype == "float32" and target.info["attention"].startswith("row-exact"):
+        assert got == ref, (what, target.tokenizer.decode(got), target.tokenizer.decode(ref))
     if got == ref:
         return
     j = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), None)
@@ -83,7 +89,7 @@ def test_dense_draft_equals_target_only_greedy(real_pair, qid):
     assert len(ref.tokens) == 32 or ref.tokens[-1] in target.eos_ids
     for deferred in (False, True):
         spec = speculative_generate(t, d, ids, k=4, max_new_tokens=32, eos_ids=target.eos_ids, deferred=deferred)
-        _diverges_only_at_a_near_tie(target, ids, ref.tokens, spec.tokens, (qid, deferred))
+        _check_lossless(target, ids, ref.tokens, spec.tokens, (qid, deferred))
         assert spec.stats.acceptance > 0.2  # a real same-family draft agrees often (a broken loop would not)
 
 
@@ -122,7 +128,7 @@ def test_every_greedy_mode_equals_target_only_greedy(real_pair, every_greedy_mod
     ids, ref, gens, _ = every_greedy_mode
     assert len(ref) == 24 or ref[-1] in target.eos_ids
     for mode, gen in gens.items():
-        _diverges_only_at_a_near_tie(target, ids, ref, gen.tokens, mode)
+        _check_lossless(target, ids, ref, gen.tokens, mode)
         if mode.startswith(("dense", "flash", "shared", "adaflash", "hybrid")):
             assert gen.stats.acceptance > 0.2, mode
 

@@ -20,7 +20,8 @@ What this module knows:
   ratio of its bytes (times the ratio of the two formats' read rates).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
-ratios are the precision's effect alone (``float32-row``: the packed layout's effect). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+ratios are the precision's effect alone (``float32-row``: the packed layout's effect; ``float32-sdpa``: the
+row-exact attention's price). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
@@ -40,8 +41,10 @@ import torch
 from ..errors import ConfigError
 
 #: "float32-row" is float32 in the one-row packed layout (:data:`thesis_lib.models.packing.LAYOUTS`), the
-#: layout this project packed float32 in before the general one: both in one run compare the two layouts
-PRECISIONS = ("float32", "bfloat16", "int4", "float32-row")
+#: layout this project packed float32 in before the general one: both in one run compare the two layouts;
+#: "float32-sdpa" is float32 with transformers' batched attention instead of the row-exact one
+#: (:mod:`thesis_lib.models.attention`): both in one run give the price of exact verification
+PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa")
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
 
@@ -53,18 +56,24 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-#: precisions that are another's number format in another packed layout: name -> (dtype name, layout)
-LAYOUT_VARIANTS = {"float32-row": ("float32", "row")}
+#: precisions that are another's number format with another packed layout or attention:
+#: name -> (dtype name, layout, attention)
+VARIANTS = {"float32-row": ("float32", "row", "auto"), "float32-sdpa": ("float32", "block", "sdpa")}
 
 
 def dtype_of(precision: str) -> str:
-    """The torch dtype name a precision runs its float layers in ("float32-row": float32)."""
-    return LAYOUT_VARIANTS.get(precision, (precision, "block"))[0]
+    """The torch dtype name a precision runs its float layers in ("float32-row", "float32-sdpa": float32)."""
+    return VARIANTS.get(precision, (precision, "block", "auto"))[0]
 
 
 def layout_of(precision: str) -> str:
     """The packed layout a precision's float32 layers take ("float32-row": "row"; every other: "block")."""
-    return LAYOUT_VARIANTS.get(precision, (precision, "block"))[1]
+    return VARIANTS.get(precision, (precision, "block", "auto"))[1]
+
+
+def attention_of(precision: str) -> str:
+    """The attention a precision loads with ("float32-sdpa": "sdpa"; every other: the loader's CPU default)."""
+    return VARIANTS.get(precision, (precision, "block", "auto"))[2]
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -289,7 +298,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
                           "is out of range.")
     t0 = time.perf_counter()
     pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
-                 else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress, layout=layout_of(p)))
+                 else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress, layout=layout_of(p),
+                                        attention=attention_of(p)))
              for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)
@@ -301,7 +311,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
            "emulated_bf16": emulates_bf16(precisions),
            "auto": {"dtype": str(auto_dtype()[0]).replace("torch.", ""), "reason": auto_dtype()[1]},
            "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "kernels": {p: [lm.info.get("cpu_kernels") for lm in pair] for p, pair in pairs.items()}}
+           "kernels": {p: [lm.info.get("cpu_kernels") for lm in pair] for p, pair in pairs.items()},
+           "attention": {p: [lm.info.get("attention") for lm in pair] for p, pair in pairs.items()}}
     states = {}
     for p, (t, d) in pairs.items():
         states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)

@@ -62,6 +62,8 @@ def environment_table(run, model_bench_doc: dict | None = None):
             rows.append((f"{role} packages", f"{len(pkgs)} PyPI packages: {pkgs[0]} ... {pkgs[-1]}"))
         if m.get("cpu_kernels"):
             rows.append((f"{role} CPU kernels", m["cpu_kernels"]))
+        if m.get("attention"):
+            rows.append((f"{role} attention", m["attention"]))
         if m.get("dtype_reason"):
             rows.append((f"{role} precision (DTYPE auto)", m["dtype_reason"]))
         q = m.get("quantization") or {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
+from . import attention as attn
 from . import embedl, virtual
 from .packing import bf16_packing_available, check_layout, layout_for, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
@@ -106,6 +107,14 @@ def resolved_dtype(name: str, device: str = "cpu") -> str:
     """The precision a ``dtype`` parameter means on ``device`` here ("auto" resolved: this CPU's choice, or
     bfloat16 on a GPU), as a name such as "bfloat16"."""
     return str(_dtype(name, device)).replace("torch.", "")
+
+
+def resolved_attention(name: str = "auto", device: str = "cpu") -> str:
+    """The attention mode ``name`` loads with on ``device`` ("auto": "exact" on a CPU, else the model's own)."""
+    if name != "auto":
+        attn.check_mode(name)
+        return name
+    return "exact" if device == "cpu" else "model"
 
 
 def check_quantization(spec: str | ModelSpec) -> dict | None:
@@ -203,12 +212,15 @@ def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str |
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
-               progress: bool = True, pack: bool | None = None, layout: str = "block") -> LoadedModel:
+               progress: bool = True, pack: bool | None = None, layout: str = "block",
+               attention: str = "auto") -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
     (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. ``layout``:
     the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block").
+    ``attention`` (:data:`~thesis_lib.models.attention.MODES`; "auto": "exact" on a CPU, the model's own elsewhere):
+    "exact" makes a block of new tokens attend as one-token steps do, bit for bit (:mod:`~thesis_lib.models.attention`).
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
     recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked)."""
@@ -216,6 +228,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_layout(layout)
+    if attention != "auto":
+        attn.check_mode(attention)
     quantized = check_quantization(spec)
     load_time = bool(quantized and quantized.get("load_time"))
     if load_time:
@@ -244,7 +258,10 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
     packed = pack_linears(model, layout) if pack and (quantized is None or load_time) else 0
-    info = {"load_seconds": round(time.perf_counter() - t0, 2),
+    attention = resolved_attention(attention, device)
+    info = {"attention": (attn.use(model, attention) if attention in attn.MODES
+                          else str(model.config._attn_implementation)),
+            "load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, {layout_for(torch_dtype, layout)} layout)"
                             if packed else "stock"),
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
@@ -302,9 +319,12 @@ def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "ta
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
-              pack: bool | None = None, layout: str = "block") -> tuple[LoadedModel, LoadedModel]:
+              pack: bool | None = None, layout: str = "block",
+              attention: str = "auto") -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
     check_layout(layout)
+    if attention != "auto":
+        attn.check_mode(attention)
     check_available(target)
     check_available(draft)
     check_quantization(target)
@@ -317,7 +337,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
     tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack,
-                     layout=layout)
+                     layout=layout, attention=attention)
     drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack,
-                     layout=layout)
+                     layout=layout, attention=attention)
     return tgt, drf
