@@ -33,7 +33,7 @@ def tiny_models():
             out[(tag, arch, "close")] = tiny.noisy_copy(target, 0.02, seed=3)
             out[(tag, arch, "loose")] = tiny.noisy_copy(target, 0.1, seed=4)
             out[(tag, arch, "independent")] = tiny.tiny_model(arch, hidden=32, layers=1, seed=7, dtype=dtype)
-    # "f32p": the float32 models with oneDNN-packed linear layers (the default on CPU for real models)
+    # "f32p": the float32 models with oneDNN-packed linear layers and transformers' batched attention
     for (tag, arch, role), m in list(out.items()):
         if tag == "f32":
             packed = copy.deepcopy(m)

@@ -35,10 +35,12 @@ def _block_and_steps(model, prompt, block):
 @pytest.mark.parametrize("arch,kw", [("qwen2", {}), ("qwen3", {}), ("qwen3", {"tied": True}),
                                      ("qwen2", {"heads": 4, "kv_heads": 4})])
 def test_a_verified_block_equals_one_token_steps_bit_for_bit(arch, kw):
-    """With oneDNN-packed float32 layers (row-exact on this project's CPUs). The check has teeth: with
+    """With oneDNN-packed float32 layers (row-exact on the AVX2 EPYC, probed here). The check has teeth: with
     transformers' batched SDPA instead, every one of these blocks differed in its last bits on the 2-core AVX2
     EPYC (60 of 60 random blocks, measured while writing this module)."""
     model = _packed(arch, "exact", **kw)
+    if not attention.rows_exact(model, head=False):  # hidden states: the body's layers only
+        pytest.skip("this model's float32 kernels on this CPU compute a block's rows unlike single rows")
     gen = torch.Generator().manual_seed(1)
     for n_prompt, n_block in ((1, 2), (7, 5), (19, 9), (30, 13)):
         ids = torch.randint(0, TINY_VOCAB, (n_prompt + n_block,), generator=gen).tolist()
@@ -51,20 +53,40 @@ def test_exact_attention_computes_what_sdpa_computes_and_keeps_a_restricting_mas
     (left padding) still hides it in a block."""
     exact, sdpa = _packed("qwen2", "exact"), _packed("qwen2", "sdpa")
     ids = torch.randint(0, TINY_VOCAB, (1, 14), generator=torch.Generator().manual_seed(2))
-    mask = torch.ones(1, 14, dtype=torch.long)
+    hide = torch.ones(1, 14, dtype=torch.long)
+    hide[0, 0] = 0
     outs = {}
     for name, model in (("exact", exact), ("sdpa", sdpa)):
-        for hidden_first in (False, True):
-            m = mask.clone()
-            m[0, 0] = 0 if hidden_first else 1
+        for block_hides in (False, True):  # the prefill always hides position 0; the block's mask may forget it
             cache = DynamicCache(config=model.config)
             with torch.inference_mode():
-                first = model(ids[:, :8], attention_mask=m[:, :8], past_key_values=cache).logits
-                block = model(ids[:, 8:], attention_mask=m, past_key_values=cache).logits
-            outs[name, hidden_first] = torch.cat([first, block], dim=1)
-    for hidden_first in (False, True):
-        torch.testing.assert_close(outs["exact", hidden_first], outs["sdpa", hidden_first], rtol=1e-5, atol=1e-5)
-    assert (outs["exact", True][0, 8:] - outs["exact", False][0, 8:]).abs().max() > 1e-3  # the mask did something
+                first = model(ids[:, :8], attention_mask=hide[:, :8], past_key_values=cache).logits
+                block = model(ids[:, 8:], attention_mask=hide if block_hides else torch.ones_like(hide),
+                              past_key_values=cache).logits
+            outs[name, block_hides] = torch.cat([first, block], dim=1)
+    for block_hides in (False, True):
+        torch.testing.assert_close(outs["exact", block_hides], outs["sdpa", block_hides], rtol=1e-5, atol=1e-5)
+    assert (outs["exact", True][0, 8:] - outs["exact", False][0, 8:]).abs().max() > 1e-3  # the block kept the mask
+
+
+class _BatchDependent(torch.nn.Module):
+    """A linear layer whose rows depend on how many rows it is given (as a kernel choosing by shape may)."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.linear, self.in_features = linear, linear.in_features
+
+    def forward(self, x):
+        return self.linear(x) * (1 + 1e-6 * (x.shape[0] > 1))
+
+
+def test_the_row_probe_finds_a_layer_whose_rows_depend_on_the_block():
+    model = _packed("qwen2", "exact")
+    assert attention.rows_exact(model) == attention.rows_exact(model)  # deterministic
+    plain = tiny.tiny_model("qwen2", seed=0)
+    mlp = plain.model.layers[0].mlp
+    mlp.up_proj = _BatchDependent(mlp.up_proj)
+    assert not attention.rows_exact(plain)
 
 
 def test_attention_modes_are_checked_before_any_model_file(tmp_path, monkeypatch):
@@ -81,6 +103,9 @@ def test_the_loader_records_the_attention_it_set(tmp_path, monkeypatch):
     default = loading.load_model("tiny:target", progress=False)
     assert default.info["attention"].startswith("row-exact")
     assert default.model.config._attn_implementation == attention.NAME
+    assert isinstance(default.info["rows_exact"], bool)
+    with pytest.raises(ConfigError, match="for a CPU"):
+        loading.load_model("tiny:target", device="cuda:0", attention="exact")
     plain = loading.load_model("tiny:target", progress=False, attention="sdpa")
     assert plain.info["attention"].startswith("sdpa") and plain.model.config._attn_implementation == "sdpa"
     assert attention.use(plain.model, "exact").startswith("row-exact")

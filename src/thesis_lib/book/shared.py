@@ -40,7 +40,8 @@ def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.Bench
     doc.pop("name"), doc.pop("out")
     if cfg.dtype == "auto":  # the same parameters run in another precision on another CPU: another run
         doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
-    if loading.resolved_attention("auto", cfg.device) == "exact":  # runs before row-exact attention are not reused
+    if "exact" in {loading.resolved_attention("auto", d) for d in (cfg.device, cfg.draft_device or cfg.device)}:
+        # runs before row-exact attention are not reused
         doc["attention"] = "exact"
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
@@ -201,7 +202,8 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         key = {**key, "thinking": p.thinking}
     if p.dtype == "auto":  # "auto" is float32 on one CPU and bfloat16 on another: another document
         key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
-    if loading.resolved_attention("auto", p.device) == "exact":  # documents before row-exact attention: not reused
+    if "exact" in {loading.resolved_attention("auto", d) for d in (p.device, p.draft_device or p.device)}:
+        # documents measured before row-exact attention are not reused
         key = {**key, "attention": "exact"}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():

@@ -7,6 +7,7 @@
 - :mod:`~thesis_lib.models.loading`: loading a model or a same-tokenizer pair (:class:`LoadedModel`).
 - :mod:`~thesis_lib.models.packing` and :mod:`~thesis_lib.models.cpu`: oneDNN-packed linear layers and what
   this CPU can do.
+- :mod:`~thesis_lib.models.attention`: row-exact attention (a verified block attends as one-token steps do).
 - :mod:`~thesis_lib.models.tiny`: tiny random Qwen models and a byte tokenizer, for tests and smoke runs.
 - :mod:`~thesis_lib.models.cache`: where the library keeps what it builds.
 

@@ -110,9 +110,12 @@ def resolved_dtype(name: str, device: str = "cpu") -> str:
 
 
 def resolved_attention(name: str = "auto", device: str = "cpu") -> str:
-    """The attention mode ``name`` loads with on ``device`` ("auto": "exact" on a CPU, else the model's own)."""
+    """The attention mode ``name`` loads with on ``device`` ("auto": "exact" on a CPU, else the model's own);
+    "exact" is refused off the CPU (not measured row-exact there)."""
     if name != "auto":
         attn.check_mode(name)
+        if name == "exact" and device != "cpu":
+            raise ConfigError(f"attention 'exact' is for a CPU, not {device}: leave it 'auto' there.")
         return name
     return "exact" if device == "cpu" else "model"
 
@@ -220,7 +223,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. ``layout``:
     the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block").
     ``attention`` (:data:`~thesis_lib.models.attention.MODES`; "auto": "exact" on a CPU, the model's own elsewhere):
-    "exact" makes a block of new tokens attend as one-token steps do, bit for bit (:mod:`~thesis_lib.models.attention`).
+    "exact" makes a block of new tokens attend as one-token steps do, bit for bit (:mod:`~thesis_lib.models.attention`);
+    ``info["rows_exact"]`` says whether this CPU's kernels compute a block's rows as single rows (probed).
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
     recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked)."""
@@ -228,8 +232,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_layout(layout)
-    if attention != "auto":
-        attn.check_mode(attention)
+    resolved_attention(attention, device)
     quantized = check_quantization(spec)
     load_time = bool(quantized and quantized.get("load_time"))
     if load_time:
@@ -261,6 +264,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     attention = resolved_attention(attention, device)
     info = {"attention": (attn.use(model, attention) if attention in attn.MODES
                           else str(model.config._attn_implementation)),
+            "rows_exact": attn.rows_exact(model) if device == "cpu" and not on_virtual else None,
             "load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, {layout_for(torch_dtype, layout)} layout)"
                             if packed else "stock"),
@@ -323,8 +327,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
               attention: str = "auto") -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
     check_layout(layout)
-    if attention != "auto":
-        attn.check_mode(attention)
+    resolved_attention(attention, device)
+    resolved_attention(attention, draft_device or device)
     check_available(target)
     check_available(draft)
     check_quantization(target)
