@@ -34,14 +34,19 @@ def digest(doc) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
+def exact_attention(device: str, draft_device: str | None) -> bool:
+    """Whether the target or the draft loads with row-exact attention (:mod:`thesis_lib.models.attention`): part
+    of what names a run or document, like the precision ``DTYPE: auto`` resolves to."""
+    return "exact" in {loading.resolved_attention("auto", d) for d in (device, draft_device or device)}
+
+
 def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
     if cfg.dtype == "auto":  # the same parameters run in another precision on another CPU: another run
         doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
-    if "exact" in {loading.resolved_attention("auto", d) for d in (cfg.device, cfg.draft_device or cfg.device)}:
-        # runs before row-exact attention are not reused
+    if exact_attention(cfg.device, cfg.draft_device):  # runs before row-exact attention are not reused
         doc["attention"] = "exact"
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
@@ -202,8 +207,7 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         key = {**key, "thinking": p.thinking}
     if p.dtype == "auto":  # "auto" is float32 on one CPU and bfloat16 on another: another document
         key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
-    if "exact" in {loading.resolved_attention("auto", d) for d in (p.device, p.draft_device or p.device)}:
-        # documents measured before row-exact attention are not reused
+    if exact_attention(p.device, p.draft_device):  # documents measured before row-exact attention: not reused
         key = {**key, "attention": "exact"}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():

@@ -59,8 +59,8 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
     rows = []
     for j in range(q):
         n = kv - q + j + 1  # the keys position j may see: the cache and the block up to itself
-        mask = None if attention_mask is None else attention_mask[:, :, j:j + 1, :n]
-        if mask is not None and mask.dtype == torch.bool and bool(mask.all()):
+        mask = attention_mask[:, :, j:j + 1, :n]
+        if mask.dtype == torch.bool and bool(mask.all()):
             mask = None  # what a one-token step gets
         out, _ = sdpa_attention_forward(module, query[:, :, j:j + 1], key[:, :, :n], value[:, :, :n], mask,
                                         *args, **kwargs)
