@@ -39,28 +39,73 @@ def glued(name: str, set_name: str = "smoke") -> dict:
     return out
 
 
-def _fresh_build(tmp_path_factory, set_name: str):
-    """Execute all notebooks of a parameter set afresh (new cache and run folders), then build the HTML with
-    the same parameters (which reuses them): ``(fates, html folder, tmp folder)``."""
-    import os
+#: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both) and
+#: writes the notebooks' fates and the HTML folder to argv[3].
+_CHILD = """
+import json, sys
+from pathlib import Path
+from thesis_lib.book import build, execute
+set_name, tmp, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+overrides = {"RUNS_DIR": str(tmp / "runs")}
+fates = execute.execute(set_name, recompute=True, overrides=overrides, progress=False)
+html = build.build(set_name, progress=False, overrides=overrides)
+out.write_text(json.dumps({"fates": fates, "html": str(html)}))
+"""
 
-    tmp = tmp_path_factory.mktemp(set_name)
-    old = os.environ.get("THESIS_LIB_CACHE")
-    os.environ["THESIS_LIB_CACHE"] = str(tmp / "cache")
-    try:
-        overrides = {"RUNS_DIR": str(tmp / "runs")}
-        fates = execute.execute(set_name, recompute=True, overrides=overrides, progress=False)
-        html = build.build(set_name, progress=False, overrides=overrides)
-    finally:
-        if old is None:
-            os.environ.pop("THESIS_LIB_CACHE")
-        else:
-            os.environ["THESIS_LIB_CACHE"] = old
-    return fates, html, tmp
+
+class _Build:
+    """One parameter set's fresh book build (new cache and run folders), running in a child process from the moment
+    it is made, so that two books build side by side: each is mostly one core's work (kernel start-up, imports,
+    tiny models), and this machine has two. :meth:`result` waits for it: ``(fates, html folder, tmp folder)``."""
+
+    def __init__(self, tmp: Path, set_name: str):
+        import os
+        import subprocess
+        import sys
+
+        self.tmp, self.set_name, self.out = tmp, set_name, tmp / "result.json"
+        self.log = open(tmp / "build.log", "w+", encoding="utf-8")
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, set_name, str(tmp), str(self.out)],
+                                     env={**os.environ, "THESIS_LIB_CACHE": str(tmp / "cache")},
+                                     cwd=Path(__file__).resolve().parents[1], stdout=self.log, stderr=subprocess.STDOUT)
+
+    def result(self):
+        rc = self.proc.wait(timeout=1800)
+        self.log.seek(0)
+        assert rc == 0, f"the {self.set_name} book's build failed:\n" + self.log.read()[-6000:]
+        done = json.loads(self.out.read_text())
+        return done["fates"], Path(done["html"]), self.tmp
+
+    def close(self):
+        if self.proc.poll() is None:  # a build nobody waited for (its tests deselected or failed first)
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
 
 
 @pytest.fixture(scope="module")
-def smoke_book(tmp_path_factory):
+def rehearsal_build(tmp_path_factory):
+    """The rehearsal book's build, started when first asked for: by the smoke book's fixture, so that both build at
+    once, or by the rehearsal book's own."""
+    started = _Build(tmp_path_factory.mktemp("rehearsal"), "rehearsal")
+    yield started
+    started.close()
+
+
+def _fresh_build(tmp_path_factory, set_name: str):
+    """Execute all notebooks of a parameter set afresh (new cache and run folders), then build the HTML with
+    the same parameters (which reuses them): ``(fates, html folder, tmp folder)``."""
+    started = _Build(tmp_path_factory.mktemp(set_name), set_name)
+    try:
+        return started.result()
+    finally:
+        started.close()
+
+
+@pytest.fixture(scope="module")
+def smoke_book(tmp_path_factory, request):
+    if any("rehearsal_book" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("rehearsal_build")  # starts it: the two books build side by side
     return _fresh_build(tmp_path_factory, "smoke")
 
 
@@ -335,8 +380,8 @@ def test_param_count_matches_a_real_model():
 
 
 @pytest.fixture(scope="module")
-def rehearsal_book(tmp_path_factory):
-    return _fresh_build(tmp_path_factory, "rehearsal")
+def rehearsal_book(rehearsal_build):
+    return rehearsal_build.result()
 
 
 def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(rehearsal_book):

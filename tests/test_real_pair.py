@@ -77,8 +77,10 @@ def _check_lossless(target, ids, ref, got, what):
     assert gap < allowed, (what, j, gap, allowed, target.tokenizer.decode(got))
 
 
-#: the code prompt's dense schedules are in the every-greedy-mode run below (24 new tokens there, not 32)
-@pytest.mark.parametrize("qid", ["demo-chat-1", "demo-translation-1"])
+#: a second prompt for the dense draft's two schedules, 32 new tokens (the code prompt's are in the every-greedy-mode
+#: run below, 16 tokens there); the chat prompt was dropped from the default run for time (67 s of 24 min on the AVX2
+#: EPYC): row-exact verification is pinned bit for bit by tests/test_attention.py
+@pytest.mark.parametrize("qid", ["demo-translation-1"])
 def test_dense_draft_equals_target_only_greedy(real_pair, qid):
     target, draft = real_pair
     prompt = next(p for p in prompts.demo_prompts() if p.question_id == qid)
@@ -102,7 +104,7 @@ GREEDY_MODES = ("dense_ordinary", "dense_deferred", "dense_pipelined", "flash_or
 
 @pytest.fixture(scope="module")
 def every_greedy_mode(real_pair):
-    """One real prompt (the code prompt, 24 new tokens, K = 4) through the benchmark's runner: target-only
+    """One real prompt (the code prompt, 16 new tokens, K = 4) through the benchmark's runner: target-only
     greedy decoding and every greedy mode, with the FlashHead draft at its default probes. Returns the prompt's
     ids, the baseline's tokens, each mode's generation and the head."""
     from thesis_lib.bench.modes import ALL_MODES
@@ -113,7 +115,7 @@ def every_greedy_mode(real_pair):
     assert set(GREEDY_MODES) <= set(ALL_MODES)
     target, draft = real_pair
     head = flashhead_for(draft, progress=False)
-    runner = Runner(target, draft, k=4, max_new_tokens=24, flash_head=head, k_max=8, stop_below=0.6,
+    runner = Runner(target, draft, k=4, max_new_tokens=16, flash_head=head, k_max=8, stop_below=0.6,
                     extra_heads={"adaflash": AdaptiveFlashHead(head, margin=0.12, min_probes=8)})
     prompt = next(p for p in prompts.demo_prompts() if p.question_id == "demo-code-1")
     ids = prompts.encode(target.tokenizer, prompt.text)
@@ -126,7 +128,7 @@ def test_every_greedy_mode_equals_target_only_greedy(real_pair, every_greedy_mod
     logits nearly tie), and a drafter with a model agrees often."""
     target, _ = real_pair
     ids, ref, gens, _ = every_greedy_mode
-    assert len(ref) == 24 or ref[-1] in target.eos_ids
+    assert len(ref) == 16 or ref[-1] in target.eos_ids
     for mode, gen in gens.items():
         _check_lossless(target, ids, ref, gen.tokens, mode)
         if mode.startswith(("dense", "flash", "shared", "adaflash", "hybrid")):

@@ -57,11 +57,11 @@ def make_head(vocab=2048, hidden=64, clusters=128, probes=8, specials=(), seed=0
 @pytest.mark.parametrize("specials", [(), (3, 900, 2047)])
 def test_greedy_matches_the_plain_reference(probes, specials):
     head = make_head(probes=probes, specials=specials, seed=probes)
-    h = torch.randn(5, 64, generator=torch.Generator().manual_seed(7)).bfloat16()
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(7)).bfloat16()
     got = gpu_kernels.greedy(h, *head.fast_arguments())
     assert got.dtype == torch.int64 and got.tolist() == reference(h, head)
     # several rows in one call give what each row gives alone
-    assert got.tolist() == [int(gpu_kernels.greedy(h[i:i + 1], *head.fast_arguments())) for i in range(5)]
+    assert got.tolist() == [int(gpu_kernels.greedy(h[i:i + 1], *head.fast_arguments())) for i in range(3)]
 
 
 def test_float32_centroids_take_the_one_program_select():
