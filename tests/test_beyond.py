@@ -1,5 +1,6 @@
 """Issue 6's building blocks on small inputs: the frequency-truncated head, adaptive probing, teacher-forced
-acceptance, the cost model's choice of K, the Pareto front, and the sampling-check command's fail-fast."""
+acceptance, the cost model's choice of K, the Pareto front, the sampling-check command's fail-fast, and the count
+verdict of chapter 6's walk check."""
 
 from __future__ import annotations
 
@@ -127,3 +128,26 @@ def test_a_packed_head_keeps_its_bias_in_the_truncated_head():
     plain = SimpleNamespace(get_output_embeddings=lambda: lin)
     assert truncated.frequency_head(SimpleNamespace(model=plain, vocab_limit=3), Counter(), 3)(
         torch.tensor([[1.0, 0.0]])).tolist() == [0]
+
+
+def test_the_walk_count_verdict_reads_the_table_it_checks():
+    """Table 6.9's sentence on counts: exact agreement only when every mode's rounds, drafted and accepted tokens
+    are equal in model and run; otherwise how many modes part and the largest difference, from any of the three
+    columns (a drafted-only difference counts too)."""
+    import pandas as pd
+
+    from thesis_lib.analysis import beyond, verdicts
+
+    def table(*rows):
+        return pd.DataFrame([{"Mode": f"m{i}", "Rounds (model / run)": r, "Drafted (model / run)": d,
+                              "Accepted (model / run)": a} for i, (r, d, a) in enumerate(rows)])
+
+    same = table(("40 / 40", "160 / 160", "120 / 120"), ("35 / 35", "150 / 150", "118 / 118"))
+    assert beyond.walk_parted(same) == (0, 2, 0)
+    assert verdicts.walk_counts(*beyond.walk_parted(same)) == \
+        "Rounds, drafted and accepted tokens agree exactly in all 2 modes"
+    parted = table(("40 / 40", "160 / 163", "120 / 120"), ("35 / 37", "150 / 150", "118 / 117"),
+                   ("30 / 30", "90 / 90", "80 / 80"))
+    assert beyond.walk_parted(parted) == (2, 3, 3)
+    assert verdicts.walk_counts(*beyond.walk_parted(parted)) == \
+        "Rounds, drafted and accepted tokens part in 2 of 3 modes (the largest difference: 3)"

@@ -115,6 +115,14 @@ def walk_pair(table, column: str, mode: str) -> tuple[float, float]:
     return float(model), float(run)
 
 
+def walk_parted(table) -> tuple[int, int, int]:
+    """How far :func:`walk_check`'s counts part from the run's: (modes whose rounds, drafted or accepted tokens
+    differ between model and run, modes in the table, the largest difference in any of those counts)."""
+    cols = ("Rounds (model / run)", "Drafted (model / run)", "Accepted (model / run)")
+    gaps = [[abs(int(a) - int(b)) for a, b in (row[c].split(" / ") for c in cols)] for _, row in table.iterrows()]
+    return sum(max(g) > 0 for g in gaps), len(gaps), max((max(g) for g in gaps), default=0)
+
+
 def _phase(records, name: str) -> float:
     """Seconds a phase of the decoding loop took, summed over records."""
     return sum((r.get("phase_s") or {}).get(name, 0.0) for r in records)

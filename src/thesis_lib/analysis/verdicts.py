@@ -282,6 +282,14 @@ def fastest_setting(*ms_per_token: float) -> str:
     return f"{name} ({ms:.0f} ms per token)"
 
 
+def walk_counts(parted: int, modes: int, gap: int) -> str:
+    """Whether the walk's rounds, drafted and accepted tokens equal the run's: exactly in every mode, or in how
+    many modes they part and by how many tokens at most."""
+    if parted == 0:
+        return f"Rounds, drafted and accepted tokens agree exactly in all {modes} modes"
+    return f"Rounds, drafted and accepted tokens part in {parted} of {modes} modes (the largest difference: {gap})"
+
+
 RULES = {
     "ch2_theory": {
         "prec_cost_shift": (cost_shift, ("prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16",
@@ -335,5 +343,6 @@ RULES = {
         "stop_trade": (stop_trade, ("rel_lo_acc",)),
         "walk_smaller": (smaller_here, ("walk_sk_model", "walk_sk_run", "sim_tau_ratio")),
         "walk_off_mode": (furthest_off, ("walk_hy_model", "walk_hy_run", "walk_sk_model", "walk_sk_run")),
+        "walk_counts": (walk_counts, ("walk_parted", "walk_modes", "walk_gap")),
     },
 }
