@@ -670,3 +670,22 @@ def test_every_notebook_cell_has_an_id():
         assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5), path.name
         missing += [f"{path.name}#{i}" for i, c in enumerate(nb["cells"]) if not c.get("id")]
     assert not missing, missing
+
+
+def test_the_environment_page_says_whether_block_rows_equal_single_rows():
+    """The environment table shows the loader's probe per model (yes / no with what follows), and no such row for
+    a run recorded before the probe existed."""
+    from types import SimpleNamespace
+
+    from thesis_lib.book import provenance
+
+    def table(rows_exact):
+        models = {"target": {"spec": "t", "dtype": "bfloat16", "device": "cpu", "rows_exact": rows_exact}}
+        if rows_exact is None:
+            del models["target"]["rows_exact"]
+        t = provenance.environment_table(SimpleNamespace(name="r", environment={"models": models}))
+        return dict(zip(t["Item"], t["Value"]))
+
+    assert table(True)["target block rows as single rows"].startswith("yes (probed at load")
+    assert "outputs may part at near ties" in table(False)["target block rows as single rows"]
+    assert "target block rows as single rows" not in table(None)

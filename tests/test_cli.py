@@ -193,9 +193,10 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     out = tmp_path / "precision.json"
     from thesis_lib.bench.precision import int4_available
 
-    # float32-row: float32 again in the one-row packed layout, the layouts compared side by side; float32-sdpa:
-    # float32 again with transformers' batched attention, the price of row-exact verification
-    precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else []) + ["float32-row", "float32-sdpa"]
+    # float32-row: float32 again in the one-row packed layout, the layouts compared side by side; float32-sdpa and
+    # bfloat16-sdpa: each again with transformers' batched attention, the price of row-exact verification
+    precisions = (["float32", "bfloat16"] + (["int4"] if int4_available() else [])
+                  + ["float32-row", "float32-sdpa", "bfloat16-sdpa"])
     extra = ["--emulated"] if emulated else []
     assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
@@ -213,7 +214,7 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert [k.endswith("block layout)") for k in doc["kernels"]["float32"]] == [True, True]
     assert [k.endswith("row layout)") for k in doc["kernels"]["float32-row"]] == [True, True]
     assert {p: [a.split(" ")[0] for a in pair] for p, pair in doc["attention"].items()} == {
-        p: ["sdpa", "sdpa"] if p == "float32-sdpa" else ["row-exact", "row-exact"] for p in precisions}
+        p: ["sdpa", "sdpa"] if p.endswith("-sdpa") else ["row-exact", "row-exact"] for p in precisions}
     for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:
         assert sorted(int(n) for n in doc["verify"][name]["ms"]) == [1, 2, 3, 4, 5]
     if "int4" in precisions:  # the target's body really is 4-bit: its kernels say so, its numbers are its own

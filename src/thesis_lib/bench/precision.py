@@ -20,8 +20,8 @@ What this module knows:
   ratio of its bytes (times the ratio of the two formats' read rates).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
-ratios are the precision's effect alone (``float32-row``: the packed layout's effect; ``float32-sdpa``: the
-row-exact attention's price). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+ratios are the precision's effect alone (``float32-row``: the packed layout's effect; ``float32-sdpa`` and
+``bfloat16-sdpa``: the row-exact attention's price). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
@@ -43,8 +43,9 @@ from ..errors import ConfigError
 #: "float32-row" is float32 in the one-row packed layout (:data:`thesis_lib.models.packing.LAYOUTS`), the
 #: layout this project packed float32 in before the general one: both in one run compare the two layouts;
 #: "float32-sdpa" is float32 with transformers' batched attention instead of the row-exact one
-#: (:mod:`thesis_lib.models.attention`): both in one run give the price of exact verification
-PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa")
+#: (:mod:`thesis_lib.models.attention`): both in one run give the price of exact verification; "bfloat16-sdpa"
+#: likewise for bfloat16
+PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa", "bfloat16-sdpa")
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
 
@@ -58,11 +59,13 @@ def int4_available() -> bool:
 
 #: precisions that are another's number format with another packed layout or attention:
 #: name -> (dtype name, layout, attention)
-VARIANTS = {"float32-row": ("float32", "row", "auto"), "float32-sdpa": ("float32", "block", "sdpa")}
+VARIANTS = {"float32-row": ("float32", "row", "auto"), "float32-sdpa": ("float32", "block", "sdpa"),
+            "bfloat16-sdpa": ("bfloat16", "block", "sdpa")}
 
 
 def dtype_of(precision: str) -> str:
-    """The torch dtype name a precision runs its float layers in ("float32-row", "float32-sdpa": float32)."""
+    """The torch dtype name a precision runs its float layers in ("float32-row", "float32-sdpa": float32;
+    "bfloat16-sdpa": bfloat16)."""
     return VARIANTS.get(precision, (precision, "block", "auto"))[0]
 
 
@@ -72,7 +75,8 @@ def layout_of(precision: str) -> str:
 
 
 def attention_of(precision: str) -> str:
-    """The attention a precision loads with ("float32-sdpa": "sdpa"; every other: the loader's CPU default)."""
+    """The attention a precision loads with ("float32-sdpa", "bfloat16-sdpa": "sdpa"; every other: the loader's CPU
+    default)."""
     return VARIANTS.get(precision, (precision, "block", "auto"))[2]
 
 
@@ -81,7 +85,7 @@ def emulates_bf16(precisions: Sequence[str]) -> bool:
     bf16 activations and draft, on a CPU where oneDNN cannot pack bf16)."""
     from ..models.packing import bf16_packing_available
 
-    return bool({"bfloat16", "int4"} & set(precisions)) and not bf16_packing_available()
+    return any(p == "int4" or dtype_of(p) == "bfloat16" for p in precisions) and not bf16_packing_available()
 
 
 def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int = INT4_GROUP, *,
