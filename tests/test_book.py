@@ -629,8 +629,11 @@ def test_the_layout_verdict_reads_both_ways():
     assert "float32-row" not in str(precision.summary(doc, 0.5))  # its own keys only, no hyphenated extras
     assert all(v != v for v in precision.layouts({**doc, "precisions": ["float32"]}).values())
     assert precision.float32_layout(doc) == "general"
-    old = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
+    # a document from before layouts were named (the AVX-512 one until 2026-11-24) ran float32 one-row
+    old = {**doc, "kernels": {"float32": ["oneDNN-packed (197 linear layers)", "oneDNN-packed (169 linear layers)"]}}
     assert precision.float32_layout(old) == "one-row" and precision.machine(old)["float32_layout"] == "one-row"
+    bf16 = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
+    assert precision.float32_layout(bf16) == "general" and bf16["fast_bf16"]
 
 
 def test_the_gpu_document_reads_as_its_numbers_say():
