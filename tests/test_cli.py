@@ -236,3 +236,19 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert analysis.summary(doc, 0.5)["prec_bytes_ratio_bfloat16"] == 2.0
     assert all(v != v for v in analysis.summary(None, 0.5).values())  # no document: nothing to glue but nan
     assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err
+
+
+def test_bfloat16_variants_count_as_bf16_where_it_is_emulated(monkeypatch):
+    """bfloat16-sdpa runs bf16 layers like bfloat16: on a CPU without native bf16 it is refused before any model
+    loads unless --emulated asks for the emulation; float32 variants are never refused for it."""
+    from thesis_lib.bench import precision
+    from thesis_lib.errors import ConfigError
+    from thesis_lib.models import packing
+
+    monkeypatch.setattr(packing, "bf16_packing_available", lambda: False)
+    assert precision.emulates_bf16(["bfloat16-sdpa"]) and not precision.emulates_bf16(["float32", "float32-sdpa"])
+    with pytest.raises(ConfigError, match="not native"):
+        precision.check(["bfloat16-sdpa"], 13, 15)
+    precision.check(["bfloat16-sdpa"], 13, 15, emulated=True)
+    monkeypatch.setattr(packing, "bf16_packing_available", lambda: True)
+    assert not precision.emulates_bf16(["bfloat16-sdpa", "int4"])

@@ -282,12 +282,19 @@ def fastest_setting(*ms_per_token: float) -> str:
     return f"{name} ({ms:.0f} ms per token)"
 
 
-def walk_counts(parted: int, modes: int, gap: int) -> str:
-    """Whether the walk's rounds, drafted and accepted tokens equal the run's: exactly in every mode, or in how
-    many modes they part and by how many tokens at most."""
-    if parted == 0:
+def walk_counts(modes: int, rounds: int, drafted: int, accepted: int) -> str:
+    """Whether the walk's rounds, drafted and accepted tokens equal the run's in every mode; where a count does
+    not, the largest difference in any mode."""
+    names = {"rounds": rounds, "drafted tokens": drafted, "accepted tokens": accepted}
+    agree = [n for n, gap in names.items() if gap == 0]
+    part = [f"{n} by up to {gap}" for n, gap in names.items() if gap]
+    if not part:
         return f"Rounds, drafted and accepted tokens agree exactly in all {modes} modes"
-    return f"Rounds, drafted and accepted tokens part in {parted} of {modes} modes (the largest difference: {gap})"
+    lead = "the walk's totals part from the run's in " + ", ".join(part)
+    if not agree:  # at most two counts agree where one parts
+        return lead[:1].upper() + lead[1:]
+    said = " and ".join(agree)
+    return f"{said[:1].upper()}{said[1:]} agree in all {modes} modes; {lead}"
 
 
 RULES = {
@@ -343,6 +350,6 @@ RULES = {
         "stop_trade": (stop_trade, ("rel_lo_acc",)),
         "walk_smaller": (smaller_here, ("walk_sk_model", "walk_sk_run", "sim_tau_ratio")),
         "walk_off_mode": (furthest_off, ("walk_hy_model", "walk_hy_run", "walk_sk_model", "walk_sk_run")),
-        "walk_counts": (walk_counts, ("walk_parted", "walk_modes", "walk_gap")),
+        "walk_counts": (walk_counts, ("walk_modes", "walk_gap_rounds", "walk_gap_drafted", "walk_gap_accepted")),
     },
 }

@@ -43,8 +43,7 @@ from ..errors import ConfigError
 #: "float32-row" is float32 in the one-row packed layout (:data:`thesis_lib.models.packing.LAYOUTS`), the
 #: layout this project packed float32 in before the general one: both in one run compare the two layouts;
 #: "float32-sdpa" is float32 with transformers' batched attention instead of the row-exact one
-#: (:mod:`thesis_lib.models.attention`): both in one run give the price of exact verification; "bfloat16-sdpa"
-#: likewise for bfloat16
+#: (:mod:`thesis_lib.models.attention`): both in one run give the price of exact verification ("bfloat16-sdpa": bf16's)
 PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa", "bfloat16-sdpa")
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
@@ -64,8 +63,7 @@ VARIANTS = {"float32-row": ("float32", "row", "auto"), "float32-sdpa": ("float32
 
 
 def dtype_of(precision: str) -> str:
-    """The torch dtype name a precision runs its float layers in ("float32-row", "float32-sdpa": float32;
-    "bfloat16-sdpa": bfloat16)."""
+    """The torch dtype name a precision runs its float layers in (a variant's: its base format's, e.g. float32)."""
     return VARIANTS.get(precision, (precision, "block", "auto"))[0]
 
 
@@ -75,8 +73,7 @@ def layout_of(precision: str) -> str:
 
 
 def attention_of(precision: str) -> str:
-    """The attention a precision loads with ("float32-sdpa", "bfloat16-sdpa": "sdpa"; every other: the loader's CPU
-    default)."""
+    """The attention a precision loads with (the "-sdpa" variants: "sdpa"; every other: the loader's CPU default)."""
     return VARIANTS.get(precision, (precision, "block", "auto"))[2]
 
 

@@ -65,9 +65,11 @@ def environment_table(run, model_bench_doc: dict | None = None):
         if m.get("attention"):
             rows.append((f"{role} attention", m["attention"]))
         if m.get("rows_exact") is not None:
-            rows.append((f"{role} block rows as single rows", "yes (probed at load: a verified block computes what "
-                         "one-token steps compute)" if m["rows_exact"] else "no (probed at load: a block's products "
-                         "may round differently from one-token steps, so outputs may part at near ties)"))
+            said = ("yes (probed at load: each row of a block equals that row alone, so with row-exact attention a "
+                    "verified block computes what one-token steps compute)" if m["rows_exact"] else
+                    "no (probed at load: a block's products may round differently from one-token steps, so outputs "
+                    "may part at near ties)")
+            rows.append((f"{role} block rows as single rows", said))
         if m.get("dtype_reason"):
             rows.append((f"{role} precision (DTYPE auto)", m["dtype_reason"]))
         q = m.get("quantization") or {}
