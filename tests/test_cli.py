@@ -194,15 +194,16 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     from thesis_lib.bench.precision import int4_available
 
     # float32-row: float32 again in the one-row packed layout, the layouts compared side by side; float32-sdpa and
-    # bfloat16-sdpa: each again with transformers' batched attention, the price of row-exact verification
+    # bfloat16-sdpa: each again with transformers' batched attention, the price of row-exact verification;
+    # bfloat16-unpadded: bf16 products of 1-4 rows computed as they come, not padded to 5
     precisions = (["float32", "bfloat16"] + (["int4"] if int4_available() else [])
-                  + ["float32-row", "float32-sdpa", "bfloat16-sdpa"])
+                  + ["float32-row", "float32-sdpa", "bfloat16-sdpa", "bfloat16-unpadded"])
     extra = ["--emulated"] if emulated else []
     assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
     if not int4_available():  # the optional extra is missing: said before any model loads
         assert cli.main(["precision-bench", "--precisions", "float32,int4", *extra]) == 2
-        assert "torchao, which is not installed" in capsys.readouterr().err
+        assert "needs torchao (not installed)" in capsys.readouterr().err
     argv = ["precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
             "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--precisions", ",".join(precisions),
             "--int4-group", "32", "--out", str(out), *extra]
@@ -213,6 +214,8 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert doc["kernels"]["bfloat16"][0].startswith("stock" if emulated else "oneDNN-packed")
     assert [k.endswith("block layout)") for k in doc["kernels"]["float32"]] == [True, True]
     assert [k.endswith("row layout)") for k in doc["kernels"]["float32-row"]] == [True, True]
+    padded = {p: ["padded to 5" in k for k in doc["kernels"][p]] for p in ("float32", "bfloat16", "bfloat16-unpadded")}
+    assert padded == {"float32": [False] * 2, "bfloat16": [not emulated] * 2, "bfloat16-unpadded": [False] * 2}
     assert {p: [a.split(" ")[0] for a in pair] for p, pair in doc["attention"].items()} == {
         p: ["sdpa", "sdpa"] if p.endswith("-sdpa") else ["row-exact", "row-exact"] for p in precisions}
     for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:

@@ -115,6 +115,37 @@ def test_bf16_packed_linear_matches_float32_within_bf16_rounding(bias, shape):
 
 
 @needs_bf16
+def test_bf16_products_of_few_rows_are_padded_and_each_row_ignores_the_others():
+    """A bf16 product of fewer than BF16_ROWS_FLOOR rows runs padded to it: the padding's outputs are dropped, each
+    row's output equals that row's inside a full block of as many rows whatever the block's other rows hold (so
+    padding picks a kernel, it does not change what a row computes), and it stays within bf16 rounding of the
+    unpadded product. Fewer than one row is refused."""
+    from thesis_lib.models.packing import BF16_ROWS_FLOOR, rows_floor
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1536, 896, bias=True).to(torch.bfloat16)
+    padded, plain = PackedLinear(lin, min_rows=BF16_ROWS_FLOOR), PackedLinear(lin)
+    assert "padded" in repr(padded) and "padded" not in repr(plain) and BF16_ROWS_FLOOR > 1
+    block = torch.randn(BF16_ROWS_FLOOR, 1536, dtype=torch.bfloat16)
+    full = padded(block)
+    for rows in range(1, BF16_ROWS_FLOOR):
+        x = torch.randn(rows, 1536, dtype=torch.bfloat16)
+        y = padded(x)
+        assert y.shape == (rows, 896)
+        mixed = torch.cat([x, block[rows:]])  # the same rows among other rows, in a block of the floor's size
+        assert torch.equal(y, padded(mixed)[:rows]) and torch.equal(y, plain(mixed)[:rows])
+        torch.testing.assert_close(y.double(), plain(x).double(), rtol=2 ** -7, atol=1e-2)
+    assert torch.equal(full, plain(block))  # a block of the floor's size or more runs as it comes
+    assert padded(torch.randn(2, 3, 1536, dtype=torch.bfloat16)).shape == (2, 3, 896)
+    assert rows_floor(torch.float32) == 1 and rows_floor(torch.bfloat16) == BF16_ROWS_FLOOR
+    assert rows_floor(torch.bfloat16, 1) == 1
+    with pytest.raises(ConfigError, match=">= 1"):
+        PackedLinear(lin, min_rows=0)
+    with pytest.raises(ConfigError, match=">= 1"):
+        pack_linears(torch.nn.Sequential(lin), floor=0)
+
+
+@needs_bf16
 def test_bf16_packing_keeps_a_tied_head_tied():
     from thesis_lib.models import tiny
 

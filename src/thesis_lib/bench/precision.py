@@ -21,7 +21,8 @@ What this module knows:
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
 ratios are the precision's effect alone (``float32-row``: the packed layout's effect; ``float32-sdpa`` and
-``bfloat16-sdpa``: the row-exact attention's price). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+``bfloat16-sdpa``: the row-exact attention's price; ``bfloat16-unpadded``: bf16 products of one to four rows
+computed unpadded, :data:`thesis_lib.models.packing.BF16_ROWS_FLOOR`). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
@@ -40,11 +41,8 @@ import torch
 
 from ..errors import ConfigError
 
-#: "float32-row" is float32 in the one-row packed layout (:data:`thesis_lib.models.packing.LAYOUTS`), the
-#: layout this project packed float32 in before the general one: both in one run compare the two layouts;
-#: "float32-sdpa" is float32 with transformers' batched attention instead of the row-exact one
-#: (:mod:`thesis_lib.models.attention`): both in one run give the price of exact verification ("bfloat16-sdpa": bf16's)
-PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa", "bfloat16-sdpa")
+#: the number formats and their variants (:data:`VARIANTS`; the module's docstring says what each pair measures)
+PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa", "bfloat16-sdpa", "bfloat16-unpadded")
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
 
@@ -56,25 +54,30 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-#: precisions that are another's number format with another packed layout or attention:
-#: name -> (dtype name, layout, attention)
-VARIANTS = {"float32-row": ("float32", "row", "auto"), "float32-sdpa": ("float32", "block", "sdpa"),
-            "bfloat16-sdpa": ("bfloat16", "block", "sdpa")}
+#: precisions that are another's number format with another packed layout (float32-row: the one-row layout this
+#: project packed float32 in first), attention (the -sdpa ones: transformers' batched attention, not the row-exact
+#: one) or bf16 rows floor (None: the loader's): name -> (dtype name, layout, attention, rows floor)
+VARIANTS = {"float32-row": ("float32", "row", "auto", None), "float32-sdpa": ("float32", "block", "sdpa", None),
+            "bfloat16-sdpa": ("bfloat16", "block", "sdpa", None), "bfloat16-unpadded": ("bfloat16", "block", "auto", 1)}
+
+
+def _variant(precision: str) -> tuple:  # (dtype name, layout, attention, rows floor) of any precision
+    return VARIANTS.get(precision, (precision, "block", "auto", None))
 
 
 def dtype_of(precision: str) -> str:
     """The torch dtype name a precision runs its float layers in (a variant's: its base format's, e.g. float32)."""
-    return VARIANTS.get(precision, (precision, "block", "auto"))[0]
+    return _variant(precision)[0]
 
 
 def layout_of(precision: str) -> str:
     """The packed layout a precision's float32 layers take ("float32-row": "row"; every other: "block")."""
-    return VARIANTS.get(precision, (precision, "block", "auto"))[1]
+    return _variant(precision)[1]
 
 
 def attention_of(precision: str) -> str:
     """The attention a precision loads with (the "-sdpa" variants: "sdpa"; every other: the loader's CPU default)."""
-    return VARIANTS.get(precision, (precision, "block", "auto"))[2]
+    return _variant(precision)[2]
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -100,8 +103,7 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
     if int4_group not in (32, 64, 128, 256):
         raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
     if "int4" in precisions and not int4_available():
-        raise ConfigError("--precisions int4 quantises the target with torchao, which is not installed: "
-                          "pip install -e '.[int4]' (torchao 0.18.0, part of the default environment).")
+        raise ConfigError("--precisions int4 needs torchao (not installed): pip install -e '.[int4]' (torchao 0.18.0).")
     if max_block < 1 or reps < 1:
         raise ConfigError(f"--max-block and --reps must be >= 1 (got {max_block}, {reps}).")
 
@@ -300,7 +302,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
     t0 = time.perf_counter()
     pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
                  else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress, layout=layout_of(p),
-                                        attention=attention_of(p)))
+                                        attention=attention_of(p), floor=_variant(p)[3]))
              for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)
@@ -355,8 +357,7 @@ def int4_pair(target: str, draft: str, *, group_size: int = INT4_GROUP, progress
     from ..models import loading
     from ..models.specs import QUANT_SUFFIXES
 
-    spec = target if target.endswith("@int4") else f"{target}@int4"
-    saved = QUANT_SUFFIXES["int4"]
+    spec, saved = (target if target.endswith("@int4") else f"{target}@int4"), QUANT_SUFFIXES["int4"]
     QUANT_SUFFIXES["int4"] = {**saved, "group_size": int(group_size)}
     try:
         return loading.load_pair(spec, draft, dtype="bfloat16", progress=progress)

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
 from . import embedl, virtual
-from .packing import bf16_packing_available, check_layout, layout_for, pack_linears, packing_available
+from .packing import bf16_packing_available, check_layout, layout_for, pack_linears, packing_available, rows_floor
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
 
@@ -216,12 +216,13 @@ def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str |
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
                progress: bool = True, pack: bool | None = None, layout: str = "block",
-               attention: str = "auto") -> LoadedModel:
+               attention: str = "auto", floor: int | None = None) -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
     (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. ``layout``:
-    the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block").
+    the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block");
+    ``floor``: the fewest rows a packed bfloat16 product computes with (:func:`~thesis_lib.models.packing.rows_floor`).
     ``attention`` (:data:`~thesis_lib.models.attention.MODES`; "auto": "exact" on a CPU, the model's own elsewhere):
     "exact" makes a block of new tokens attend as one-token steps do, bit for bit (:mod:`~thesis_lib.models.attention`);
     ``info["rows_exact"]`` says whether this CPU's kernels compute a block's rows as single rows (probed).
@@ -232,6 +233,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_layout(layout)
+    rows_floor(torch.bfloat16, floor)
     resolved_attention(attention, device)
     quantized = check_quantization(spec)
     load_time = bool(quantized and quantized.get("load_time"))
@@ -260,19 +262,22 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
-    packed = pack_linears(model, layout) if pack and (quantized is None or load_time) else 0
+    packed = pack_linears(model, layout, floor) if pack and (quantized is None or load_time) else 0
+    floor_rows = rows_floor(torch.bfloat16, floor) if packed and model.dtype == torch.bfloat16 else 1
+    padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
     attention = resolved_attention(attention, device)
     info = {"attention": (attn.use(model, attention) if attention in attn.MODES
                           else str(model.config._attn_implementation)),
             "rows_exact": attn.rows_exact(model) if device == "cpu" and not on_virtual else None,
             "load_seconds": round(time.perf_counter() - t0, 2),
-            "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, {layout_for(torch_dtype, layout)} layout)"
+            "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, {layout_for(torch_dtype, layout)} layout{padded})"
                             if packed else "stock"),
+            "rows_floor": floor_rows,
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
     if load_time:
         info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} of {n_body} linear layers, group "
                                f"{quantized['group_size']}), " + (f"oneDNN-packed bf16 for the rest ({packed} layers, "
-                                                                  "the head included)" if packed else "stock bf16 for the rest"))
+                                                                  f"the head included{padded})" if packed else "stock bf16 for the rest"))
         info["dtype_reason"] = "bfloat16 activations: the int4 kernel's input precision"
     elif dtype == "auto" and device == "cpu":
         from .cpu import auto_dtype
@@ -324,9 +329,12 @@ def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "ta
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
               pack: bool | None = None, layout: str = "block",
-              attention: str = "auto") -> tuple[LoadedModel, LoadedModel]:
+              attention: str = "auto", floor: int | None = None) -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
+    import torch
+
     check_layout(layout)
+    rows_floor(torch.bfloat16, floor)
     resolved_attention(attention, device)
     resolved_attention(attention, draft_device or device)
     check_available(target)
@@ -341,7 +349,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
     tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack,
-                     layout=layout, attention=attention)
+                     layout=layout, attention=attention, floor=floor)
     drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack,
-                     layout=layout, attention=attention)
+                     layout=layout, attention=attention, floor=floor)
     return tgt, drf

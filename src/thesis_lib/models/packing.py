@@ -45,6 +45,17 @@ from ..errors import ConfigError
 
 #: the packed layouts: "block" (oneDNN's general layout, float32 and bfloat16) and "row" (float32, one-row layout)
 LAYOUTS = ("block", "row")
+#: The fewest rows a bfloat16 product is computed with: a product of fewer rows (a one-token step, a short verified
+#: block) is padded with zero rows to this many and the padding's outputs dropped. Why (measured 2026-11-24 on the
+#: 2-core AVX-512 BF16 EPYC, oneDNN 3.12's ``brg_matmul:avx512_core_bf16``, the 1.5B target's 196 body products,
+#: medians of 9 interleaved passes): one row costs 103 ms, two 113, five 87 (0.85 of one row), nine 108; so the
+#: kernel reads the weights faster for 4 to 6 rows than for one or two, and a padded one-token step of the whole
+#: target took 135 ms against 158 unpadded (0.86x; the draft's 50 against 53). Padded, the bf16 kernels also
+#: compute each row of a block of 2 to 13 rows bit for bit as that row alone (:func:`thesis_lib.models.attention.rows_exact`
+#: on both embedded models: unpadded they did not), so with row-exact attention a verified block equals one-token steps
+#: in bf16 too. ``precision-bench --precisions bfloat16,bfloat16-unpadded`` measures the two side by side on whole
+#: models. float32 products are not padded.
+BF16_ROWS_FLOOR = 5
 
 
 def packing_available() -> bool:
@@ -66,14 +77,18 @@ class PackedLinear(nn.Module):
     """``y = x @ W.T + b`` with W held in oneDNN's packed layout (CPU; float32 or bfloat16, the layer's own).
 
     ``keep_weight`` keeps the dense weight too (a head tied to the input embedding: :attr:`weight` then returns
-    the embedding itself, no copy). ``layout``: one of :data:`LAYOUTS` ("row" is for float32 only)."""
+    the embedding itself, no copy). ``layout``: one of :data:`LAYOUTS` ("row" is for float32 only). ``min_rows``
+    ("block" layout): a product of fewer rows is computed padded with zero rows to this many (:data:`BF16_ROWS_FLOOR`);
+    each row's output is the same whatever the other rows hold, so padding changes which kernel runs, not the model."""
 
-    def __init__(self, linear: nn.Linear, keep_weight: bool = False, layout: str = "block"):
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False, layout: str = "block", min_rows: int = 1):
         super().__init__()
         w = linear.weight.detach()
         check_layout(layout, w.dtype)
+        if min_rows < 1:
+            raise ConfigError(f"min_rows must be >= 1, got {min_rows}.")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.out_dtype, self.layout = w.dtype, layout
+        self.out_dtype, self.layout, self.min_rows = w.dtype, layout, min_rows
         # the tied Parameter itself (a plain attribute, so that it is not registered a second time)
         object.__setattr__(self, "dense_weight", linear.weight if keep_weight else None)
         if layout == "block":
@@ -89,12 +104,16 @@ class PackedLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         if self.layout == "block":
+            rows = x2.shape[0]
+            x2 = x2.to(self.out_dtype)
+            if rows < self.min_rows:
+                x2 = torch.cat([x2, x2.new_zeros(self.min_rows - rows, self.in_features)])
             # Under autograd these oneDNN calls are ~100x slower (measured: 66 ms instead of 0.6 ms per layer),
             # and inference never needs their gradients.
             with torch.no_grad():
-                y = torch.ops.mkldnn._linear_pointwise(x2.to(self.out_dtype).contiguous(), self.packed_weight,
-                                                       self.packed_bias, "none", [], "")
-            return y.reshape(*lead, self.out_features)
+                y = torch.ops.mkldnn._linear_pointwise(x2.contiguous(), self.packed_weight, self.packed_bias,
+                                                       "none", [], "")
+            return y[:rows].reshape(*lead, self.out_features)
         y = torch._C._nn.mkldnn_linear(x2.float().to_mkldnn(), self.packed_weight, self.packed_bias).to_dense()
         return y.reshape(*lead, self.out_features).to(self.out_dtype)
 
@@ -113,8 +132,9 @@ class PackedLinear(nn.Module):
         return self.packed_weight.to_dense().to(self.out_dtype)
 
     def extra_repr(self) -> str:
+        pad = f", products of fewer than {self.min_rows} rows padded" if self.min_rows > 1 else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"packed=oneDNN {str(self.out_dtype).replace('torch.', '')} {self.layout} layout")
+                f"packed=oneDNN {str(self.out_dtype).replace('torch.', '')} {self.layout} layout{pad}")
 
 
 def check_layout(layout: str, dtype: torch.dtype = torch.float32) -> None:
@@ -142,7 +162,15 @@ def is_packed(module: nn.Module) -> bool:
     return any(isinstance(m, PackedLinear) for m in module.modules())
 
 
-def pack_linears(module: nn.Module, layout: str = "block") -> int:
+def rows_floor(dtype: torch.dtype, floor: int | None = None) -> int:
+    """The fewest rows a packed layer of ``dtype`` computes with: bfloat16 ``floor`` (None: :data:`BF16_ROWS_FLOOR`),
+    float32 1."""
+    if floor is not None and floor < 1:
+        raise ConfigError(f"The rows floor must be >= 1, got {floor}.")
+    return (BF16_ROWS_FLOOR if floor is None else floor) if dtype == torch.bfloat16 else 1
+
+
+def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = None) -> int:
     """Replace every float32 (and, where :func:`bf16_packing_available`, bfloat16) ``nn.Linear`` below
     ``module`` (on CPU) by a :class:`PackedLinear`; return how many.
 
@@ -151,8 +179,9 @@ def pack_linears(module: nn.Module, layout: str = "block") -> int:
     Pages of a memory-mapped safetensors file that a packed weight came from leave the resident set as soon as
     it is packed, and freed heap memory is handed back afterwards (:func:`release_freed_memory`): the process
     holds the packed model, not the model twice. ``layout``: see :data:`LAYOUTS` (bfloat16 layers always take
-    "block")."""
+    "block"). ``floor``: bfloat16 layers' fewest rows per product (:func:`rows_floor`)."""
     check_layout(layout)
+    rows_floor(torch.bfloat16, floor)
     keep = frozenset()  # weights whose dense tensor stays beside the packed copy
     get_in, get_out = getattr(module, "get_input_embeddings", None), getattr(module, "get_output_embeddings", None)
     out = get_out() if get_out is not None else None
@@ -161,12 +190,12 @@ def pack_linears(module: nn.Module, layout: str = "block") -> int:
     elif out is not None and isinstance(out, nn.Linear) and out.weight.dtype == torch.bfloat16:
         keep = frozenset({id(out.weight)})  # a bf16 head keeps its dense rows too: the greedy head refines with them
     dtypes = {torch.float32} | ({torch.bfloat16} if bf16_packing_available() else set())
-    count = _pack(module, _file_maps(), keep, dtypes, layout)
+    count = _pack(module, _file_maps(), keep, dtypes, layout, floor)
     release_freed_memory()
     return count
 
 
-def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: str) -> int:
+def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: str, floor: int | None) -> int:
     count = 0
     for name, child in list(module.named_children()):
         if (isinstance(child, nn.Linear) and child.weight.dtype in dtypes and child.weight.device.type == "cpu"
@@ -174,12 +203,14 @@ def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: s
             kept = id(child.weight) in keep
             if kept and child.weight.dtype == torch.float32:
                 continue  # a tied float32 head: F.linear on the embedding, no second copy
-            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=layout_for(child.weight.dtype, layout)))
+            dtype = child.weight.dtype
+            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=layout_for(dtype, layout),
+                                               min_rows=rows_floor(dtype, floor)))
             if not kept:
                 _drop_file_pages(child.weight, maps)
             count += 1
         else:
-            count += _pack(child, maps, keep, dtypes, layout)
+            count += _pack(child, maps, keep, dtypes, layout, floor)
     return count
 
 
