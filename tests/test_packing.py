@@ -145,6 +145,40 @@ def test_bf16_products_of_few_rows_are_padded_and_each_row_ignores_the_others():
         pack_linears(torch.nn.Sequential(lin), floor=0)
 
 
+def _file_rss_kb(path) -> int:
+    """This process' resident kB of its mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps", encoding="utf-8"):
+        first = line.split()[0]
+        if "-" in first and not first.endswith(":"):  # a mapping's header line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and first == "Rss:":
+            total += int(line.split()[1])
+    return total
+
+
+@needs_bf16
+def test_packing_hands_back_the_file_pages_of_rows_read_a_few_at_a_time(tmp_path):
+    """A bf16 model loaded from safetensors (memory-mapped): after packing, the pages of its input embedding and of
+    its head's dense rows leave the resident set (the packed weights' pages already did), and the rows read back
+    from the file are unchanged."""
+    from transformers import AutoModelForCausalLM
+
+    from thesis_lib.models import tiny
+
+    tiny.tiny_model("qwen2", seed=1, hidden=256, vocab_size=4096, dtype=torch.bfloat16).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    saved = (emb.detach().clone(), head.detach().clone())
+    before = _file_rss_kb(tmp_path / "model.safetensors")
+    assert before >= 2 * 4096 * 256 * 2 // 1024 * 0.9  # embedding and head (4 MiB) resident after loading
+    assert pack_linears(model) > 0
+    after = _file_rss_kb(tmp_path / "model.safetensors")
+    assert after < 0.1 * before, (before, after)
+    assert torch.equal(emb, saved[0]) and torch.equal(model.get_output_embeddings().weight, saved[1])
+    assert _file_rss_kb(tmp_path / "model.safetensors") > after  # read back from the file as they were touched
+
+
 @needs_bf16
 def test_bf16_packing_keeps_a_tied_head_tied():
     from thesis_lib.models import tiny
