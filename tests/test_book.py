@@ -648,6 +648,35 @@ def test_the_layout_verdict_reads_both_ways():
     assert "float32-row" not in str(precision.summary(doc, 0.5))  # its own keys only, no hyphenated extras
     assert all(v != v for v in precision.layouts({**doc, "precisions": ["float32"]}).values())
     assert precision.float32_layout(doc) == "general"
+
+
+def test_the_padding_verdict_reads_both_ways():
+    """Chapter 2's padding sentence: the step is called faster padded only where the padded step is shorter, and
+    decoding faster only where FlashHead deferred spends fewer milliseconds per token padded; swapped numbers swap
+    the words; a missing document or missing end-to-end runs say what is not measured. The committed document's
+    padded entries are its bfloat16 ones, its unpadded entries bfloat16-unpadded's, and the summary keeps no
+    hyphenated extras."""
+    from thesis_lib.analysis import precision, verdicts
+
+    helps = verdicts.padding_effect(100.0, 130.0, 110.0, 120.0)
+    assert helps == ("padding makes the target's one-token step 1.30 times as fast, and FlashHead deferred decodes "
+                     "faster padded (110 against 120 ms per token)")
+    hurts = verdicts.padding_effect(140.0, 130.0, 125.0, 120.0)
+    assert "slower (140 against 130 ms)" in hurts and "decodes slower padded (125 against 120" in hurts
+    assert "not measured here" in verdicts.padding_effect(float("nan"), 130.0, 110.0, 120.0)
+    assert "decoded nothing end to end" in verdicts.padding_effect(100.0, 130.0, float("nan"), 120.0)
+    doc = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
+    got = precision.padding(doc)
+    assert "bfloat16-unpadded" in doc["precisions"]
+    assert got["pad_step_ms_padded"] == doc["verify"]["target/bfloat16"]["ms"]["1"]
+    assert got["pad_draft_step_ms_unpadded"] == doc["verify"]["draft/bfloat16-unpadded"]["ms"]["1"]
+    assert got["pad_target_ratio_unpadded"] == doc["ratios"]["bfloat16-unpadded"]["target_step"]
+    unp = doc["end_to_end"]["summary"]["bfloat16-unpadded"]
+    assert math.isclose(got["pad_flash_ms_token_unpadded"] * unp["vs_baseline"]["flash_deferred"]["speedup_pooled"],
+                        unp["baseline_ms_per_token"])
+    assert "unpadded" not in str(precision.summary(doc, 0.5))
+    assert all(v != v for v in precision.padding({**doc, "precisions": ["bfloat16"]}).values())
+    assert all(v != v for v in precision.padding(None).values())
     # a document from before layouts were named (the AVX-512 one until 2026-11-24) ran float32 one-row
     old = {**doc, "kernels": {"float32": ["oneDNN-packed (197 linear layers)", "oneDNN-packed (169 linear layers)"]}}
     assert precision.float32_layout(old) == "one-row" and precision.machine(old)["float32_layout"] == "one-row"

@@ -16,7 +16,8 @@ What this module knows:
   document.
 - :func:`layouts`: float32 in oneDNN's general packed layout beside the one-row layout (``precision-bench
   --precisions float32,float32-row``): what each costs per step and per verified block, and what FlashHead deferred
-  makes of it.
+  makes of it. :func:`padding`: the same for bf16 products of one to four rows padded to five or not
+  (``bfloat16`` beside ``bfloat16-unpadded``).
 """
 
 from __future__ import annotations
@@ -191,4 +192,28 @@ def layouts(doc: dict | None) -> dict:
         out[f"layout_step_ms_{lay}"] = float(doc["verify"][f"target/{p}"]["ms"]["1"])
         out[f"layout_verify5_{lay}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
         out.update({f"layout_{k}_{lay}": v for k, v in (flash_costs(doc, p) or {}).items()})
+    return out
+
+
+#: The glued keys of :func:`padding`: per variant ("padded": bfloat16 as loaded now, "unpadded": ``bfloat16-unpadded``).
+PADDING_KEYS = tuple(f"pad_{k}_{v}" for v in ("padded", "unpadded") for k in ("step_ms", "draft_step_ms", "verify5",
+                                                                              "measured", "base_ms_token",
+                                                                              "flash_ms_token", "target_ratio"))
+
+
+def padding(doc: dict | None) -> dict:
+    """From a document with ``bfloat16`` and ``bfloat16-unpadded``: each variant's target and draft step (ms), a
+    block of five over one step, the target step's ratio over float32's (where float32 was measured), FlashHead
+    deferred over target-only (pooled) and both modes' ms per token; nan each where the document (or one of the
+    two) is missing."""
+    out = {key: float("nan") for key in PADDING_KEYS}
+    if doc is None or not {"bfloat16", "bfloat16-unpadded"} <= set(doc["precisions"]):
+        return out
+    for v, p in (("padded", "bfloat16"), ("unpadded", "bfloat16-unpadded")):
+        out[f"pad_step_ms_{v}"] = float(doc["verify"][f"target/{p}"]["ms"]["1"])
+        out[f"pad_draft_step_ms_{v}"] = float(doc["verify"][f"draft/{p}"]["ms"]["1"])
+        out[f"pad_verify5_{v}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
+        if p in (doc.get("ratios") or {}):
+            out[f"pad_target_ratio_{v}"] = float(doc["ratios"][p]["target_step"])
+        out.update({f"pad_{k}_{v}": val for k, val in (flash_costs(doc, p) or {}).items()})
     return out

@@ -268,6 +268,21 @@ def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: f
             f"so speculative decoding is faster in the {faster} layout here")
 
 
+def padding_effect(step_padded: float, step_unpadded: float, ms_padded: float, ms_unpadded: float) -> str:
+    """What padding bf16 products of one to four rows to five does: the target's one-token step (ms) and
+    FlashHead deferred's milliseconds per token, padded and unpadded (nan: not measured)."""
+    if step_padded != step_padded or step_unpadded != step_unpadded:
+        return "the document comparing the two is missing, so this is not measured here"
+    step = (f"padding makes the target's one-token step {step_unpadded / step_padded:.2f} times as fast"
+            if step_padded < step_unpadded else
+            f"padding makes the target's one-token step slower ({step_padded:.0f} against {step_unpadded:.0f} ms)")
+    if ms_padded != ms_padded or ms_unpadded != ms_unpadded:
+        return step + "; the document decoded nothing end to end, so its effect on decoding is not measured"
+    faster = "faster" if ms_padded < ms_unpadded else "slower"
+    return (f"{step}, and FlashHead deferred decodes {faster} padded ({ms_padded:.0f} against {ms_unpadded:.0f} "
+            "ms per token)")
+
+
 #: The settings :func:`fastest_setting` names, in its arguments' order.
 SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
                  ("target-only decoding", "FlashHead deferred"))
@@ -314,6 +329,8 @@ RULES = {
         "layout_effect": (layout_effect, ("layout_step_ms_block", "layout_step_ms_row", "layout_verify5_block",
                                           "layout_verify5_row", "layout_measured_block", "layout_measured_row",
                                           "layout_flash_ms_token_block", "layout_flash_ms_token_row")),
+        "pad_effect": (padding_effect, ("pad_step_ms_padded", "pad_step_ms_unpadded", "pad_flash_ms_token_padded",
+                                        "pad_flash_ms_token_unpadded")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },
@@ -338,6 +355,8 @@ RULES = {
         "ceiling_spread": (ceiling_vs_spread, ("head_ceiling", "flash_dense_p25", "flash_dense_p75")),
         "prec_int4_effect": (int4_effect, ("prec_verify5_int4", "prec_verify5_bfloat16", "prec_measured_int4",
                                            "prec_measured_bfloat16")),
+        "pad_effect": (padding_effect, ("pad_step_ms_padded", "pad_step_ms_unpadded", "pad_flash_ms_token_padded",
+                                        "pad_flash_ms_token_unpadded")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },
