@@ -136,6 +136,11 @@ def test_bf16_products_of_few_rows_are_padded_and_each_row_ignores_the_others():
         assert torch.equal(y, padded(mixed)[:rows]) and torch.equal(y, plain(mixed)[:rows])
         torch.testing.assert_close(y.double(), plain(x).double(), rtol=2 ** -7, atol=1e-2)
     assert torch.equal(full, plain(block))  # a block of the floor's size or more runs as it comes
+    with torch.profiler.profile(record_shapes=True) as prof:  # what the kernel is handed: the padded block
+        padded(torch.randn(1, 1536, dtype=torch.bfloat16))
+        plain(torch.randn(1, 1536, dtype=torch.bfloat16))
+    shapes = [e.input_shapes[0] for e in prof.events() if e.name == "mkldnn::_linear_pointwise"]
+    assert shapes == [[BF16_ROWS_FLOOR, 1536], [1, 1536]], shapes
     assert padded(torch.randn(2, 3, 1536, dtype=torch.bfloat16)).shape == (2, 3, 896)
     assert rows_floor(torch.float32) == 1 and rows_floor(torch.bfloat16) == BF16_ROWS_FLOOR
     assert rows_floor(torch.bfloat16, 1) == 1
@@ -177,6 +182,31 @@ def test_packing_hands_back_the_file_pages_of_rows_read_a_few_at_a_time(tmp_path
     assert after < 0.1 * before, (before, after)
     assert torch.equal(emb, saved[0]) and torch.equal(model.get_output_embeddings().weight, saved[1])
     assert _file_rss_kb(tmp_path / "model.safetensors") > after  # read back from the file as they were touched
+
+
+@needs_bf16
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_tied_head_keeps_its_pages_where_it_reads_them_all(tmp_path, dtype):
+    """A head tied to the input embedding: in bf16 its packed copy does the products, so the embedding's pages
+    leave like an untied model's; in float32 the head is that embedding, read in full at every step (not packed),
+    so its pages stay. Either way the head stays tied and its values unchanged."""
+    from transformers import AutoModelForCausalLM
+
+    from thesis_lib.models import tiny
+
+    tiny.tiny_model("qwen3", seed=2, hidden=256, vocab_size=4096, tied=True, dtype=dtype).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype)
+    emb = model.get_input_embeddings().weight
+    saved = emb.detach().clone()
+    before = _file_rss_kb(tmp_path / "model.safetensors")
+    assert before >= 4096 * 256 * emb.element_size() // 1024 * 0.9
+    assert pack_linears(model) > 0
+    after = _file_rss_kb(tmp_path / "model.safetensors")
+    if dtype == torch.bfloat16:
+        assert after < 0.1 * before and model.get_output_embeddings().weight is emb, (before, after)
+    else:
+        assert after >= 4096 * 256 * 4 // 1024 * 0.9 and model.get_output_embeddings().weight is emb, (before, after)
+    assert torch.equal(emb, saved)
 
 
 @needs_bf16

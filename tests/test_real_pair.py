@@ -17,9 +17,10 @@ pytestmark = pytest.mark.real
 #: The models run in the precision ``DTYPE: auto`` picks (bfloat16 on a CPU with AVX-512 BF16, else float32),
 #: with row-exact attention (models.attention). Where the packed layers compute a block's rows as single
 #: rows (the loader probes it: info["rows_exact"]; true on the AVX2 EPYC), a verified block then computes what
-#: one-token steps compute, so speculative output must equal target-only output token for token. The packed bfloat16
-#: kernels do not (measured on the AVX-512 BF16 EPYC: in the target's first block a few outputs of a block of 2 to 17
-#: rows differ from single rows by one bf16 rounding step): a divergence is allowed there only at a near tie of the target's top two
+#: one-token steps compute, so speculative output must equal target-only output token for token. Packed bfloat16
+#: does so padded (models.packing.BF16_ROWS_FLOOR: the probe holds on the AVX-512 BF16 EPYC); unpadded it did not
+#: (a few outputs of a block of 2 to 17 rows one bf16 rounding step off single rows). Where the probe fails, a
+#: divergence is allowed only at a near tie of the target's top two
 #: unrounded logits (magnitude ~10 to 30 here), closer than BF16_NEAR_TIE of the top logit (four bf16 rounding
 #: steps of the hidden state; the greedy head re-scores near-tied tokens unrounded, heads.dense). REAL_NEAR_TIE
 #: is float32's allowance under transformers' batched attention, kept for that case.

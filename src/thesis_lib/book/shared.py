@@ -26,6 +26,7 @@ from ..bench.modes import variant
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
+from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available
 from .params import ROOT, Params, selected_prompts
 
 
@@ -40,6 +41,13 @@ def exact_attention(device: str, draft_device: str | None) -> bool:
     return "exact" in {loading.resolved_attention("auto", d) for d in (device, draft_device or device)}
 
 
+def padded_bf16(dtype: str, device: str) -> bool:
+    """Whether a run in ``dtype`` on ``device`` packs bf16 layers padded to :data:`BF16_ROWS_FLOOR` rows (a CPU
+    whose oneDNN packs bf16, and a dtype that is or resolves to bfloat16)."""
+    return (device == "cpu" and loading.resolved_dtype(dtype, device) == "bfloat16" and bf16_packing_available()
+            and BF16_ROWS_FLOOR > 1)
+
+
 def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
@@ -48,6 +56,8 @@ def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.Bench
         doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
     if exact_attention(cfg.device, cfg.draft_device):  # runs before row-exact attention are not reused
         doc["attention"] = "exact"
+    if padded_bf16(cfg.dtype, cfg.device):  # bf16 runs before products were padded are not reused
+        doc["bf16_rows_floor"] = BF16_ROWS_FLOOR
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
@@ -209,6 +219,8 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
     if exact_attention(p.device, p.draft_device):  # documents measured before row-exact attention: not reused
         key = {**key, "attention": "exact"}
+    if padded_bf16(p.dtype, p.device):  # bf16 documents from before products were padded: not reused
+        key = {**key, "bf16_rows_floor": BF16_ROWS_FLOOR}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))

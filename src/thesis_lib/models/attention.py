@@ -3,7 +3,8 @@
 Why this exists. Greedy speculative decoding is lossless in exact arithmetic; in floating point it is lossless
 only if verifying a block of K + 1 tokens computes each position exactly as target-only decoding computes it,
 one token at a time. The packed linear layers already did on the 2-core AVX2 EPYC this was measured on (float32
-in oneDNN's general layout, and torchao's int4 kernel: each output row of a block equalled the one-row product;
+in oneDNN's general layout, and torchao's int4 kernel: each output row of a block equalled the one-row product; on
+the AVX-512 BF16 EPYC packed bfloat16 does so once products of fewer than five rows are padded to five;
 :func:`rows_exact` probes a loaded model's kernels, since another CPU or thread count may differ), but attention
 did not: transformers hands a block that follows a cache to PyTorch's scaled-dot-product
 attention with an explicit causal mask (and, for grouped-query models, repeated key/value heads), where a single

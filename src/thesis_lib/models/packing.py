@@ -105,12 +105,12 @@ class PackedLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         if self.layout == "block":
             rows = x2.shape[0]
-            x2 = x2.to(self.out_dtype)
-            if rows < self.min_rows:
-                x2 = torch.cat([x2, x2.new_zeros(self.min_rows - rows, self.in_features)])
             # Under autograd these oneDNN calls are ~100x slower (measured: 66 ms instead of 0.6 ms per layer),
             # and inference never needs their gradients.
             with torch.no_grad():
+                x2 = x2.to(self.out_dtype)
+                if rows < self.min_rows:
+                    x2 = torch.cat([x2, x2.new_zeros(self.min_rows - rows, self.in_features)])
                 y = torch.ops.mkldnn._linear_pointwise(x2.contiguous(), self.packed_weight, self.packed_bias,
                                                        "none", [], "")
             return y[:rows].reshape(*lead, self.out_features)
@@ -200,9 +200,9 @@ def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = N
         emb = get_in().weight
         tied = out is not None and out.weight is emb
         if not (tied and emb.dtype == torch.float32):  # a float32 tied head reads every row at every step
-            _drop_file_pages(emb, maps)
-        if out is not None and not tied and id(out.weight) in keep:
-            _drop_file_pages(out.weight, maps)
+            _drop_file_pages(emb, maps, in_use=True)
+        if out is not None and not tied and isinstance(get_out(), PackedLinear) and id(out.weight) in keep:
+            _drop_file_pages(out.weight, maps, in_use=True)
     release_freed_memory()
     return count
 
@@ -241,11 +241,13 @@ def _file_maps() -> list[tuple[int, int]]:
     return out
 
 
-def _drop_file_pages(t: torch.Tensor, maps: list[tuple[int, int]]) -> None:
+def _drop_file_pages(t: torch.Tensor, maps: list[tuple[int, int]], in_use: bool = False) -> None:
     """If ``t`` lies in a private mapping of a safetensors file, tell the kernel its pages are not needed
     (``MADV_DONTNEED``): they leave this process' resident memory now, not when the whole file is unmapped.
     Only whole pages inside ``t`` of a file mapping qualify: touched again they are read back from the file,
-    and ``t`` is no longer used once packed; anonymous memory is never advised (it would lose its contents)."""
+    and ``t`` is no longer used once packed; anonymous memory is never advised (it would lose its contents).
+    ``in_use`` (a tensor still read, a few rows at a time): ``MADV_PAGEOUT`` instead, which reclaims clean file
+    pages the same way but never discards a page this process wrote (such a page would go to swap, or stay)."""
     import ctypes
     import os
 
@@ -257,7 +259,7 @@ def _drop_file_pages(t: torch.Tensor, maps: list[tuple[int, int]]) -> None:
     a, b = -(-start // page) * page, end // page * page
     if b > a:
         try:
-            ctypes.CDLL(None).madvise(ctypes.c_void_p(a), ctypes.c_size_t(b - a), 4)  # 4: MADV_DONTNEED
+            ctypes.CDLL(None).madvise(ctypes.c_void_p(a), ctypes.c_size_t(b - a), 21 if in_use else 4)  # PAGEOUT, DONTNEED
         except (OSError, AttributeError):
             pass
 
