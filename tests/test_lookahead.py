@@ -143,3 +143,25 @@ def test_bad_policy_and_depth_are_refused(tiny_models):
     model, head = _draft(tiny_models)
     with pytest.raises(ConfigError, match="depth"):
         la.draft_lookahead(model, head, [([1, 2], [3])], depth=0, progress=False)
+
+
+@pytest.mark.parametrize("k", [2, 4, 6])
+def test_a_walk_over_outputs_that_eos_ended_has_the_loops_rounds_given_the_limit(tiny_models, rows, k):
+    """Outputs that end at an EOS token before the limit: the loop, not knowing where they end, drafts full blocks
+    up to the limit, so the walk matches its rounds, drafted and accepted tokens given ``max_new_tokens``; capping
+    blocks at the output's own end instead (the walk without the limit) drafts fewer tokens than the loop did."""
+    model, _ = _draft(tiny_models)
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    gens, cut = [], []
+    for p, r in zip(PROMPTS, rows):
+        eos = r["target"][18]  # a token of the output: the output ends at its first occurrence from here on
+        gen = speculative_generate(target, ModelDrafter(model, vocab_limit=TINY_VOCAB), p, k=k, max_new_tokens=30,
+                                   eos_ids=[eos], deferred=True)
+        end = r["target"].index(eos) + 1
+        assert gen.tokens == r["target"][:end] and end < 30  # it did end at EOS, before the limit
+        gens.append(gen)
+        cut.append({key: r[key][:end] for key in ("tokens", "probs", "lookup", "target")})
+    sim = la.simulate(cut, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS, max_new_tokens=30)
+    assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
+    capped = la.simulate(cut, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS)
+    assert capped["drafted"] < sim["drafted"]

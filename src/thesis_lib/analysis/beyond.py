@@ -36,13 +36,15 @@ def best_codesign(doc: dict) -> dict:
     return max(doc["rows"], key=lambda r: r["tokens_per_s"])
 
 
-def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid) -> dict:
+def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid,
+                      max_new_tokens: int | None = None) -> dict:
     """Block-length policies walked over the calibration lookahead with the co-design sweep's measured costs
     (the FlashHead draft at its default setting): fixed K = 1..``k_max``, the confidence threshold over
     ``stop_below_grid`` (alone and with the free lookup), and the clairvoyant oracle (alone, with the lookup,
     with a free head, with a free draft). ``look`` is the calibration lookahead, ``doc`` the co-design sweep.
     Speedups are over the modelled target-only time. The tuned threshold (``tuned_stop_below``) is the grid's
-    best without the lookup."""
+    best without the lookup. ``max_new_tokens``: the loop's limit, which caps blocks near the end as the loop does
+    (:func:`thesis_lib.analysis.lookahead.simulate`)."""
     costs = doc["costs"]
     rows, verify = look["rows"], costs["verify_ms"]
     step = costs["body_ms"] + default_row(doc)["head_ms"]
@@ -54,10 +56,10 @@ def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid) -> 
             out.update(mean_block=res["drafted"] / res["rounds"], accepted_share=res["accepted"] / res["drafted"])
         return out
 
-    fixed = [entry(la.simulate(rows, la.fixed_policy(k), step_ms=step, verify_ms=verify), k=k)
-             for k in range(1, k_max + 1)]
-    thresholds = [entry(la.simulate(rows, la.threshold_policy(t, k_max), step_ms=step, verify_ms=verify,
-                                    lookup=lookup), stop_below=t, lookup=lookup)
+    walk = dict(step_ms=step, verify_ms=verify, max_new_tokens=max_new_tokens)
+    fixed = [entry(la.simulate(rows, la.fixed_policy(k), **walk), k=k) for k in range(1, k_max + 1)]
+    thresholds = [entry(la.simulate(rows, la.threshold_policy(t, k_max), lookup=lookup, **walk), stop_below=t,
+                        lookup=lookup)
                   for lookup in (False, True) for t in stop_below_grid]
     oracles = {name: entry(la.oracle(rows, step_ms=s, verify_ms=verify, k_max=k_max, lookup=lk))
                for name, s, lk in (("oracle", step, False), ("oracle_lookup", step, True),
@@ -86,8 +88,8 @@ def walk_check(sim: dict, look: dict, run, stop_below: float):
                 "flash_deferred_sk": (la.threshold_policy(stop_below, cap), False),
                 "hybrid_deferred_sk": (la.threshold_policy(stop_below, cap), True)}
     verify = sim["verify_ms"]
-    modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=verify, lookup=lk)
-                for m, (pol, lk) in policies.items()}
+    modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=verify, lookup=lk,
+                               max_new_tokens=run.config["max_new_tokens"]) for m, (pol, lk) in policies.items()}
     pooled = mode_table(run).set_index("Mode")["Speedup (pooled)"]
     rows = []
     for m, sim_m in modelled.items():
