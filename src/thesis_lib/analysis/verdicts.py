@@ -355,8 +355,6 @@ RULES = {
         "ceiling_spread": (ceiling_vs_spread, ("head_ceiling", "flash_dense_p25", "flash_dense_p75")),
         "prec_int4_effect": (int4_effect, ("prec_verify5_int4", "prec_verify5_bfloat16", "prec_measured_int4",
                                            "prec_measured_bfloat16")),
-        "pad_effect": (padding_effect, ("pad_step_ms_padded", "pad_step_ms_unpadded", "pad_flash_ms_token_padded",
-                                        "pad_flash_ms_token_unpadded")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },
