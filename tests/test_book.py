@@ -658,13 +658,17 @@ def test_the_padding_verdict_reads_both_ways():
     hyphenated extras."""
     from thesis_lib.analysis import precision, verdicts
 
-    helps = verdicts.padding_effect(100.0, 130.0, 110.0, 120.0)
-    assert helps == ("padding makes the target's one-token step 1.30 times as fast, and FlashHead deferred decodes "
-                     "faster padded (110 against 120 ms per token)")
-    hurts = verdicts.padding_effect(140.0, 130.0, 125.0, 120.0)
-    assert "slower (140 against 130 ms)" in hurts and "decodes slower padded (125 against 120" in hurts
-    assert "not measured here" in verdicts.padding_effect(float("nan"), 130.0, 110.0, 120.0)
-    assert "decoded nothing end to end" in verdicts.padding_effect(100.0, 130.0, float("nan"), 120.0)
+    helps = verdicts.padding_effect(100.0, 130.0, 120.0, 150.0, 110.0, 120.0)
+    assert helps == ("padding makes the target's one-token step 1.30 times as fast, target-only decoding 1.25 times "
+                     "as fast per token (120 against 150 ms) and FlashHead deferred 1.09 times as fast (110 against "
+                     "120 ms): target-only decoding gains more, so FlashHead deferred's ratio over it falls")
+    flash_gains = verdicts.padding_effect(100.0, 130.0, 140.0, 150.0, 100.0, 120.0)
+    assert flash_gains.endswith("FlashHead deferred gains at least as much, so its ratio over target-only does not fall")
+    hurts = verdicts.padding_effect(140.0, 130.0, 150.0, 150.0, 125.0, 120.0)
+    assert "step slower (140 against 130 ms)" in hurts and "target-only decoding the same either way" in hurts
+    assert "FlashHead deferred slower (125 against 120 ms)" in hurts
+    assert "not measured here" in verdicts.padding_effect(float("nan"), 130.0, 120.0, 150.0, 110.0, 120.0)
+    assert "decoded nothing end to end" in verdicts.padding_effect(100.0, 130.0, 120.0, 150.0, float("nan"), 120.0)
     doc = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
     got = precision.padding(doc)
     assert "bfloat16-unpadded" in doc["precisions"]

@@ -145,23 +145,32 @@ def test_bad_policy_and_depth_are_refused(tiny_models):
         la.draft_lookahead(model, head, [([1, 2], [3])], depth=0, progress=False)
 
 
-@pytest.mark.parametrize("k", [2, 4, 6])
-def test_a_walk_over_outputs_that_eos_ended_has_the_loops_rounds_given_the_limit(tiny_models, rows, k):
+@pytest.mark.parametrize("policy", ["k2", "k4", "k6", "tau0.6", "tau0.6+lookup"])
+def test_a_walk_over_outputs_that_eos_ended_has_the_loops_rounds_given_the_limit(tiny_models, rows, policy):
     """Outputs that end at an EOS token before the limit: the loop, not knowing where they end, drafts full blocks
-    up to the limit, so the walk matches its rounds, drafted and accepted tokens given ``max_new_tokens``; capping
-    blocks at the output's own end instead (the walk without the limit) drafts fewer tokens than the loop did."""
+    up to the limit, so the walk matches its rounds, drafted and accepted tokens given ``max_new_tokens`` (fixed
+    K, the confidence stop, and the confidence stop with the lookup); capping blocks at the output's own end
+    instead (the walk without the limit) drafts fewer tokens than the loop did. An output longer than the limit
+    it is walked with is refused."""
     model, _ = _draft(tiny_models)
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    tau = 0.6 if policy.startswith("tau") else None
+    k = DEPTH if tau else int(policy[1:])
+    walk = la.threshold_policy(tau, DEPTH) if tau else la.fixed_policy(k)
     gens, cut = [], []
     for p, r in zip(PROMPTS, rows):
-        eos = r["target"][18]  # a token of the output: the output ends at its first occurrence from here on
-        gen = speculative_generate(target, ModelDrafter(model, vocab_limit=TINY_VOCAB), p, k=k, max_new_tokens=30,
-                                   eos_ids=[eos], deferred=True)
+        eos = r["target"][18]  # a token of the output: the output ends where it first occurs
+        d = ModelDrafter(model, vocab_limit=TINY_VOCAB, stop_below=tau)
+        if policy.endswith("lookup"):
+            d = HybridDrafter(d, pad=False)
+        gen = speculative_generate(target, d, p, k=k, max_new_tokens=30, eos_ids=[eos], deferred=True)
         end = r["target"].index(eos) + 1
         assert gen.tokens == r["target"][:end] and end < 30  # it did end at EOS, before the limit
         gens.append(gen)
         cut.append({key: r[key][:end] for key in ("tokens", "probs", "lookup", "target")})
-    sim = la.simulate(cut, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS, max_new_tokens=30)
+    kw = dict(step_ms=STEP_MS, verify_ms=VERIFY_MS, lookup=policy.endswith("lookup"))
+    sim = la.simulate(cut, walk, max_new_tokens=30, **kw)
     assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
-    capped = la.simulate(cut, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS)
-    assert capped["drafted"] < sim["drafted"]
+    assert la.simulate(cut, walk, **kw)["drafted"] < sim["drafted"]
+    with pytest.raises(ConfigError, match="longer than the limit"):
+        la.simulate(rows, walk, max_new_tokens=12, **kw)

@@ -289,10 +289,11 @@ def policy_table(sim: dict):
     return pd.DataFrame(rows)
 
 
-def oracle_ratio(sim: dict, look: dict, k: int) -> float:
-    """On another lookahead (a run's prompts): the clairvoyant bound over fixed K = ``k``, at the same costs."""
+def oracle_ratio(sim: dict, look: dict, k: int, max_new_tokens: int | None = None) -> float:
+    """On another lookahead (a run's prompts): the clairvoyant bound over fixed K = ``k``, at the same costs (the
+    fixed-K walk capped at ``max_new_tokens`` as the loop caps it)."""
     kw = dict(step_ms=sim["step_ms"], verify_ms=sim["verify_ms"])
-    return (la.simulate(look["rows"], la.fixed_policy(k), **kw)["ms"]
+    return (la.simulate(look["rows"], la.fixed_policy(k), max_new_tokens=max_new_tokens, **kw)["ms"]
             / la.oracle(look["rows"], k_max=int(look["depth"]), **kw)["ms"])
 
 

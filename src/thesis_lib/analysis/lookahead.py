@@ -118,8 +118,8 @@ def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, l
              max_new_tokens: int | None = None) -> dict:
     """Walk each output with ``policy(tokens, probs) -> k``; returns modelled decode ms (``ms``, of which
     ``draft_ms`` drafting and ``verify_ms`` the target's forwards), tokens after the first, rounds, drafted and
-    accepted tokens. With ``lookup`` a position with a lookup match proposes that block (cut to the policy's k)
-    at no draft cost, as the unpadded hybrid drafter does. A round's block is capped as the loop caps it, at the
+    accepted tokens. With ``lookup`` a position with a lookup match proposes that block (cut to the tokens still
+    allowed, less one) at no draft cost, as the unpadded hybrid drafter does. A round's block is capped as the loop caps it, at the
     tokens still allowed less one: ``max_new_tokens`` (the loop's limit) less the tokens so far; without it, the
     output's own length less them, which is the same for an output the limit ended, but near the end of one that
     EOS ended it caps the blocks the loop (not knowing the end) would draft in full."""
@@ -127,9 +127,12 @@ def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, l
     total = {"ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "tokens": 0, "rounds": 0, "drafted": 0, "accepted": 0}
     for r in rows:
         out, n_tok = r["target"], len(r["target"])
+        if max_new_tokens is not None and n_tok > max_new_tokens:
+            raise ConfigError(f"An output of {n_tok} tokens is longer than the limit it is walked with "
+                              f"({max_new_tokens}).")
         t = 1
         while t < n_tok:
-            rem = (max_new_tokens if max_new_tokens else n_tok) - t
+            rem = (n_tok if max_new_tokens is None else max_new_tokens) - t
             if rem == 1:
                 total["ms"] += cost(1)
                 total["verify_ms"] += cost(1)

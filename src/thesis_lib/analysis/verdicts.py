@@ -268,19 +268,27 @@ def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: f
             f"so speculative decoding is faster in the {faster} layout here")
 
 
-def padding_effect(step_padded: float, step_unpadded: float, ms_padded: float, ms_unpadded: float) -> str:
-    """What padding bf16 products of one to four rows to five does: the target's one-token step (ms) and
-    FlashHead deferred's milliseconds per token, padded and unpadded (nan: not measured)."""
+def padding_effect(step_padded: float, step_unpadded: float, base_padded: float, base_unpadded: float,
+                   ms_padded: float, ms_unpadded: float) -> str:
+    """What padding bf16 products of one to four rows to five does: the target's one-token step (ms), target-only
+    decoding's and FlashHead deferred's milliseconds per token, padded and unpadded (nan: not measured); which
+    of the two decodings gains more decides whether FlashHead deferred's ratio over target-only rises or falls."""
+    def change(padded: float, unpadded: float) -> str:
+        if padded == unpadded:
+            return "the same either way"
+        return f"{unpadded / padded:.2f} times as fast" if padded < unpadded else f"slower ({padded:.0f} against {unpadded:.0f} ms)"
+
     if step_padded != step_padded or step_unpadded != step_unpadded:
         return "the document comparing the two is missing, so this is not measured here"
-    step = (f"padding makes the target's one-token step {step_unpadded / step_padded:.2f} times as fast"
-            if step_padded < step_unpadded else
-            f"padding makes the target's one-token step slower ({step_padded:.0f} against {step_unpadded:.0f} ms)")
-    if ms_padded != ms_padded or ms_unpadded != ms_unpadded:
+    step = f"padding makes the target's one-token step {change(step_padded, step_unpadded)}"
+    if any(x != x for x in (base_padded, base_unpadded, ms_padded, ms_unpadded)):
         return step + "; the document decoded nothing end to end, so its effect on decoding is not measured"
-    faster = "faster" if ms_padded < ms_unpadded else "slower"
-    return (f"{step}, and FlashHead deferred decodes {faster} padded ({ms_padded:.0f} against {ms_unpadded:.0f} "
-            "ms per token)")
+    gain_base, gain_flash = base_unpadded / base_padded, ms_unpadded / ms_padded
+    more = ("target-only decoding gains more, so FlashHead deferred's ratio over it falls" if gain_base > gain_flash
+            else "FlashHead deferred gains at least as much, so its ratio over target-only does not fall")
+    return (f"{step}, target-only decoding {change(base_padded, base_unpadded)} per token ({base_padded:.0f} against "
+            f"{base_unpadded:.0f} ms) and FlashHead deferred {change(ms_padded, ms_unpadded)} ({ms_padded:.0f} "
+            f"against {ms_unpadded:.0f} ms): {more}")
 
 
 #: The settings :func:`fastest_setting` names, in its arguments' order.
@@ -329,7 +337,8 @@ RULES = {
         "layout_effect": (layout_effect, ("layout_step_ms_block", "layout_step_ms_row", "layout_verify5_block",
                                           "layout_verify5_row", "layout_measured_block", "layout_measured_row",
                                           "layout_flash_ms_token_block", "layout_flash_ms_token_row")),
-        "pad_effect": (padding_effect, ("pad_step_ms_padded", "pad_step_ms_unpadded", "pad_flash_ms_token_padded",
+        "pad_effect": (padding_effect, ("pad_step_ms_padded", "pad_step_ms_unpadded", "pad_base_ms_token_padded",
+                                        "pad_base_ms_token_unpadded", "pad_flash_ms_token_padded",
                                         "pad_flash_ms_token_unpadded")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
