@@ -185,13 +185,31 @@ def layouts(doc: dict | None) -> dict:
     """From a document with ``float32`` and ``float32-row``: each layout's target step (ms), a block of five over
     one step, FlashHead deferred over target-only (pooled) and both modes' ms per token; nan each where the
     document (or one of the two) is missing."""
-    out = {key: float("nan") for key in LAYOUT_KEYS}
-    if doc is None or not {"float32", "float32-row"} <= set(doc["precisions"]):
+    return _side_by_side(doc, LAYOUT_KEYS, "layout", (("block", "float32"), ("row", "float32-row")))
+
+
+def _costs(doc: dict, precision: str) -> dict:
+    """One precision's costs as :func:`layouts` and :func:`padding` name them: target (and draft) step ms, a block
+    of five over one step, the target step's ratio over float32's, and :func:`flash_costs`."""
+    out = {"step_ms": float(doc["verify"][f"target/{precision}"]["ms"]["1"]),
+           "verify5": _curve(doc, f"target/{precision}").get(5, float("nan"))}
+    if f"draft/{precision}" in doc["verify"]:
+        out["draft_step_ms"] = float(doc["verify"][f"draft/{precision}"]["ms"]["1"])
+    if precision in (doc.get("ratios") or {}):
+        out["target_ratio"] = float(doc["ratios"][precision]["target_step"])
+    return {**out, **(flash_costs(doc, precision) or {})}
+
+
+def _side_by_side(doc: dict | None, keys: tuple, prefix: str, pairs: tuple) -> dict:
+    """``keys`` (``<prefix>_<cost>_<variant>``) filled from each ``(variant, precision)`` of ``pairs``; nan each
+    where the document, or one of its precisions, is missing."""
+    out = {key: float("nan") for key in keys}
+    if doc is None or not {p for _, p in pairs} <= set(doc["precisions"]):
         return out
-    for lay, p in (("block", "float32"), ("row", "float32-row")):
-        out[f"layout_step_ms_{lay}"] = float(doc["verify"][f"target/{p}"]["ms"]["1"])
-        out[f"layout_verify5_{lay}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
-        out.update({f"layout_{k}_{lay}": v for k, v in (flash_costs(doc, p) or {}).items()})
+    for variant, precision in pairs:
+        for cost, value in _costs(doc, precision).items():
+            if f"{prefix}_{cost}_{variant}" in out:
+                out[f"{prefix}_{cost}_{variant}"] = value
     return out
 
 
@@ -206,14 +224,4 @@ def padding(doc: dict | None) -> dict:
     block of five over one step, the target step's ratio over float32's (where float32 was measured), FlashHead
     deferred over target-only (pooled) and both modes' ms per token; nan each where the document (or one of the
     two) is missing."""
-    out = {key: float("nan") for key in PADDING_KEYS}
-    if doc is None or not {"bfloat16", "bfloat16-unpadded"} <= set(doc["precisions"]):
-        return out
-    for v, p in (("padded", "bfloat16"), ("unpadded", "bfloat16-unpadded")):
-        out[f"pad_step_ms_{v}"] = float(doc["verify"][f"target/{p}"]["ms"]["1"])
-        out[f"pad_draft_step_ms_{v}"] = float(doc["verify"][f"draft/{p}"]["ms"]["1"])
-        out[f"pad_verify5_{v}"] = _curve(doc, f"target/{p}").get(5, float("nan"))
-        if p in (doc.get("ratios") or {}):
-            out[f"pad_target_ratio_{v}"] = float(doc["ratios"][p]["target_step"])
-        out.update({f"pad_{k}_{v}": val for k, val in (flash_costs(doc, p) or {}).items()})
-    return out
+    return _side_by_side(doc, PADDING_KEYS, "pad", (("padded", "bfloat16"), ("unpadded", "bfloat16-unpadded")))
