@@ -113,16 +113,19 @@ def test_the_loader_records_the_attention_it_set(tmp_path, monkeypatch):
 
 
 def test_the_loader_records_the_rows_floor_and_refuses_a_bad_one(tmp_path, monkeypatch):
-    """float32 products run as they come (floor 1); bf16 ones, where oneDNN packs them, padded to
-    BF16_ROWS_FLOOR unless a floor is given; a floor below 1 is refused before any model file is written."""
-    from thesis_lib.models.packing import BF16_ROWS_FLOOR, PackedLinear, bf16_packing_available
+    """float32 products are padded to this CPU's float32 floor (5 with AVX-512 kernels, else 1) and in the one-row
+    layout never; bf16 ones, where oneDNN packs them, to BF16_ROWS_FLOOR; a given floor wins; a floor below 1 is
+    refused before any model file is written."""
+    from thesis_lib.models.packing import BF16_ROWS_FLOOR, PackedLinear, bf16_packing_available, float32_rows_floor
 
     monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match=">= 1"):
         loading.load_pair("tiny:target", "tiny:draft", floor=0)
     assert not any(tmp_path.iterdir())
-    f32 = loading.load_model("tiny:target", progress=False, dtype="float32")
-    assert f32.info["rows_floor"] == 1 and "padded" not in f32.info["cpu_kernels"]
+    for layout, floor, want in (("block", None, float32_rows_floor()), ("block", 1, 1), ("row", None, 1)):
+        f32 = loading.load_model("tiny:target", progress=False, dtype="float32", layout=layout, floor=floor)
+        assert f32.info["rows_floor"] == want and (f"padded to {want}" in f32.info["cpu_kernels"]) == (want > 1)
+        assert {m.min_rows for m in f32.model.modules() if isinstance(m, PackedLinear)} == {want}
     if not bf16_packing_available():
         pytest.skip("this CPU has no native bf16 dot products: bf16 is not packed, so not padded")
     for floor, want in ((None, BF16_ROWS_FLOOR), (3, 3), (1, 1)):

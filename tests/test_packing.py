@@ -114,36 +114,49 @@ def test_bf16_packed_linear_matches_float32_within_bf16_rounding(bias, shape):
     torch.testing.assert_close(packed.weight, lin.weight.detach(), rtol=0, atol=0)  # the packed copy loses nothing
 
 
-@needs_bf16
-def test_bf16_products_of_few_rows_are_padded_and_each_row_ignores_the_others():
-    """A bf16 product of fewer than BF16_ROWS_FLOOR rows runs padded to it: the padding's outputs are dropped, each
-    row's output equals that row's inside a full block of as many rows whatever the block's other rows hold (so
-    padding picks a kernel, it does not change what a row computes), and it stays within bf16 rounding of the
-    unpadded product. Fewer than one row is refused."""
-    from thesis_lib.models.packing import BF16_ROWS_FLOOR, rows_floor
-
+@pytest.mark.parametrize("dtype", [pytest.param(torch.bfloat16, marks=needs_bf16), torch.float32])
+def test_products_of_few_rows_are_padded_and_each_row_ignores_the_others(dtype):
+    """A packed product of fewer than its floor's rows (5, bf16's and AVX-512 float32's) runs padded to it: the
+    padding's outputs are dropped, each row's output equals that row's inside a full block of as many rows whatever
+    the block's other rows hold (so padding picks a kernel, it does not change what a row computes), and it stays
+    within rounding of the unpadded product. Fewer than one row is refused."""
+    floor = 5
     torch.manual_seed(0)
-    lin = torch.nn.Linear(1536, 896, bias=True).to(torch.bfloat16)
-    padded, plain = PackedLinear(lin, min_rows=BF16_ROWS_FLOOR), PackedLinear(lin)
-    assert "padded" in repr(padded) and "padded" not in repr(plain) and BF16_ROWS_FLOOR > 1
-    block = torch.randn(BF16_ROWS_FLOOR, 1536, dtype=torch.bfloat16)
+    lin = torch.nn.Linear(1536, 896, bias=True).to(dtype)
+    padded, plain = PackedLinear(lin, min_rows=floor), PackedLinear(lin)
+    assert "padded" in repr(padded) and "padded" not in repr(plain)
+    block = torch.randn(floor, 1536, dtype=dtype)
     full = padded(block)
-    for rows in range(1, BF16_ROWS_FLOOR):
-        x = torch.randn(rows, 1536, dtype=torch.bfloat16)
+    tol = dict(rtol=2 ** -7, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    for rows in range(1, floor):
+        x = torch.randn(rows, 1536, dtype=dtype)
         y = padded(x)
         assert y.shape == (rows, 896)
         mixed = torch.cat([x, block[rows:]])  # the same rows among other rows, in a block of the floor's size
         assert torch.equal(y, padded(mixed)[:rows]) and torch.equal(y, plain(mixed)[:rows])
-        torch.testing.assert_close(y.double(), plain(x).double(), rtol=2 ** -7, atol=1e-2)
+        torch.testing.assert_close(y.double(), plain(x).double(), **tol)
     assert torch.equal(full, plain(block))  # a block of the floor's size or more runs as it comes
     with torch.profiler.profile(record_shapes=True) as prof:  # what the kernel is handed: the padded block
-        padded(torch.randn(1, 1536, dtype=torch.bfloat16))
-        plain(torch.randn(1, 1536, dtype=torch.bfloat16))
+        padded(torch.randn(1, 1536, dtype=dtype))
+        plain(torch.randn(1, 1536, dtype=dtype))
     shapes = [e.input_shapes[0] for e in prof.events() if e.name == "mkldnn::_linear_pointwise"]
-    assert shapes == [[BF16_ROWS_FLOOR, 1536], [1, 1536]], shapes
-    assert padded(torch.randn(2, 3, 1536, dtype=torch.bfloat16)).shape == (2, 3, 896)
-    assert rows_floor(torch.float32) == 1 and rows_floor(torch.bfloat16) == BF16_ROWS_FLOOR
-    assert rows_floor(torch.bfloat16, 1) == 1
+    assert shapes == [[floor, 1536], [1, 1536]], shapes
+    assert padded(torch.randn(2, 3, 1536, dtype=dtype)).shape == (2, 3, 896)
+
+
+def test_the_rows_floor_follows_the_dtype_and_the_cpu(monkeypatch):
+    """bf16 products are padded to BF16_ROWS_FLOOR; float32 ones to F32_ROWS_FLOOR_AVX512 only where torch runs
+    AVX-512 kernels (on the AVX2 EPYC a one-row product is the cheapest: no padding there); a given floor wins for
+    either; other dtypes are never padded."""
+    from thesis_lib.models import packing
+    from thesis_lib.models.packing import BF16_ROWS_FLOOR, F32_ROWS_FLOOR_AVX512, rows_floor
+
+    assert BF16_ROWS_FLOOR > 1 and F32_ROWS_FLOOR_AVX512 > 1
+    for capability, f32 in (("AVX512", F32_ROWS_FLOOR_AVX512), ("AVX2", 1), ("DEFAULT", 1)):
+        monkeypatch.setattr(packing.torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert rows_floor(torch.float32) == f32 and rows_floor(torch.bfloat16) == BF16_ROWS_FLOOR
+        assert rows_floor(torch.float16) == 1 and rows_floor(torch.float32, 3) == 3 and rows_floor(torch.bfloat16, 1) == 1
+    lin = torch.nn.Linear(64, 32)
     with pytest.raises(ConfigError, match=">= 1"):
         PackedLinear(lin, min_rows=0)
     with pytest.raises(ConfigError, match=">= 1"):

@@ -3,8 +3,7 @@ cost per step.
 
 What this module knows:
 
-- :func:`check`: the precisions asked for exist here (bfloat16 needs a CPU whose oneDNN runs it natively),
-  before any model loads.
+- :func:`check`: the precisions asked for exist here (bfloat16 needs native bf16 in oneDNN), before any model loads.
 - :func:`verify_curve`: one greedy forward (body and dense head, tokens read back) of a block of n tokens
   (n = 1 .. ``max_block``) after a real prompt's context, for the target and the draft of every precision,
   precisions interleaved per repetition with their order alternating; medians, and the ratio of each block to one step (the cost curve speculative decoding
@@ -21,8 +20,8 @@ What this module knows:
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
 ratios are the precision's effect alone (``float32-row``: the packed layout's effect; ``float32-sdpa`` and
-``bfloat16-sdpa``: the row-exact attention's price; ``bfloat16-unpadded``: bf16 products of one to four rows
-computed unpadded, :data:`thesis_lib.models.packing.BF16_ROWS_FLOOR`). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+``bfloat16-sdpa``: the row-exact attention's price; ``bfloat16-unpadded`` and ``float32-unpadded``: products of
+one to four rows computed unpadded, :func:`thesis_lib.models.packing.rows_floor`). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
@@ -41,8 +40,6 @@ import torch
 
 from ..errors import ConfigError
 
-#: the number formats and their variants (:data:`VARIANTS`; the module's docstring says what each pair measures)
-PRECISIONS = ("float32", "bfloat16", "int4", "float32-row", "float32-sdpa", "bfloat16-sdpa", "bfloat16-unpadded")
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
 
@@ -56,9 +53,12 @@ def int4_available() -> bool:
 
 #: precisions that are another's number format with another packed layout (float32-row: the one-row layout this
 #: project packed float32 in first), attention (the -sdpa ones: transformers' batched attention, not the row-exact
-#: one) or bf16 rows floor (None: the loader's): name -> (dtype name, layout, attention, rows floor)
+#: one) or rows floor (None: the loader's): name -> (dtype name, layout, attention, rows floor)
 VARIANTS = {"float32-row": ("float32", "row", "auto", None), "float32-sdpa": ("float32", "block", "sdpa", None),
-            "bfloat16-sdpa": ("bfloat16", "block", "sdpa", None), "bfloat16-unpadded": ("bfloat16", "block", "auto", 1)}
+            "bfloat16-sdpa": ("bfloat16", "block", "sdpa", None), "bfloat16-unpadded": ("bfloat16", "block", "auto", 1),
+            "float32-unpadded": ("float32", "block", "auto", 1)}
+#: the number formats and their variants (the module's docstring says what each pair measures)
+PRECISIONS = ("float32", "bfloat16", "int4", *VARIANTS)
 
 
 def _variant(precision: str) -> tuple:  # (dtype name, layout, attention, rows floor) of any precision

@@ -26,7 +26,7 @@ from ..bench.modes import variant
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
-from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available
+from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available, float32_rows_floor
 from .params import ROOT, Params, selected_prompts
 
 
@@ -41,11 +41,19 @@ def exact_attention(device: str, draft_device: str | None) -> bool:
     return "exact" in {loading.resolved_attention("auto", d) for d in (device, draft_device or device)}
 
 
-def padded_bf16(dtype: str, device: str) -> bool:
-    """Whether a run in ``dtype`` on ``device`` packs bf16 layers padded to :data:`BF16_ROWS_FLOOR` rows (a CPU
-    whose oneDNN packs bf16, and a dtype that is or resolves to bfloat16)."""
-    return (device == "cpu" and loading.resolved_dtype(dtype, device) == "bfloat16" and bf16_packing_available()
-            and BF16_ROWS_FLOOR > 1)
+def rows_floor_key(dtype: str, device: str) -> dict:
+    """What names a run or document in ``dtype`` on ``device`` after its packed products' rows floor
+    (:func:`~thesis_lib.models.packing.rows_floor`): ``{"bf16_rows_floor": n}`` where bf16 layers are packed padded
+    (a CPU whose oneDNN packs bf16, a dtype that is or resolves to bfloat16), ``{"f32_rows_floor": n}`` where
+    float32 ones are (an AVX-512 CPU), else nothing: runs from before the padding are not reused."""
+    if device != "cpu":
+        return {}
+    resolved = loading.resolved_dtype(dtype, device)
+    if resolved == "bfloat16" and bf16_packing_available() and BF16_ROWS_FLOOR > 1:
+        return {"bf16_rows_floor": BF16_ROWS_FLOOR}
+    if resolved == "float32" and float32_rows_floor() > 1:
+        return {"f32_rows_floor": float32_rows_floor()}
+    return {}
 
 
 def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
@@ -56,8 +64,7 @@ def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.Bench
         doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
     if exact_attention(cfg.device, cfg.draft_device):  # runs before row-exact attention are not reused
         doc["attention"] = "exact"
-    if padded_bf16(cfg.dtype, cfg.device):  # bf16 runs before products were padded are not reused
-        doc["bf16_rows_floor"] = BF16_ROWS_FLOOR
+    doc.update(rows_floor_key(cfg.dtype, cfg.device))  # runs from before products were padded are not reused
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
@@ -219,8 +226,7 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
     if exact_attention(p.device, p.draft_device):  # documents measured before row-exact attention: not reused
         key = {**key, "attention": "exact"}
-    if padded_bf16(p.dtype, p.device):  # bf16 documents from before products were padded: not reused
-        key = {**key, "bf16_rows_floor": BF16_ROWS_FLOOR}
+    key = {**key, **rows_floor_key(p.dtype, p.device)}  # documents from before products were padded: not reused
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -222,7 +222,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
     (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. ``layout``:
     the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block");
-    ``floor``: the fewest rows a packed bfloat16 product computes with (:func:`~thesis_lib.models.packing.rows_floor`).
+    ``floor``: the fewest rows a packed product computes with (:func:`~thesis_lib.models.packing.rows_floor`; None:
+    the dtype's default on this CPU).
     ``attention`` (:data:`~thesis_lib.models.attention.MODES`; "auto": "exact" on a CPU, the model's own elsewhere):
     "exact" makes a block of new tokens attend as one-token steps do, bit for bit (:mod:`~thesis_lib.models.attention`);
     ``info["rows_exact"]`` says whether this CPU's kernels compute a block's rows as single rows (probed).
@@ -263,7 +264,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
     packed = pack_linears(model, layout, floor) if pack and (quantized is None or load_time) else 0
-    floor_rows = rows_floor(torch.bfloat16, floor) if packed and model.dtype == torch.bfloat16 else 1
+    floor_rows = rows_floor(model.dtype, floor) if packed and layout_for(model.dtype, layout) == "block" else 1
     padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
     attention = resolved_attention(attention, device)
     info = {"attention": (attn.use(model, attention) if attention in attn.MODES

@@ -56,6 +56,12 @@ LAYOUTS = ("block", "row")
 #: in bf16 too. ``precision-bench --precisions bfloat16,bfloat16-unpadded`` measures the two side by side on whole
 #: models. float32 products are not padded.
 BF16_ROWS_FLOOR = 5
+#: The same for float32 products on a CPU whose kernels are AVX-512 ones (:func:`float32_rows_floor`; 1, no padding,
+#: elsewhere). Why (measured 2026-11-25 on the same EPYC, the target's 196 body products in float32, 5.24 GB, oneDNN's
+#: general layout, medians of 9 interleaved passes): one row 197 ms, two 229, four 145, five 136 (0.69 of one row),
+#: nine 197. On the 2-core AVX2 EPYC (family 23) one target layer's products cost 5.5 ms for one row and 7.7 ms for
+#: five in the same layout, so there a padded one-token step would be 1.4 times slower: the floor follows the CPU.
+F32_ROWS_FLOOR_AVX512 = 5
 
 
 def packing_available() -> bool:
@@ -162,12 +168,23 @@ def is_packed(module: nn.Module) -> bool:
     return any(isinstance(m, PackedLinear) for m in module.modules())
 
 
+def float32_rows_floor() -> int:
+    """The fewest rows a packed float32 product computes with on this CPU: :data:`F32_ROWS_FLOOR_AVX512` where
+    torch dispatches AVX-512 kernels (``torch.backends.cpu.get_cpu_capability()``), else 1 (AVX2 and others:
+    a one-row product is the cheapest there)."""
+    return F32_ROWS_FLOOR_AVX512 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 1
+
+
 def rows_floor(dtype: torch.dtype, floor: int | None = None) -> int:
-    """The fewest rows a packed layer of ``dtype`` computes with: bfloat16 ``floor`` (None: :data:`BF16_ROWS_FLOOR`),
-    float32 1."""
+    """The fewest rows a packed layer of ``dtype`` computes with: ``floor`` if given, else bfloat16
+    :data:`BF16_ROWS_FLOOR` and float32 :func:`float32_rows_floor`; other dtypes 1."""
     if floor is not None and floor < 1:
         raise ConfigError(f"The rows floor must be >= 1, got {floor}.")
-    return (BF16_ROWS_FLOOR if floor is None else floor) if dtype == torch.bfloat16 else 1
+    if dtype not in (torch.bfloat16, torch.float32):
+        return 1
+    if floor is not None:
+        return floor
+    return BF16_ROWS_FLOOR if dtype == torch.bfloat16 else float32_rows_floor()
 
 
 def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = None) -> int:
@@ -180,7 +197,8 @@ def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = N
     it is packed, and freed heap memory is handed back afterwards (:func:`release_freed_memory`): the process
     holds the packed model, not the model twice. The input embedding's pages and a bf16 head's dense rows' leave
     too (file-backed and never written, they are read back as rows are touched). ``layout``: see :data:`LAYOUTS`
-    (bfloat16 layers always take "block"). ``floor``: bfloat16 layers' fewest rows per product (:func:`rows_floor`)."""
+    (bfloat16 layers always take "block"). ``floor``: the fewest rows per product of a layer in the "block" layout
+    (:func:`rows_floor`; None: its dtype's default on this CPU)."""
     check_layout(layout)
     rows_floor(torch.bfloat16, floor)
     keep = frozenset()  # weights whose dense tensor stays beside the packed copy
@@ -216,8 +234,9 @@ def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: s
             if kept and child.weight.dtype == torch.float32:
                 continue  # a tied float32 head: F.linear on the embedding, no second copy
             dtype = child.weight.dtype
-            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=layout_for(dtype, layout),
-                                               min_rows=rows_floor(dtype, floor)))
+            chosen = layout_for(dtype, layout)
+            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=chosen,
+                                               min_rows=rows_floor(dtype, floor) if chosen == "block" else 1))
             if not kept:
                 _drop_file_pages(child.weight, maps)
             count += 1
