@@ -615,7 +615,16 @@ def test_the_auto_precision_check_reads_both_ways():
            "auto": {"dtype": "float32", "reason": "float32: no bf16"}}
     assert precision.machine(doc) == {"auto": "float32", "auto_reason": "float32: no bf16",
                                       "cpu": "AMD EPYC (AVX2, no native bf16 dot products)",
-                                      "float32_layout": "not measured"}
+                                      "float32_layout": "not measured", "float32_rows": "not measured"}
+    kernels = lambda text: {**doc, "kernels": {"float32": [text, text]}}  # noqa: E731
+    assert precision.float32_rows(kernels("oneDNN-packed (197 linear layers, block layout, products of fewer than 5 "
+                                          "rows padded to 5)")) == "padded to 5 rows"
+    assert precision.float32_rows(kernels("oneDNN-packed (197 linear layers, block layout)")) == "unpadded"
+    # the committed documents: the AVX-512 EPYC's float32 padded (measured after 2026-11-25), the AVX2 EPYC's not
+    avx512 = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
+    avx2 = json.loads((DATA / "precision-bench-cpu-embedded-no-bf16.json").read_text())
+    assert precision.machine(avx512)["float32_rows"] == "padded to 5 rows" and avx512["cpu_capability"] == "AVX512"
+    assert precision.machine(avx2)["float32_rows"] == "unpadded" and avx2["cpu_capability"] == "AVX2"
     old = {**doc, "fast_bf16": True, "cpu_capability": None}
     assert precision.capability(old) == "AMD EPYC (AVX-512, native bf16 dot products)"
     assert precision.machine(None)["auto"] == "unknown"

@@ -22,6 +22,8 @@ What this module knows:
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from . import theory
@@ -159,13 +161,25 @@ def capability(doc: dict) -> str:
     return f"{doc['processor']} ({cap}, {bf16})"
 
 
+def float32_rows(doc: dict) -> str:
+    """How a document's float32 products ran, from its recorded kernels: "padded to N rows" or "unpadded" (documents
+    from before float32 was padded, 2026-11-25, are unpadded); "not measured" without float32."""
+    kernels = (doc.get("kernels") or {}).get("float32")
+    if not kernels:
+        return "not measured"
+    found = re.search(r"padded to (\d+)", kernels[0])
+    return f"padded to {found.group(1)} rows" if found else "unpadded"
+
+
 def machine(doc: dict | None) -> dict:
     """``auto`` (the precision ``DTYPE: auto`` picks on the document's CPU), ``auto_reason``, ``cpu`` (see
-    :func:`capability`) and ``float32_layout`` (:func:`float32_layout`); "unknown" each without a document."""
+    :func:`capability`), ``float32_layout`` (:func:`float32_layout`) and ``float32_rows`` (:func:`float32_rows`);
+    "unknown" each without a document."""
     if doc is None:
-        return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown", "float32_layout": "unknown"}
+        return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown", "float32_layout": "unknown",
+                "float32_rows": "unknown"}
     return {"auto": doc["auto"]["dtype"], "auto_reason": doc["auto"]["reason"], "cpu": capability(doc),
-            "float32_layout": float32_layout(doc)}
+            "float32_layout": float32_layout(doc), "float32_rows": float32_rows(doc)}
 
 
 def glued(doc: dict | None, alpha: float, prefix: str = "prec_") -> dict:
