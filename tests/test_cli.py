@@ -182,7 +182,7 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     equal to the same precision's target-only output on every prompt, the document saved once and never
     overwritten; a precision this CPU cannot run natively or an unknown one fails before any model loads."""
     from thesis_lib.analysis import precision as analysis
-    from thesis_lib.models.packing import bf16_packing_available
+    from thesis_lib.models.packing import bf16_packing_available, float32_rows_floor
 
     assert cli.main(["precision-bench", "--precisions", "float16"]) == 2
     assert "Unknown precision" in capsys.readouterr().err
@@ -195,9 +195,9 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
 
     # float32-row: float32 again in the one-row packed layout, the layouts compared side by side; float32-sdpa and
     # bfloat16-sdpa: each again with transformers' batched attention, the price of row-exact verification;
-    # bfloat16-unpadded: bf16 products of 1-4 rows computed as they come, not padded to 5
+    # bfloat16-unpadded and float32-unpadded: products of 1-4 rows computed as they come, not padded to 5
     precisions = (["float32", "bfloat16"] + (["int4"] if int4_available() else [])
-                  + ["float32-row", "float32-sdpa", "bfloat16-sdpa", "bfloat16-unpadded"])
+                  + ["float32-row", "float32-sdpa", "bfloat16-sdpa", "bfloat16-unpadded", "float32-unpadded"])
     extra = ["--emulated"] if emulated else []
     assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
@@ -212,10 +212,14 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert doc == json.loads(out.read_text()) and doc["measured"]["git"]
     assert doc["emulated_bf16"] is emulated and doc["command"].endswith("--emulated") is emulated
     assert doc["kernels"]["bfloat16"][0].startswith("stock" if emulated else "oneDNN-packed")
-    assert [k.endswith("block layout)") for k in doc["kernels"]["float32"]] == [True, True]
+    assert [", block layout" in k for k in doc["kernels"]["float32"]] == [True, True]
     assert [k.endswith("row layout)") for k in doc["kernels"]["float32-row"]] == [True, True]
-    padded = {p: ["padded to 5" in k for k in doc["kernels"][p]] for p in ("float32", "bfloat16", "bfloat16-unpadded")}
-    assert padded == {"float32": [False] * 2, "bfloat16": [not emulated] * 2, "bfloat16-unpadded": [False] * 2}
+    f32_padded = float32_rows_floor() == 5  # this CPU's float32 floor: 5 with AVX-512 kernels, else 1 (unpadded)
+    padded = {p: ["padded to 5" in k for k in doc["kernels"][p]]
+              for p in ("float32", "bfloat16", "bfloat16-unpadded", "float32-unpadded", "float32-row")}
+    assert padded == {"float32": [f32_padded] * 2, "bfloat16": [not emulated] * 2, "bfloat16-unpadded": [False] * 2,
+                      "float32-unpadded": [False] * 2, "float32-row": [False] * 2}
+    assert analysis.float32_rows(doc) == ("padded to 5 rows" if f32_padded else "unpadded")
     assert {p: [a.split(" ")[0] for a in pair] for p, pair in doc["attention"].items()} == {
         p: ["sdpa", "sdpa"] if p.endswith("-sdpa") else ["row-exact", "row-exact"] for p in precisions}
     for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:
