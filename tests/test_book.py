@@ -665,6 +665,21 @@ def test_the_layout_verdict_reads_both_ways():
     assert precision.float32_layout(doc) == "general"
 
 
+def test_the_unpadded_float32_verdict_reads_both_ways():
+    """Chapter 2's sentence on the CPU where float32 is not padded: a step padded to five rows is called longer only
+    where that CPU's block of five costs more than a step; otherwise the rule is called one to revisit; the
+    committed AVX2 document reads as the first."""
+    from thesis_lib.analysis import precision, verdicts
+
+    assert verdicts.unpadded_there(1.35).endswith("costs 1.35 of a one-token step, so a step padded to five rows "
+                                                  "would be longer")
+    assert "might pay on that CPU too" in verdicts.unpadded_there(0.9)
+    assert "not known" in verdicts.unpadded_there(float("nan"))
+    avx2 = json.loads((DATA / "precision-bench-cpu-embedded-no-bf16.json").read_text())
+    v5 = precision.glued(avx2, 0.5, "nobf16_")["nobf16_verify5_float32"]
+    assert v5 > 1 and "would be longer" in verdicts.unpadded_there(v5)
+
+
 def test_the_padding_verdict_reads_both_ways():
     """Chapter 2's padding sentence: the step is called faster padded only where the padded step is shorter, and
     decoding faster only where FlashHead deferred spends fewer milliseconds per token padded; swapped numbers swap

@@ -291,6 +291,18 @@ def padding_effect(step_padded: float, step_unpadded: float, base_padded: float,
             f"against {ms_unpadded:.0f} ms): {more}")
 
 
+def unpadded_there(verify5: float) -> str:
+    """Whether leaving float32 unpadded on a CPU fits its own curve: a block of five costing more than one step
+    (``verify5`` > 1) means a one-token step padded to five rows would be longer there (nan: not measured)."""
+    if verify5 != verify5:
+        return "its verify curve is not measured, so whether padding would pay there is not known"
+    if verify5 > 1:
+        return (f"there a block of five costs {verify5:.2f} of a one-token step, so a step padded to five rows would "
+                f"be longer")
+    return (f"yet there a block of five costs only {verify5:.2f} of a one-token step, so padding might pay on that CPU "
+            f"too: a rule to revisit")
+
+
 #: The settings :func:`fastest_setting` names, in its arguments' order.
 SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
                  ("target-only decoding", "FlashHead deferred"))
@@ -340,6 +352,7 @@ RULES = {
         "pad_effect": (padding_effect, ("pad_step_ms_padded", "pad_step_ms_unpadded", "pad_base_ms_token_padded",
                                         "pad_base_ms_token_unpadded", "pad_flash_ms_token_padded",
                                         "pad_flash_ms_token_unpadded")),
+        "nobf16_unpadded_there": (unpadded_there, ("nobf16_verify5_float32",)),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

@@ -19,7 +19,8 @@ from typing import Any
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
 from . import embedl, virtual
-from .packing import bf16_packing_available, check_layout, layout_for, pack_linears, packing_available, rows_floor
+from .packing import (PackedLinear, bf16_packing_available, check_layout, layout_for, pack_linears, packing_available,
+                      rows_floor)
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
 
@@ -264,7 +265,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
     packed = pack_linears(model, layout, floor) if pack and (quantized is None or load_time) else 0
-    floor_rows = rows_floor(model.dtype, floor) if packed and layout_for(model.dtype, layout) == "block" else 1
+    floor_rows = max((m.min_rows for m in model.modules() if isinstance(m, PackedLinear)), default=1)
     padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
     attention = resolved_attention(attention, device)
     info = {"attention": (attn.use(model, attention) if attention in attn.MODES

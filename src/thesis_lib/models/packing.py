@@ -54,7 +54,7 @@ LAYOUTS = ("block", "row")
 #: compute each row of a block of 2 to 13 rows bit for bit as that row alone (:func:`thesis_lib.models.attention.rows_exact`
 #: on both embedded models: unpadded they did not), so with row-exact attention a verified block equals one-token steps
 #: in bf16 too. ``precision-bench --precisions bfloat16,bfloat16-unpadded`` measures the two side by side on whole
-#: models. float32 products are not padded.
+#: models. float32 products: :data:`F32_ROWS_FLOOR_AVX512`.
 BF16_ROWS_FLOOR = 5
 #: The same for float32 products on a CPU whose kernels are AVX-512 ones (:func:`float32_rows_floor`; 1, no padding,
 #: elsewhere). Why (measured 2026-11-25 on the same EPYC, the target's 196 body products in float32, 5.24 GB, oneDNN's
@@ -94,7 +94,8 @@ class PackedLinear(nn.Module):
         if min_rows < 1:
             raise ConfigError(f"min_rows must be >= 1, got {min_rows}.")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.out_dtype, self.layout, self.min_rows = w.dtype, layout, min_rows
+        # the one-row layout computes one row at a time, so padding has no meaning there
+        self.out_dtype, self.layout, self.min_rows = w.dtype, layout, min_rows if layout == "block" else 1
         # the tied Parameter itself (a plain attribute, so that it is not registered a second time)
         object.__setattr__(self, "dense_weight", linear.weight if keep_weight else None)
         if layout == "block":
@@ -234,9 +235,8 @@ def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: s
             if kept and child.weight.dtype == torch.float32:
                 continue  # a tied float32 head: F.linear on the embedding, no second copy
             dtype = child.weight.dtype
-            chosen = layout_for(dtype, layout)
-            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=chosen,
-                                               min_rows=rows_floor(dtype, floor) if chosen == "block" else 1))
+            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=layout_for(dtype, layout),
+                                               min_rows=rows_floor(dtype, floor)))
             if not kept:
                 _drop_file_pages(child.weight, maps)
             count += 1
