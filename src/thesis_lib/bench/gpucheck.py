@@ -340,3 +340,48 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
                       "thesis": {"head_speedup": 4.32, "draft_step_speedup": 1.108}}
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     return doc
+
+
+def text(doc: dict) -> str:
+    """The document as the lines ``thesis-lib gpu-check`` prints: heads, draft steps, kernels, verify curve."""
+    lines = [f"gpu-check on {doc['versions']['device']} ({doc['versions'].get('gpu', 'CPU')}); {doc['note']}"]
+    for r in doc["head"]["curve"]:
+        lines.append(
+            f"  head, {r['n_probes']:>4} probes: dense {r['dense_ms']:.3f} ms"
+            + (f" (captured {r['dense_captured_ms']:.4f} ms, device time alone {r['dense_queued_ms']:.4f} ms)"
+               if "dense_queued_ms" in r else "") + ", FlashHead "
+            + ", ".join(f"{k[6:-3]} {v:.3f} ms ({r['speedup_' + k[6:-3]]:.2f}x)" for k, v in r.items()
+                        if k.startswith("flash_") and k.endswith("_ms"))
+            + "; same token as the float32 reference: "
+            + ", ".join(f"{k} {v}/{doc['head']['rows']}" for k, v in r["agree_with_reference"].items()))
+    st = doc["draft_step"]
+    lines.append(f"  draft step ({st['layers']} layers): dense {st['dense_ms']:.2f} ms, FlashHead "
+                 f"{st['flashhead_ms']:.2f} ms ({st['speedup']:.3f}x; thesis 1.108x)")
+    st = doc["draft_step_graphs"]
+    if "error" in st:
+        lines.append(f"  draft step, body in a CUDA graph: FAILED ({st['error'][:300]})")
+    else:
+        lines.append(f"  draft step, body in a CUDA graph ({st['compile_mode']}): body {st['body_ms']:.3f} ms, with the "
+                     f"dense head {st['dense_ms']:.3f} ms, with FlashHead {st['flashhead_ms']:.3f} ms "
+                     f"({st['speedup']:.3f}x; thesis 1.108x)")
+        if "flashhead_triton_ms" in st:
+            lines.append(f"  draft step, body in a CUDA graph, FlashHead's Triton kernel: "
+                         f"{st['flashhead_triton_ms']:.3f} ms ({st['speedup_triton']:.3f}x)")
+        lines.append(f"  draft step, body and head in one graph: dense {st['dense_one_graph_ms']:.3f} ms, FlashHead "
+                     f"{st['flashhead_one_graph_ms']:.3f} ms ({st['speedup_one_graph']:.3f}x)")
+        cap = st.get("captured")
+        if cap and "error" in cap:
+            lines.append(f"  draft step captured by hand: FAILED ({cap['error'][:300]})")
+        elif cap:
+            lines.append(f"  draft step captured by hand in one CUDA graph: body {cap['body_ms']:.3f} ms, with the "
+                         f"dense head {cap['dense_ms']:.3f} ms, with FlashHead {cap['flashhead_ms']:.3f} ms "
+                         f"({cap['speedup']:.3f}x; a head that cost nothing: {cap['ceiling']:.3f}x)")
+    prof = doc["head_profile"]
+    lines.append(f"  torch.topk of {prof['n_probes']} in {doc['head']['n_clusters']}: sorted "
+                 f"{prof['topk_sorted_True_ms']:.4f} ms, unsorted {prof['topk_sorted_False_ms']:.4f} ms; FlashHead's "
+                 f"kernels per call ({prof.get('flashhead_path')} path, us): "
+                 + "; ".join(f"{r['name'][:60]} {r['us_per_head_call']:.1f}" for r in prof["flashhead"][:8]))
+    v = doc["verify"]
+    lines.append(f"  verify / step ({v['how']}): " + ", ".join(f"{n}: {x:.2f}" for n, x in v["over_step"].items())
+                 + (f"; captured verify FAILED ({v['captured_error'][:200]})" if "captured_error" in v else ""))
+    return "\n".join(lines)

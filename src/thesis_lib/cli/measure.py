@@ -1,0 +1,304 @@
+"""Commands that measure and tabulate: ``model-bench`` (Tables 4.1-4.4), ``bench`` and ``profile`` (the benchmark
+protocol into a run folder), ``table`` (the thesis' tables from a run folder), ``precision-bench`` (float32,
+bfloat16 and int4 side by side on the CPU) and ``sampling-check`` (speculative sampling proved lossless)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..models import specs
+from . import options
+
+
+def cmd_model_bench(args) -> int:
+    from ..analysis import formatting
+    from ..bench import embedl_peer, modelbench
+    from ..models import loading
+    from ..models.cpu import cpu_name
+
+    parts = tuple(args.parts.split(","))
+    known = modelbench.PARTS + modelbench.OPTIONAL_PARTS
+    bad = [p for p in parts if p not in known]
+    if bad:
+        raise ConfigError(f"Unknown part(s) {', '.join(bad)}; use some of {', '.join(known)}.")
+    if "embedl" in parts and not embedl_peer.available():
+        raise ConfigError("--parts embedl compares with Embedl's own head, which needs its PyPI package: "
+                          "pip install -e '.[embedl]' (flash-head 0.1.10).")
+    options.check_flash(args, args.draft)
+    probes = [int(x) for x in args.probe_list.split(",")] if args.probe_list else None
+    if probes and min(probes) < 1:
+        raise ConfigError("--probe-list values must be >= 1.")
+    if args.state_tokens < 1:
+        raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
+    prompts = options.select_prompts(args)
+    out_path = options.new_out_path(args)
+    loaded = loading.load_model(args.draft, device=args.device, dtype=args.dtype, pack=options.pack(args))
+    head = options.flash_head(args, loaded)
+    doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
+                         head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
+                         thinking=options.thinking(args), states_file=args.states)
+    doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
+               machine=platform.machine(), processor=cpu_name(), threads=options.threads(),
+               prompts_used=[p.question_id for p in prompts])
+    return options.emit(doc, formatting.model_bench_text(doc), out_path)
+
+
+def _bench_config(args, profile: bool):
+    from ..bench.modes import profile_modes
+    from ..bench.protocol import BenchConfig
+
+    modes = profile_modes(args.schedule) if profile else tuple(m for m in args.modes.split(",") if m)
+    beyond = {} if profile else dict(  # thesis-lib profile: the thesis' drafts only
+        k_max=args.k_max, adaptive_margin=args.adaptive_margin, adaptive_min_probes=args.adaptive_min_probes,
+        freq_tokens=args.freq_tokens, freq_calibration=args.freq_calibration, temperature=args.temperature,
+        top_k=args.top_k or None, top_p=None if args.top_p == 1 else args.top_p, stop_below=args.stop_below)
+    return BenchConfig(
+        name=args.name, out=args.out, target=args.target, draft=args.draft, device=args.device,
+        draft_device=args.draft_device, dtype=args.dtype, pack=options.pack(args), k=args.k,
+        max_new_tokens=args.max_new_tokens, modes=modes, prompt_file=args.prompt_file, categories=args.categories,
+        per_category=args.per_category or None, prompts=args.prompts, turns=args.turns, chat=not args.no_chat,
+        thinking=options.thinking(args), warmup=args.warmup, iterations=args.iterations, seed=args.seed,
+        costs=not args.no_costs, profile=profile, probes=args.probes, clusters=args.clusters, assets=args.assets,
+        flash_path=args.flash_path, centroid_dtype=args.centroid_dtype, outliers=args.outliers,
+        cluster_seed=args.cluster_seed, kmeans_iterations=args.kmeans_iterations, threads=args.threads,
+        split_threads=args.split_threads, **beyond)
+
+
+def _run_protocol(args, profile: bool) -> int:
+    from ..analysis import formatting, tables
+    from ..bench import protocol
+
+    run = protocol.run(_bench_config(args, profile), resume=args.resume, replace=args.replace)
+    costs = [r["component_costs_s"] for r in run.samples if r.get("component_costs_s") and r["mode"] == "baseline"]
+    costs = {k: statistics.median(c[k] for c in costs) for k in costs[0]} if costs else {}
+    print(formatting.summary_text(run.summary, costs, args.k, args.max_new_tokens))
+    for name, df in tables.available(run).items():
+        print(f"Table {name}" if name[0].isdigit() else f"{name}:")
+        print(formatting.to_markdown(df) + "\n")
+    print(f"run folder: {run.path}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    return _run_protocol(args, profile=False)
+
+
+def cmd_profile(args) -> int:
+    return _run_protocol(args, profile=True)
+
+
+def print_frame(title: str, df, fmt: str) -> None:
+    """One table as text, markdown or CSV (a ``# title`` line above the CSV)."""
+    from ..analysis import formatting
+
+    if fmt == "csv":
+        print(f"# {title}")
+        print(df.to_csv(index=False), end="")
+    elif fmt == "markdown":
+        print(f"{title}\n\n{formatting.to_markdown(df)}\n")
+    else:
+        print(f"{title}\n{df.to_string(index=False)}\n")
+
+
+def cmd_table(args) -> int:
+    from ..analysis import diagnostics, tables
+    from ..bench.runs import load_run
+
+    run = load_run(args.run)
+    names = list(tables.TABLES) if args.table == "all" else args.table.split(",")
+    unknown = [n for n in names if n not in tables.TABLES]
+    if unknown:
+        raise ConfigError(f"Unknown table(s) {', '.join(unknown)}; known: {', '.join(tables.TABLES)}, all.")
+    if args.against:
+        frames = {"reproducibility": diagnostics.reproducibility(run, load_run(args.against))}
+    elif args.table == "all":
+        frames = tables.available(run)
+    else:
+        frames = {n: tables.TABLES[n](run) for n in names}
+    for name, df in frames.items():
+        print_frame(f"Table {name}" if name[0].isdigit() else name, df, args.format)
+    return 0
+
+
+def cmd_precision_bench(args) -> int:
+    from ..bench import precision
+
+    precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
+    precision.check(precisions, args.max_block, args.reps, args.int4_group, emulated=args.emulated)
+    if args.k < 1 or args.max_new_tokens < 1 or args.e2e_prompts < 0:
+        raise ConfigError("-k and --max-new-tokens must be >= 1 and --e2e-prompts >= 0.")
+    specs.check_available(args.target)
+    specs.check_available(args.draft)
+    out_path = options.new_out_path(args)
+    doc = precision.run(args.target, args.draft, precisions=precisions, max_block=args.max_block, reps=args.reps,
+                        e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k,
+                        int4_group=args.int4_group, emulated=args.emulated)
+    doc["command"] = (f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
+                      f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
+                      f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}"
+                      + (f" --int4-group {args.int4_group}" if "int4" in precisions else "")
+                      + (" --emulated" if args.emulated else ""))
+    return options.emit(doc, precision.text(doc), out_path)
+
+
+def cmd_sampling_check(args) -> int:
+    from ..analysis import distcheck
+    from ..bench.environment import provenance
+    from ..bench.protocol import available_cores
+
+    if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
+        raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1 (got {args.workers}).")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists():
+        raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
+    measured = provenance()  # taken before the hour of draws: the code and revision that make them
+    pair, t0 = distcheck.tiny_pair(), time.perf_counter()
+
+    def report(r):
+        print(f"case {r['case']} {r['draft']:5s} {r['schedule']:8s}: {r['draws']} draws, {r['cells']} cells, "
+              f"max |z| {r['max_abs_z']:.2f} vs {r['critical_z']:.2f}, power {r['power']:.4f}, "
+              f"acceptance {r['acceptance']:.3f} -> {'ok' if r['ok'] else 'FAIL'}", flush=True)
+
+    result = distcheck.run_all(pair, delta=args.delta, alpha=args.alpha, power=args.power, workers=args.workers,
+                               progress=True, on_row=report)
+    control, ok = result["negative_control"], result["ok"]
+    print(f"negative control (always accept): max |z| {control['max_abs_z']:.1f} vs {control['critical_z']:.2f} "
+          f"-> {'rejected, as it must be' if not control['ok'] else 'NOT REJECTED: the check is too weak'}")
+    doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "chunk": distcheck.CHUNK,
+           "workers": args.workers or available_cores(), "configurations": result["configurations"],
+           "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
+           "environment": {"python": platform.python_version(), "machine": platform.machine(),
+                           "processor": platform.processor()}, "measured": measured}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in doc.items() if k not in ("configurations", "negative_control")}))
+    return 0 if ok else 1
+
+
+def _add_protocol_parser(sub, name: str, helptext: str, func) -> None:
+    from ..bench.modes import ALL_MODES, THESIS_MODES
+
+    p = sub.add_parser(name, help=helptext, description=helptext)
+    options.pair(p, max_new_tokens=32)
+    if name == "bench":
+        p.add_argument("--modes", default=",".join(THESIS_MODES),
+                       help=f"comma-separated modes, of: {', '.join(ALL_MODES)}; a greedy mode with the fixed K may "
+                            "take its own K and FlashHead probe count, e.g. flash_deferred@k6p148, timed "
+                            "beside the same baseline (default: %(default)s)")
+    else:
+        p.add_argument("--schedule", default="ordinary", choices=["ordinary", "deferred", "pipelined"],
+                       help="the schedule profiled (default: %(default)s, as the thesis' Table 4.7)")
+    g = p.add_argument_group("prompts")
+    options.prompts(g, default_file="project")
+    g.add_argument("--per-category", type=int, default=2 if name == "bench" else 1,
+                   help="the first N prompts of each category, before --prompts; 0 = all (default: %(default)s)")
+    g.add_argument("--turns", default="first", choices=["first", "flatten"],
+                   help="multi-turn records: the first turn, or all turns flattened into one (default: first)")
+    g = p.add_argument_group("protocol")
+    g.add_argument("--warmup", type=int, default=1, help="untimed warm-up rounds of every mode (default: 1)")
+    g.add_argument("--iterations", type=int, default=1, help="measured iterations over the prompts (default: 1)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    g.add_argument("--no-costs", action="store_true", help="skip the per-prompt component costs (and predictions)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch's intra-op threads (default: every core this process may use); recorded")
+    g.add_argument("--split-threads", action="store_true",
+                   help="pipelined modes: each side gets half the threads (default: both use all)")
+    g.add_argument("--out", default="runs", help="parent folder of run folders (default: %(default)s)")
+    g.add_argument("--name", default=name, help="run folder name (default: %(default)s); never overwritten")
+    g.add_argument("--resume", action="store_true", help="finish an interrupted run (same configuration)")
+    g.add_argument("--replace", action="store_true", help="move an existing run folder aside (<name>.old-N) and start afresh")
+    options.flash(p)
+    if name == "bench":
+        g = p.add_argument_group("beyond the thesis (modes adaflash_*, freq_*, *_hk, *_ck, *_sk, sample_*)")
+        g.add_argument("--k-max", type=int, default=12, help="largest K of the adaptive-K modes (default: 12)")
+        g.add_argument("--stop-below", type=float, default=None,
+                       help="*_sk: a draft block ends at the first token whose draft probability is below this")
+        g.add_argument("--adaptive-margin", type=float, default=None,
+                       help="adaflash: probe the clusters within this centroid-score margin (x |h|) of the best")
+        g.add_argument("--adaptive-min-probes", type=int, default=1, help="adaflash: at least this many probes")
+        g.add_argument("--freq-tokens", type=int, default=None,
+                       help="freq: tokens the truncated head scores (default: FlashHead's candidate count)")
+        g.add_argument("--freq-calibration", type=int, default=3,
+                       help="freq: unmeasured prompts per category its frequencies are counted on (default: 3)")
+        g.add_argument("--temperature", type=float, default=0.7, help="sample_*: temperature (default: 0.7)")
+        g.add_argument("--top-k", type=int, default=20, help="sample_*: top-k, 0 = off (default: 20)")
+        g.add_argument("--top-p", type=float, default=0.8, help="sample_*: top-p, 1 = off (default: 0.8)")
+    p.set_defaults(func=func)
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("model-bench", help="FlashHead quality, head latency and draft step latency (Tables 4.1-4.4)")
+    options.models(p, target=False)
+    options.chat(p)
+    p.add_argument("--parts", default="quality,head,step", help="comma-separated: quality, head, step, embedl "
+                   "(Embedl's head beside ours; needs the embedl extra) (default: %(default)s)")
+    p.add_argument("--probe-list", default=None, help="probe counts for the curves (default: powers of 2, C/16 and C)")
+    p.add_argument("--state-tokens", type=int, default=128, help="decode steps per prompt for the hidden states (default: 128)")
+    p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")
+    p.add_argument("--step-reps", type=int, default=5, help="passes over all prompts for Table 4.3 (default: 5)")
+    options.prompts(p)
+    p.add_argument("--states", default=None, help="hidden-state file: read if it exists (same model and prompts), "
+                   "else collect and write it")
+    options.out(p, "write the result document here (JSON; must not exist)")
+    options.flash(p)
+    p.set_defaults(func=cmd_model_bench)
+
+    _add_protocol_parser(sub, "bench", "the benchmark protocol: every mode on the project's prompts into a run folder",
+                         cmd_bench)
+    _add_protocol_parser(sub, "profile", "the profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead drafts",
+                         cmd_profile)
+
+    p = sub.add_parser("table", help="the thesis' tables (4.5-4.11) and extra tables from a run folder")
+    p.add_argument("run", help="a run folder (from thesis-lib bench or profile)")
+    p.add_argument("--table", default="all", help="comma-separated: 4.5, 4.6, 4.7, 4.8, 4.9, 4.10, 4.11, draft-split, "
+                   "ratios, peers, pipelined, verification, accepted; or all (default: all the run supports)")
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv"], help="output format (default: text)")
+    p.add_argument("--against", default=None, help="a second run folder of the same configuration: print the "
+                   "reproducibility table (identical tokens, acceptance, speed spread) instead")
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("precision-bench", help="float32, bfloat16 and int4 on the CPU side by side: step and verify "
+                       "cost, end-to-end speedup",
+                       description="Loads the pair once per precision (oneDNN-packed layers), then times one forward "
+                       "of blocks of 1..--max-block tokens after a real prompt for target and draft, precisions "
+                       "interleaved, and decodes --e2e-prompts prompts with target-only greedy, transformers' "
+                       "generate() and FlashHead deferred in each precision. One JSON document as the last line.")
+    p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
+    p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
+    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, int4 "
+                   "(the target's body 4-bit, head and draft bf16), float32-row (float32 in the one-row packed "
+                   "layout), float32-sdpa and bfloat16-sdpa (that precision with transformers' batched attention, not the "
+                   "row-exact one), bfloat16-unpadded and float32-unpadded (products of 1-4 rows not padded to 5) (default: %(default)s)")
+    p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
+    p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")
+    p.add_argument("--e2e-prompts", type=int, default=3, help="demo prompts decoded end to end, 0: none "
+                   "(default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
+    p.add_argument("-k", type=int, default=4, help="block length of the speculative run (default: %(default)s)")
+    p.add_argument("--emulated", action="store_true", help="on a CPU without native bf16 dot products, time "
+                   "bfloat16 and int4 anyway (stock bf16 layers): the precisions DTYPE auto declines there")
+    options.out(p)
+    p.set_defaults(func=cmd_precision_bench)
+
+    p = sub.add_parser("sampling-check", help="prove speculative sampling lossless on tiny models (exact test)",
+                       description="Speculative sampling (dense and FlashHead drafts, ordinary and deferred) "
+                       "against target-only sampling's exact distribution of the first tokens, on tiny models "
+                       "with an 8-token vocabulary, with enough draws to catch an absolute error of --delta in "
+                       "any sequence's probability with probability --power; plus a negative control (a wrong "
+                       "rule) that must fail.")
+    p.add_argument("--delta", type=float, default=0.01, help="absolute error to catch (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=1e-3, help="family-wise level per configuration (default: %(default)s)")
+    p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=None, help="processes making the draws (default: one per "
+                   "core; the draws, and so the result, are the same for any number)")
+    options.out(p, "write the results as JSON to this new file")
+    p.set_defaults(func=cmd_sampling_check)

@@ -1,0 +1,192 @@
+"""The options the commands share, defined once: the model pair, decoding, FlashHead, prompts, output and the
+executor; and the small helpers that turn them into the library's objects."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..models import specs
+
+PROMPT_FILE_HELP = "a Spec-Bench-format question file (path or http(s) URL, cached), or a shipped set: {}"
+
+
+def models(p: argparse.ArgumentParser, *, target: bool = True) -> None:
+    """Target and draft specs, devices, dtype and the CPU kernels."""
+    g = p.add_argument_group("models")
+    if target:
+        g.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
+    g.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
+    g.add_argument("--device", default="cpu", help="device for both models, e.g. cpu, cuda:0 (default: %(default)s)")
+    if target:
+        g.add_argument("--draft-device", default=None, help="device for the draft if it differs from --device")
+    g.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
+    g.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
+
+
+def chat(g) -> None:
+    g.add_argument("--no-chat", action="store_true", help="do not wrap prompts in the chat template")
+    g.add_argument("--thinking", choices=["on", "off"], default=None,
+                   help="the chat template's thinking switch (Qwen3's enable_thinking; default: the template's own)")
+
+
+def decoding(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
+    """K, new tokens per prompt and the chat template."""
+    g = p.add_argument_group("decoding")
+    g.add_argument("-k", "--k", type=int, default=4, help="block length K: draft tokens per round (default: %(default)s)")
+    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    chat(g)
+
+
+def pair(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
+    models(p)
+    decoding(p, max_new_tokens)
+
+
+def flash(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("FlashHead (flash_* modes)")
+    g.add_argument("--probes", type=int, default=None, help="clusters probed per step (default: C/16, Embedl's)")
+    g.add_argument("--clusters", type=int, default=None, help="clusters C of our clustering (default: V/16)")
+    g.add_argument("--assets", default=None, help="a flash_head_assets folder (Embedl's format) instead of our clustering")
+    g.add_argument("--flash-path", default="auto", choices=["auto", "compiled", "eager", "reference"],
+                   help="FlashHead implementation (default: auto = compiled, eager if compilation fails)")
+    g.add_argument("--centroid-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="precision of the centroid ranking (default: bf16 where the CPU has fast bf16)")
+    g.add_argument("--outliers", type=float, default=0.0, help="fraction of tokens furthest from their centroid "
+                   "to score always, like special tokens (this library's option, not Embedl's; default: 0)")
+    g.add_argument("--cluster-seed", type=int, default=0, help="clustering seed (default: 0)")
+    g.add_argument("--kmeans-iterations", type=int, default=20, help="k-means iterations (default: 20)")
+
+
+def prompts(g, default_file: str | None = None) -> None:
+    """``--prompt-file``, ``--categories`` and ``--prompts`` (into a parser or an argument group)."""
+    shipped = "project (default), demo" if default_file == "project" else "demo (default), project"
+    g.add_argument("--prompt-file", default=default_file, help=PROMPT_FILE_HELP.format(shipped))
+    g.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
+    g.add_argument("--prompts", type=int, default=None, help="keep the first N prompts (default: all)")
+
+
+def out(p, helptext: str = "write the JSON document to this new file") -> None:
+    p.add_argument("--out", default=None, help=helptext)
+
+
+def thinking(args) -> bool | None:
+    return None if args.thinking is None else args.thinking == "on"
+
+
+def pack(args) -> bool | None:
+    return False if getattr(args, "no_pack", False) else None
+
+
+def check_decoding(args) -> None:
+    if args.k < 1:
+        raise ConfigError(f"--k must be >= 1 (got {args.k}).")
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens}).")
+
+
+class FlashArgs:
+    """The FlashHead fields of a command's namespace under the names ``BenchConfig`` uses."""
+
+    def __init__(self, args, draft: str):
+        self.draft, self.probes, self.clusters, self.assets = draft, args.probes, args.clusters, args.assets
+        self.flash_path, self.centroid_dtype, self.outliers = args.flash_path, args.centroid_dtype, args.outliers
+        self.cluster_seed, self.kmeans_iterations = args.cluster_seed, args.kmeans_iterations
+        self.dtype, self.pack = getattr(args, "dtype", "auto"), pack(args)
+
+
+def check_flash(args, spec: str) -> None:
+    """Probe/cluster counts checked against the model's config before any weights load."""
+    from ..bench.protocol import check_flash as check
+
+    check(FlashArgs(args, spec))
+
+
+def flash_head(args, draft):
+    from ..bench.drafts import flash_body, flash_head as build
+
+    cfg = FlashArgs(args, draft.spec)
+    return build(cfg, draft, flash_body(cfg, draft))
+
+
+def select_prompts(args) -> list:
+    """The prompt source (default: the demo set), filtered by ``--categories`` and cut to ``--prompts``."""
+    from ..bench.prompts import demo_prompts, load_prompts, select
+
+    found = load_prompts(args.prompt_file) if args.prompt_file else demo_prompts()
+    return select(found, getattr(args, "categories", None), args.prompts)
+
+
+def new_out_path(args) -> Path | None:
+    """``--out`` as a path that does not exist yet (results are never overwritten)."""
+    path = Path(args.out) if args.out else None
+    if path and path.exists():
+        raise ConfigError(f"{path} exists; choose another --out (results are never overwritten).")
+    return path
+
+
+def write_new(path: Path | None, doc: dict) -> None:
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+
+
+def emit(doc: dict, text: str, path: Path | None) -> int:
+    """Print a measurement's table, save its document to the new file ``path``, print the document as the last line."""
+    print(text)
+    write_new(path, doc)
+    print(json.dumps(doc))
+    return 0
+
+
+def threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def assignments(items: list[str], what: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` strings as pairs; a malformed one is a :class:`ConfigError` naming ``what``."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} takes KEY=VALUE (got {item!r}).")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def executor(p: argparse.ArgumentParser, local_help: str = "local: in order on this machine (default); "
+             "slurm: one job each", subprocess: bool = True, poll: bool = True) -> None:
+    """Where runs execute, and the Slurm resources of each job."""
+    p.add_argument("--executor", default="local", choices=["local", "slurm"], help=local_help)
+    if subprocess:
+        p.add_argument("--subprocess", action="store_true", help="local: each run in its own process, with a log")
+    if poll:
+        p.add_argument("--poll", type=float, default=10.0, help="seconds between looks at the queue (default 10)")
+    g = p.add_argument_group("Slurm resources (--executor slurm; each run is one job)")
+    g.add_argument("--partition", default=None, help="(default: the cluster's default partition)")
+    g.add_argument("--gpus", type=int, default=None, help="GPUs per job (default: the run's CUDA devices: 2 for "
+                   "target and draft on cuda:0 and cuda:1, as the thesis ran)")
+    g.add_argument("--cpus", type=int, default=None, help="cores per job (default: 8 with GPUs, else 2)")
+    g.add_argument("--mem", default=None, help="memory per job, e.g. 64G (default: 64G with GPUs, else the cluster's)")
+    g.add_argument("--time", default="04:00:00", help="time limit per job (default: %(default)s)")
+    g.add_argument("--account", default=None, help="the account jobs are charged to")
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="OPTION",
+                   help="a further sbatch option, e.g. --sbatch-arg=--constraint=h100 (repeatable)")
+
+
+def make_executor(args, workdir: Path | None = None):
+    """The executor the arguments name; a Slurm job starts in ``workdir`` (default: here, like the run folders'
+    relative paths)."""
+    from ..sweep import local, slurm
+
+    if args.executor == "local":
+        return local.LocalExecutor(isolate=getattr(args, "subprocess", False))
+    resources = slurm.Resources(partition=args.partition, gpus=args.gpus, cpus=args.cpus, mem=args.mem,
+                                time=args.time, account=args.account, extra=list(args.sbatch_arg))
+    return slurm.SlurmExecutor(resources, workdir=workdir)
