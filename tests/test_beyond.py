@@ -15,7 +15,7 @@ from thesis_lib.analysis import codesign
 from thesis_lib.heads import adaptive, clustering, truncated
 from thesis_lib.models import tiny
 from thesis_lib.errors import ConfigError
-from thesis_lib.decoding.policies import expected_emitted
+from thesis_lib.decoding.costs import expected_emitted
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.heads.dense import DenseGreedyHead
 from thesis_lib.heads.flashhead import FlashHead

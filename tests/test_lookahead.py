@@ -128,13 +128,6 @@ def test_free_perfect_drafting_makes_the_oracle_draft_whole_blocks(rows):
     assert o["ms"] < 10.0 * o["tokens"]
 
 
-def test_verify_cost_pads_to_the_cheapest_larger_size():
-    cost = la.verify_cost({1: 10, 2: 30, 3: 20, 5: 25})
-    assert [cost(n) for n in (1, 2, 3, 4, 5)] == [10, 20, 20, 25, 25]
-    with pytest.raises(ConfigError, match="no verify cost"):
-        cost(6)
-
-
 def test_bad_policy_and_depth_are_refused(tiny_models):
     with pytest.raises(ConfigError):
         la.fixed_policy(0)

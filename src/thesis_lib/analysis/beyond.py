@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..bench.metrics import median
 from ..bench.modes import baseline_of
+from ..decoding.costs import verify_cost
 from . import lookahead as la
 from .pooled import totals
 
@@ -48,7 +49,7 @@ def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid,
     costs = doc["costs"]
     rows, verify = look["rows"], costs["verify_ms"]
     step = costs["body_ms"] + default_row(doc)["head_ms"]
-    target_ms = sum(len(r["target"]) - 1 for r in rows) * la.verify_cost(verify)(1)
+    target_ms = sum(len(r["target"]) - 1 for r in rows) * verify_cost(verify)(1)
 
     def entry(res: dict, **kw) -> dict:
         out = {**kw, "speedup": target_ms / res["ms"]}

@@ -1,5 +1,4 @@
-"""Draft-head settings judged without a decoding run per setting: teacher-forced acceptance and the cost model
-(issue 6 items 2, 4 and 5).
+"""Draft-head settings judged without a decoding run per setting: teacher-forced acceptance and the cost model.
 
 In greedy speculative decoding a draft token is accepted when it equals the target's greedy token after the
 same prefix, and that prefix is always the target's own output. So one forward of the draft over
@@ -7,8 +6,8 @@ same prefix, and that prefix is always the target's own output. So one forward o
 would have there; any head applied to those states tells which positions it would get right
 (:func:`head_quality`): its per-token acceptance alpha, and its top-1 agreement with the dense head.
 
-With alpha, the head's measured latency and the measured body, verify and append costs, the speedup model of
-chapter 2 predicts decode tok/s for every block length (:func:`predict`); :func:`sweep` does that over
+With alpha, the head's measured latency and the measured body, verify and append costs, the cost model
+(:mod:`thesis_lib.decoding.costs`) predicts decode tok/s for every block length (:func:`predict`); :func:`sweep` does that over
 clusters x probes (x K) and :func:`pareto` keeps the settings no other beats on both head latency and
 predicted speed. The prediction assumes independent acceptances and leaves out Python and cache work; the
 chapter checks it against measured runs before trusting it.
@@ -23,7 +22,7 @@ from typing import Sequence
 import torch
 
 from ..bench.timing import head_ms
-from ..decoding.policies import expected_emitted, measure_costs
+from ..decoding import costs as cost_model
 from ..decoding.state import ModelState
 from ..errors import ConfigError
 
@@ -70,17 +69,12 @@ def predict(alpha: float, head_ms_: float, costs: dict, *, deferred: bool = True
     """Best block length and the decode tok/s the cost model predicts for a draft head of this per-token
     acceptance and latency. ``costs``: ``body_ms`` (the draft step without its head), ``verify_ms`` (dict n ->
     ms of the target's forward over n tokens), ``target_step_ms``."""
-    step = costs["body_ms"] + head_ms_
-    verify = costs["verify_ms"]
-
-    def tok_s(k: int) -> float:
-        t = k * step + (verify[k + 1] if deferred else verify[k] + verify[1])
-        return 1000 * float(expected_emitted(alpha, k)) / t
-
+    step, verify = costs["body_ms"] + head_ms_, costs["verify_ms"]
     ks = [k for k in range(1, k_max + 1) if (k + 1) in verify]
-    best = max(ks, key=tok_s)
-    return {"k": best, "tokens_per_s": tok_s(best), "speedup": tok_s(best) * costs["target_step_ms"] / 1000,
-            "by_k": {k: tok_s(k) for k in ks}}
+    by_k = {k: 1000 * float(cost_model.rate(alpha, k, step, verify, deferred=deferred)) for k in ks}
+    best = cost_model.best_k(alpha, step, verify, ks, deferred=deferred)
+    return {"k": best, "tokens_per_s": by_k[best], "speedup": by_k[best] * costs["target_step_ms"] / 1000,
+            "by_k": by_k}
 
 
 def pareto(rows: Sequence[dict], *, cost: str = "head_ms", gain: str = "tokens_per_s") -> list[dict]:
@@ -133,7 +127,7 @@ def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_
         h.sum().item()
         body.append(time.perf_counter() - t0)
         d.crop(1)
-    c = measure_costs(target_state, {}, ids, k_max=k_max, reps=reps)
+    c = cost_model.measure_costs(target_state, {}, ids, verify_sizes=range(1, k_max + 2), reps=reps)
     verify = {n: 1000 * s for n, s in c["verify_s"].items()}
     return {"body_ms": 1000 * statistics.median(body), "dense_head_ms": head_ms(dense_head, h.float()),
             "verify_ms": verify, "target_step_ms": verify[1]}

@@ -1,4 +1,4 @@
-"""What a block-length policy can gain, judged from one pass over the target's own output (issue 6's ceiling).
+"""What a block-length policy can gain, judged from one pass over the target's own output.
 
 In greedy speculative decoding every round starts after a prefix of the target's greedy output: after
 ``out[:t]`` the draft continues greedily and the target accepts the longest prefix of that continuation
@@ -17,10 +17,9 @@ forward over ``n`` tokens) any block-length policy's rounds and decode time foll
   target step). No policy that only chooses block lengths beats it at these costs; with ``lookup=True``
   a round may also take the lookup's proposal at no draft cost, bounding the lookup + draft hybrids too.
 
-The walk models a deferred round as ``k`` draft steps plus one verify forward over ``k + 1`` tokens, and
-the last token alone as one target step; Python and cache work are left out (the chapter sets measured
-runs beside it). A verify over ``n`` tokens costs the cheapest measured forward over at least ``n`` (a batch
-can always be padded to a size that runs faster, as ``state.CPU_BUCKETS`` does).
+The walk costs a deferred round with :mod:`thesis_lib.decoding.costs` (``k`` draft steps plus one verify forward
+over ``k + 1`` tokens, at the cheapest measured size of at least ``k + 1``), and the last token alone as one
+target step; Python and cache work are left out (the chapter sets measured runs beside it).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..decoding.costs import round_cost, verify_cost
 from ..decoding.drafters import NgramDrafter
 from ..decoding.state import ModelState
 from ..decoding.stats import accepted_prefix
@@ -79,19 +79,6 @@ def draft_lookahead(model, head, sequences: Sequence[tuple[Sequence[int], Sequen
                 chain, feed = [], [int(target_tok)]
         rows.append({"tokens": toks, "probs": probs, "lookup": looks, "target": list(out)})
     return rows
-
-
-def verify_cost(verify_ms: dict) -> Callable[[int], float]:
-    """``n -> ms`` of a target forward over ``n`` tokens: the cheapest measured size of at least ``n``."""
-    v = {int(n): float(ms) for n, ms in verify_ms.items()}
-    sizes = sorted(v)
-
-    def cost(n: int) -> float:
-        ok = [v[m] for m in sizes if m >= n]
-        if not ok:
-            raise ConfigError(f"no verify cost measured for {n} tokens (largest: {sizes[-1]}).")
-        return min(ok)
-    return cost
 
 
 def fixed_policy(k: int):
@@ -145,7 +132,7 @@ def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, l
                 y = r["tokens"][t][:k]
                 draft_steps = len(y)
             n = accepted_prefix(y, out[t:])
-            total["ms"] += draft_steps * step_ms + cost(len(y) + 1)
+            total["ms"] += round_cost(draft_steps, step_ms, cost(len(y) + 1))
             total["draft_ms"] += draft_steps * step_ms
             total["verify_ms"] += cost(len(y) + 1)
             total["rounds"] += 1
@@ -171,13 +158,13 @@ def oracle(rows: Sequence[dict], *, step_ms: float, verify_ms: dict, k_max: int,
         for t in range(n_tok - 1, 0, -1):
             options = [cost(1) + best[t + 1]]
             for k in range(1, min(k_max, n_tok - t - 1) + 1):
-                options.append(k * step_ms + cost(k + 1) + best[t + min(run[t], k) + 1])
+                options.append(round_cost(k, step_ms, cost(k + 1)) + best[t + min(run[t], k) + 1])
             for k in range(1, min(run_lookup[t], n_tok - t - 1) + 1):
-                options.append(cost(k + 1) + best[t + k + 1])
+                options.append(round_cost(0, step_ms, cost(k + 1)) + best[t + k + 1])
             best[t] = min(options)
         total_ms += best[1] if n_tok > 1 else 0.0
         tokens += max(0, n_tok - 1)
     return {"ms": total_ms, "tokens": tokens}
 
 
-__all__ = ["draft_lookahead", "verify_cost", "fixed_policy", "threshold_policy", "simulate", "oracle"]
+__all__ = ["draft_lookahead", "fixed_policy", "threshold_policy", "simulate", "oracle"]

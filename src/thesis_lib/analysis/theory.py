@@ -6,13 +6,9 @@ model of speculative decoding. Plain arithmetic, no models run here (the measure
 - :func:`work_ratio`: FlashHead's scored rows over the dense head's, rho = C/V + p*C_size/V = C/V + p/C
   for equal clusters of V/C tokens (score C centroids, then the p probed clusters' members);
   :func:`best_clusters` is the C that minimises it for a probe count (sqrt(p V)).
-- :func:`expected_emitted` (defined with the block-length policies that use it,
-  :mod:`thesis_lib.decoding.policies`): expected tokens emitted per round for per-token acceptance alpha and
-  block K, (1 - alpha^(K+1)) / (1 - alpha) (accepted draft tokens plus the target's own token).
-- :func:`speedup`: the model's decode speedup over target-only decoding, per round
-  E / (K c + v + a), in units of one target step: c the draft/target step-cost ratio, v the verify forward's
-  cost, a the standalone append (1 for the ordinary schedule, 0 for deferred verification, which folds the
-  final token into the next verify call).
+- :func:`expected_emitted` and :func:`speedup` (the cost model, :mod:`thesis_lib.decoding.costs`): expected
+  tokens per round, and the speedup over target-only decoding E / (K c + v + a) in target steps: c the
+  draft/target step-cost ratio, v the verify forward, a the append (1 ordinary, 0 deferred).
 - :func:`measured_costs`: those ratios from a run's component costs (medians over its prompts);
   :func:`sweep_speedups`: the model's speedup over K beside a K sweep's measured one (Figure 4.4).
 """
@@ -22,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..decoding.policies import expected_emitted
+from ..decoding.costs import expected_emitted, speedup
 from ..errors import ConfigError
 from .pooled import LABELS, totals
 
@@ -75,11 +71,6 @@ def work_ratio(n_clusters, n_probes, vocab: int):
 
 def best_clusters(n_probes: int, vocab: int) -> float:
     return math.sqrt(n_probes * vocab)
-
-
-def speedup(alpha, k: int, c: float, verify: float = 1.0, append: float = 0.0):
-    """Model decode speedup over target-only decoding: E(alpha, K) / (K c + verify + append)."""
-    return expected_emitted(alpha, k) / (k * c + verify + append)
 
 
 def alpha_from_emitted(mean_emitted: float, k: int) -> float:

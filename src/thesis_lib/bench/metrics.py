@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from ..decoding.costs import round_cost
 from ..decoding.stats import Generation
 from .modes import SAMPLE_MODES, base_mode, baseline_of, k_policy_of, split_mode
 from .prompts import Prompt
@@ -95,9 +96,9 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
 
 
 def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
-    """Decode tok/s that the component costs predict for one speculative sample, given what it did:
-    the draft's prompt prefill once, each drafted token a draft step, each verify call a K-token (deferred:
-    K+1) target forward, each standalone append a target step. Python, cache cropping and the second token
+    """Decode tok/s that the component costs predict for one speculative sample, given what it did: the draft's
+    prompt prefill once, then its rounds summed as one :func:`~thesis_lib.decoding.costs.round_cost` (each
+    drafted token a draft step, each verify call a K-token (deferred: K+1) target forward, each append a step). Python, cache cropping and the second token
     the draft feeds after a fully accepted block are left out."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
@@ -108,6 +109,6 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     step = costs["flash_draft_step_s"] if mode.startswith("flash") else costs["draft_step_s"]
     if mode.endswith("pipelined") or verify is None:
         return None  # the model has no overlap term; a variant's K whose verify forward was not timed
-    t = (costs["draft_prefill_s"] + rec["drafted"] * step + rec["verify_calls"] * verify
-         + rec["append_calls"] * costs["target_step_s"])
+    t = costs["draft_prefill_s"] + round_cost(rec["drafted"], step, rec["verify_calls"] * verify,
+                                              rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - rec["first_emit"]) / t

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from ..decoding import policies
+from ..decoding import costs, policies
 from ..decoding.clocks import ForwardTimer, PhaseClock
 from ..decoding.drafters import HybridDrafter, ModelDrafter, NgramDrafter, ProfiledDrafter
 from ..decoding.greedy import greedy_generate, speculative_generate
@@ -184,11 +184,13 @@ class Runner:
         if policy in ("fixed", "confidence"):  # confidence: the drafter ends its blocks itself
             return None
         if policy == "cost" and self.k_costs is None:  # measured once, at the first prompt that needs it
-            models = {n: d for n, d in self.drafters.items() if n in ("dense", "flash", "adaflash", "freq")}
-            self.k_costs = policies.measure_costs(self.t_state, models, ids, k_max=self.k_max)
+            states = {n: getattr(d, "state", None) for n, d in self.drafters.items()
+                      if n in ("dense", "flash", "adaflash", "freq")}
+            self.k_costs = costs.measure_costs(self.t_state, states, ids, verify_sizes=range(1, self.k_max + 2))
+            self.k_costs["draft_step_s"] = self.k_costs.get("dense_step_s", 0.0)
         step_of = {"hybrid": "flash", "ngram": "ngram"}.get(draft, draft)
-        costs = dict(self.k_costs or {}, ngram_step_s=0.0)
-        return policies.make_policy(policy, self.k, costs, deferred=schedule == "deferred", draft=step_of,
+        measured = dict(self.k_costs or {}, ngram_step_s=0.0)
+        return policies.make_policy(policy, self.k, measured, deferred=schedule == "deferred", draft=step_of,
                                     k_max=self.k_max)
 
     def _sample(self, which: str, ids: Sequence[int]) -> Generation:

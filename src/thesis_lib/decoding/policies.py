@@ -1,4 +1,4 @@
-"""Block-length policies: the K of each speculative round, beyond the thesis' fixed K (issue 6, item 3).
+"""Block-length policies: the K of each speculative round, beyond the thesis' fixed K.
 
 Block-length policies (``policy.first() -> K``, then ``policy.update(accepted, drafted) -> next K``), used by
 :func:`thesis_lib.decoding.speculative_generate` through its ``k_policy`` argument:
@@ -8,33 +8,16 @@ Block-length policies (``policy.first() -> K``, then ``policy.update(accepted, d
   2 after a fully accepted block and shrinks by 1 otherwise (at least 1; capped at ``k_max`` here).
 - :class:`CostModelK`: this project's own. It keeps a running estimate of the per-token acceptance alpha
   (accepted tokens over trials, with exponential forgetting so it follows the text) and picks, each round,
-  the K that maximises expected tokens per second, ``E(alpha, K) / (K * draft_step + verify(K))``, where
-  ``E = (1 - alpha^(K+1)) / (1 - alpha)`` (the i.i.d. acceptance model of chapter 2) and the costs are *measured* on the machine
-  (:func:`measure_costs`): one draft step, and the target's verify forward over K + 1 tokens (deferred
-  schedule) or K tokens plus the append (ordinary).
+  the K that maximises expected tokens per second under the cost model of :mod:`thesis_lib.decoding.costs`,
+  with costs *measured* on the machine: one draft step, and the target's forward over n tokens.
 """
 
 from __future__ import annotations
 
-import statistics
-from typing import Sequence
-
-import torch
-
 from ..errors import ConfigError
+from . import costs
 
 K_POLICIES = ("fixed", "heuristic", "cost")
-
-
-def expected_emitted(alpha, k: int):
-    """Expected tokens per round, (1 - alpha^(K+1)) / (1 - alpha); K + 1 at alpha = 1 (chapter 2's i.i.d.
-    acceptance model; works on arrays too)."""
-    import numpy as np
-
-    a = np.asarray(alpha, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(np.isclose(a, 1.0), k + 1.0, (1 - a ** (k + 1)) / (1 - a))
-    return out if out.shape else float(out)
 
 
 class FixedK:
@@ -109,14 +92,9 @@ class CostModelK:
     def alpha(self) -> float:
         return min(max(self.hits / self.trials, 1e-3), 0.999)
 
-    def round_seconds(self, k: int) -> float:
-        if self.deferred:
-            return k * self.draft_step_s + self.verify_s[k + 1]
-        return k * self.draft_step_s + self.verify_s[k] + self.verify_s[1]
-
     def best_k(self, alpha: float | None = None) -> int:
-        a = self.alpha if alpha is None else alpha
-        return max(range(1, self.k_max + 1), key=lambda k: expected_emitted(a, k) / self.round_seconds(k))
+        return costs.best_k(self.alpha if alpha is None else alpha, self.draft_step_s, self.verify_s,
+                            range(1, self.k_max + 1), deferred=self.deferred)
 
     def update(self, accepted: int, drafted: int) -> int:
         # a round is a run of `accepted` successes, then one failure unless the whole block was accepted
@@ -126,44 +104,21 @@ class CostModelK:
         return self.k
 
 
-def make_policy(name: str, k: int, costs: dict | None = None, *, deferred: bool = True, draft: str = "dense",
+def make_policy(name: str, k: int, measured: dict | None = None, *, deferred: bool = True, draft: str = "dense",
                 k_max: int = 12):
-    """A K policy by name (``fixed``, ``heuristic``, ``cost``); ``cost`` needs :func:`measure_costs`' dict."""
+    """A K policy by name (``fixed``, ``heuristic``, ``cost``); ``cost`` needs the dict of
+    :func:`thesis_lib.decoding.costs.measure_costs` (a ``<draft>_step_s`` or ``draft_step_s``, and ``verify_s``)."""
     if name == "fixed":
         return FixedK(k)
     if name == "heuristic":
         return HeuristicK(k, k_max=max(k_max, k))
     if name == "cost":
-        if costs is None:
-            raise ConfigError("The cost-model K policy needs measured step costs (adaptive.measure_costs).")
-        step = costs.get(f"{draft}_step_s", costs["draft_step_s"])
-        return CostModelK(min(k, k_max), draft_step_s=step, verify_s=costs["verify_s"], deferred=deferred,
+        if measured is None:
+            raise ConfigError("The cost-model K policy needs measured step costs (costs.measure_costs).")
+        step = measured.get(f"{draft}_step_s", measured["draft_step_s"])
+        return CostModelK(min(k, k_max), draft_step_s=step, verify_s=measured["verify_s"], deferred=deferred,
                           k_max=k_max)
     raise ConfigError(f"Unknown K policy {name!r}; use one of {', '.join(K_POLICIES)}.")
 
 
-@torch.inference_mode()
-def measure_costs(target_state, drafters: dict, ids: Sequence[int], *, k_max: int = 12, reps: int = 3) -> dict:
-    """Median seconds of one draft step per drafter (``<name>_step_s``; the dense one also as
-    ``draft_step_s``) and of the target's forward over n = 1 .. k_max + 1 tokens (``verify_s[n]``), at the
-    context length of ``ids``: the inputs of :class:`CostModelK`."""
-    out: dict = {}
-    for name, d in drafters.items():
-        state = getattr(d, "state", None)
-        if state is None:  # a drafter without a model costs nothing to step
-            out[f"{name}_step_s"] = 0.0
-            continue
-        state.reset()
-        state.greedy(ids, last_only=True)
-        out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
-    out["draft_step_s"] = out.get("dense_step_s", 0.0)
-    target_state.reset()
-    target_state.greedy(ids, last_only=True)
-    tail = list(ids) * (1 + (k_max + 1) // max(1, len(ids)))
-    out["verify_s"] = {n: statistics.median(target_state.timed_forward(tail[-n:]) for _ in range(reps))
-                       for n in range(1, k_max + 2)}
-    target_state.reset()
-    return out
-
-
-__all__ = ["K_POLICIES", "expected_emitted", "FixedK", "HeuristicK", "CostModelK", "make_policy", "measure_costs"]
+__all__ = ["K_POLICIES", "FixedK", "HeuristicK", "CostModelK", "make_policy"]

@@ -1,0 +1,104 @@
+"""The cost model of a speculative round, in one place, and the one timer of its inputs.
+
+A round drafts k tokens (k draft steps) and runs the target once over the block: over k + 1 tokens under
+deferred verification (the final token rides along), or over k tokens plus a one-token append under the
+ordinary schedule. Under chapter 2's i.i.d. acceptance model, with per-token acceptance alpha, a round emits
+:func:`expected_emitted` tokens on average. Costs may be in any one unit (seconds, ms, target steps).
+
+- :func:`round_cost`: k draft steps + the verify forward + the append; :func:`schedule_cost` reads the last two
+  from a verify curve (``n -> cost of the target's forward over n tokens``) for a schedule;
+  :func:`verify_cost` turns measured sizes into such a curve (the cheapest measured size of at least n).
+- :func:`rate`: expected tokens per unit of cost; :func:`best_k`: the block length that maximises it;
+  :func:`speedup`: the rate in units of one target step, i.e. the model's speedup over target-only decoding.
+- :func:`measure_costs`: median seconds of one step of each draft and of the target's forward over n tokens,
+  at a prompt's context length.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from ..errors import ConfigError
+
+
+def expected_emitted(alpha, k: int):
+    """Expected tokens per round, (1 - alpha^(K+1)) / (1 - alpha); K + 1 at alpha = 1 (works on arrays too)."""
+    import numpy as np
+
+    a = np.asarray(alpha, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.isclose(a, 1.0), k + 1.0, (1 - a ** (k + 1)) / (1 - a))
+    return out if out.shape else float(out)
+
+
+def round_cost(k: int, draft_step: float, verify: float, append: float = 0.0) -> float:
+    """One round: ``k`` draft steps, the target's verify forward and a standalone append."""
+    return k * draft_step + verify + append
+
+
+def _curve(verify: Mapping[int, float] | Callable[[int], float]) -> Callable[[int], float]:
+    return verify if callable(verify) else verify.__getitem__
+
+
+def schedule_cost(k: int, draft_step: float, verify, *, deferred: bool = True) -> float:
+    """A round of a schedule on a verify curve (a mapping or a function ``n -> cost``): deferred verifies
+    k + 1 tokens and appends nothing; ordinary verifies k tokens and appends one."""
+    v = _curve(verify)
+    return round_cost(k, draft_step, v(k + 1)) if deferred else round_cost(k, draft_step, v(k), v(1))
+
+
+def rate(alpha, k: int, draft_step: float, verify, *, deferred: bool = True):
+    """Expected tokens per unit of cost of a round."""
+    return expected_emitted(alpha, k) / schedule_cost(k, draft_step, verify, deferred=deferred)
+
+
+def best_k(alpha, draft_step: float, verify, ks: Iterable[int], *, deferred: bool = True) -> int:
+    """The block length among ``ks`` with the highest :func:`rate`."""
+    return max(ks, key=lambda k: rate(alpha, k, draft_step, verify, deferred=deferred))
+
+
+def speedup(alpha, k: int, c: float, verify: float = 1.0, append: float = 0.0):
+    """The model's decode speedup over target-only decoding, E(alpha, K) / (K c + verify + append), with c the
+    draft/target step-cost ratio and the verify forward and append in target steps (works on arrays of alpha)."""
+    return expected_emitted(alpha, k) / round_cost(k, c, verify, append)
+
+
+def verify_cost(verify: Mapping[int, float]) -> Callable[[int], float]:
+    """``n -> cost`` of a target forward over ``n`` tokens: the cheapest measured size of at least ``n`` (a block
+    can always be padded to a size that runs faster)."""
+    v = {int(n): float(x) for n, x in verify.items()}
+    sizes = sorted(v)
+
+    def cost(n: int) -> float:
+        ok = [v[m] for m in sizes if m >= n]
+        if not ok:
+            raise ConfigError(f"no verify cost measured for {n} tokens (largest: {sizes[-1]}).")
+        return min(ok)
+    return cost
+
+
+@torch.inference_mode()
+def measure_costs(target_state, draft_states: Mapping, ids: Sequence[int], *, verify_sizes: Iterable[int],
+                  reps: int = 3) -> dict:
+    """Median seconds at the context length of ``ids``: one step of each draft state (``<name>_step_s``; a
+    ``None`` state, a drafter without a model, costs 0) and the target's forward over n tokens for each n of
+    ``verify_sizes`` (``verify_s[n]``). Every state is reset afterwards."""
+    out: dict = {}
+    for name, state in draft_states.items():
+        if state is None:
+            out[f"{name}_step_s"] = 0.0
+            continue
+        state.reset()
+        state.greedy(ids, last_only=True)
+        out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
+        state.reset()
+    sizes = sorted(set(verify_sizes))
+    target_state.reset()
+    target_state.greedy(ids, last_only=True)
+    tail = list(ids) * (1 + sizes[-1] // max(1, len(ids)))
+    out["verify_s"] = {n: statistics.median(target_state.timed_forward(tail[-n:]) for _ in range(reps)) for n in sizes}
+    target_state.reset()
+    return out
