@@ -46,7 +46,7 @@ def tiny_models():
         if tag == "f32" and role != "same":
             exact = copy.deepcopy(m)
             pack_linears(exact)
-            attention.use(exact, "exact")
+            attention.use(exact)
             out[("f32x", arch, role)] = exact
     for arch in ("qwen2", "qwen3"):
         out[("f32x", arch, "same")] = out[("f32x", arch, "target")]

@@ -193,11 +193,7 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     out = tmp_path / "precision.json"
     from thesis_lib.bench.precision import int4_available
 
-    # float32-row: float32 again in the one-row packed layout, the layouts compared side by side; float32-sdpa and
-    # bfloat16-sdpa: each again with transformers' batched attention, the price of row-exact verification;
-    # bfloat16-unpadded and float32-unpadded: products of 1-4 rows computed as they come, not padded to 5
-    precisions = (["float32", "bfloat16"] + (["int4"] if int4_available() else [])
-                  + ["float32-row", "float32-sdpa", "bfloat16-sdpa", "bfloat16-unpadded", "float32-unpadded"])
+    precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else [])
     extra = ["--emulated"] if emulated else []
     assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
@@ -213,15 +209,12 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert doc["emulated_bf16"] is emulated and doc["command"].endswith("--emulated") is emulated
     assert doc["kernels"]["bfloat16"][0].startswith("stock" if emulated else "oneDNN-packed")
     assert [", block layout" in k for k in doc["kernels"]["float32"]] == [True, True]
-    assert [k.endswith("row layout)") for k in doc["kernels"]["float32-row"]] == [True, True]
     f32_padded = float32_rows_floor() == 5  # this CPU's float32 floor: 5 with AVX-512 kernels, else 1 (unpadded)
-    padded = {p: ["padded to 5" in k for k in doc["kernels"][p]]
-              for p in ("float32", "bfloat16", "bfloat16-unpadded", "float32-unpadded", "float32-row")}
-    assert padded == {"float32": [f32_padded] * 2, "bfloat16": [not emulated] * 2, "bfloat16-unpadded": [False] * 2,
-                      "float32-unpadded": [False] * 2, "float32-row": [False] * 2}
+    padded = {p: ["padded to 5" in k for k in doc["kernels"][p]] for p in ("float32", "bfloat16")}
+    assert padded == {"float32": [f32_padded] * 2, "bfloat16": [not emulated] * 2}
     assert analysis.float32_rows(doc) == ("padded to 5 rows" if f32_padded else "unpadded")
     assert {p: [a.split(" ")[0] for a in pair] for p, pair in doc["attention"].items()} == {
-        p: ["sdpa", "sdpa"] if p.endswith("-sdpa") else ["row-exact", "row-exact"] for p in precisions}
+        p: ["row-exact", "row-exact"] for p in precisions}
     for name in [f"{role}/{p}" for p in precisions for role in ("target", "draft")]:
         assert sorted(int(n) for n in doc["verify"][name]["ms"]) == [1, 2, 3, 4, 5]
     if "int4" in precisions:  # the target's body really is 4-bit: its kernels say so, its numbers are its own
@@ -245,17 +238,18 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     assert cli.main(argv) == 2 and "exists" in capsys.readouterr().err
 
 
-def test_bfloat16_variants_count_as_bf16_where_it_is_emulated(monkeypatch):
-    """bfloat16-sdpa runs bf16 layers like bfloat16: on a CPU without native bf16 it is refused before any model
-    loads unless --emulated asks for the emulation; float32 variants are never refused for it."""
+def test_bf16_precisions_are_refused_where_bf16_is_emulated(monkeypatch):
+    """bfloat16 and int4 (bf16 activations and draft) run bf16 layers: on a CPU without native bf16 they are refused
+    before any model loads unless --emulated asks for the emulation; float32 is never refused for it."""
     from thesis_lib.bench import precision
     from thesis_lib.errors import ConfigError
     from thesis_lib.models import packing
 
     monkeypatch.setattr(packing, "bf16_packing_available", lambda: False)
-    assert precision.emulates_bf16(["bfloat16-sdpa"]) and not precision.emulates_bf16(["float32", "float32-sdpa"])
+    assert precision.emulates_bf16(["bfloat16"]) and precision.emulates_bf16(["int4"])
+    assert not precision.emulates_bf16(["float32"])
     with pytest.raises(ConfigError, match="not native"):
-        precision.check(["bfloat16-sdpa"], 13, 15)
-    precision.check(["bfloat16-sdpa"], 13, 15, emulated=True)
+        precision.check(["bfloat16"], 13, 15)
+    precision.check(["bfloat16"], 13, 15, emulated=True)
     monkeypatch.setattr(packing, "bf16_packing_available", lambda: True)
-    assert not precision.emulates_bf16(["bfloat16-sdpa", "int4"])
+    assert not precision.emulates_bf16(["bfloat16", "int4"])

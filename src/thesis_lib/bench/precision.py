@@ -1,5 +1,4 @@
-"""The CPU precision, measured side by side in one process (issue 19): what float32, bfloat16 and a 4-bit target
-cost per step.
+"""The CPU precision, measured side by side in one process: what float32, bfloat16 and a 4-bit target cost per step.
 
 What this module knows:
 
@@ -19,9 +18,7 @@ What this module knows:
   ratio of its bytes (times the ratio of the two formats' read rates).
 
 Every precision runs the same embedded pair with oneDNN-packed layers (:mod:`thesis_lib.models.packing`), so the
-ratios are the precision's effect alone (``float32-row``: the packed layout's effect; ``float32-sdpa`` and
-``bfloat16-sdpa``: the row-exact attention's price; ``bfloat16-unpadded`` and ``float32-unpadded``: products of
-one to four rows computed unpadded, :func:`thesis_lib.models.packing.rows_floor`). ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
+ratios are the precision's effect alone. ``int4`` is the thesis' kind of target (its Qwen3-32B is AWQ 4-bit): the
 target's body quantised to 4-bit weights in groups of :data:`INT4_GROUP` (torchao's weight-only int4 for CPU,
 which runs torch's ``_weight_int4pack_mm_for_cpu``; round-to-nearest, no AWQ calibration), its head and the whole
 draft in packed bfloat16 (torchao is in the default environment). It is a different model from the
@@ -51,33 +48,13 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-#: precisions that are another's number format with another packed layout (float32-row: the one-row layout this
-#: project packed float32 in first), attention (the -sdpa ones: transformers' batched attention, not the row-exact
-#: one) or rows floor (None: the loader's): name -> (dtype name, layout, attention, rows floor)
-VARIANTS = {"float32-row": ("float32", "row", "auto", None), "float32-sdpa": ("float32", "block", "sdpa", None),
-            "bfloat16-sdpa": ("bfloat16", "block", "sdpa", None), "bfloat16-unpadded": ("bfloat16", "block", "auto", 1),
-            "float32-unpadded": ("float32", "block", "auto", 1)}
-#: the number formats and their variants (the module's docstring says what each pair measures)
-PRECISIONS = ("float32", "bfloat16", "int4", *VARIANTS)
-
-
-def _variant(precision: str) -> tuple:  # (dtype name, layout, attention, rows floor) of any precision
-    return VARIANTS.get(precision, (precision, "block", "auto", None))
+#: the number formats: float32, bfloat16, and the 4-bit target (its body int4, head and draft bf16)
+PRECISIONS = ("float32", "bfloat16", "int4")
 
 
 def dtype_of(precision: str) -> str:
-    """The torch dtype name a precision runs its float layers in (a variant's: its base format's, e.g. float32)."""
-    return _variant(precision)[0]
-
-
-def layout_of(precision: str) -> str:
-    """The packed layout a precision's float32 layers take ("float32-row": "row"; every other: "block")."""
-    return _variant(precision)[1]
-
-
-def attention_of(precision: str) -> str:
-    """The attention a precision loads with (the "-sdpa" variants: "sdpa"; every other: the loader's CPU default)."""
-    return _variant(precision)[2]
+    """The torch dtype name a precision runs its float layers in (int4: bfloat16 activations)."""
+    return "bfloat16" if precision == "int4" else precision
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -85,7 +62,7 @@ def emulates_bf16(precisions: Sequence[str]) -> bool:
     bf16 activations and draft, on a CPU where oneDNN cannot pack bf16)."""
     from ..models.packing import bf16_packing_available
 
-    return any(p == "int4" or dtype_of(p) == "bfloat16" for p in precisions) and not bf16_packing_available()
+    return any(dtype_of(p) == "bfloat16" for p in precisions) and not bf16_packing_available()
 
 
 def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int = INT4_GROUP, *,
@@ -301,8 +278,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
                           "is out of range.")
     t0 = time.perf_counter()
     pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
-                 else loading.load_pair(target, draft, dtype=dtype_of(p), progress=progress, layout=layout_of(p),
-                                        attention=attention_of(p), floor=_variant(p)[3]))
+                 else loading.load_pair(target, draft, dtype=p, progress=progress))
              for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)
@@ -320,7 +296,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
     for p, (t, d) in pairs.items():
         states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)
         states[f"draft/{p}"] = ModelState(d.model, vocab_limit=d.vocab_limit)
-    # one read probe per number format (float32-row reads float32 matrices too)
+    # one read probe per number format
     probes = {dtype_of(p): read_probe(pairs[p][0].model, getattr(torch, dtype_of(p))) for p in precisions if p != "int4"}
     read_rates = {p: [] for p in probes}
 

@@ -104,7 +104,7 @@ class Params:
     precision_file: str | None = None
     #: the same from a CPU without native bf16 (``precision-bench --emulated``): DTYPE auto's pick checked there
     precision_file_no_bf16: str | None = None
-    #: float32's two packed layouts side by side (``precision-bench --precisions float32,float32-row``)
+    #: float32's two packed layouts side by side (a committed document; the one-row layout has left the library)
     precision_file_layouts: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"

@@ -38,7 +38,7 @@ def digest(doc) -> str:
 def exact_attention(device: str, draft_device: str | None) -> bool:
     """Whether the target or the draft loads with row-exact attention (:mod:`thesis_lib.models.attention`): part
     of what names a run or document, like the precision ``DTYPE: auto`` resolves to."""
-    return "exact" in {loading.resolved_attention("auto", d) for d in (device, draft_device or device)}
+    return "exact" in {loading.resolved_attention(d) for d in (device, draft_device or device)}
 
 
 def rows_floor_key(dtype: str, device: str) -> dict:

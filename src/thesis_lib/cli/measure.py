@@ -274,9 +274,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
     p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
     p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, int4 "
-                   "(the target's body 4-bit, head and draft bf16), float32-row (float32 in the one-row packed "
-                   "layout), float32-sdpa and bfloat16-sdpa (that precision with transformers' batched attention, not the "
-                   "row-exact one), bfloat16-unpadded and float32-unpadded (products of 1-4 rows not padded to 5) (default: %(default)s)")
+                   "(the target's body 4-bit, head and draft bf16) (default: %(default)s)")
     p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")

@@ -63,7 +63,7 @@ class DenseGreedyHead(nn.Module):
         out = model.get_output_embeddings()
         if isinstance(out, PackedLinear):
             dense = out.dense_weight  # kept for 16-bit heads (refinement) and tied heads
-            return cls(None if dense is None else dense.detach(), vocab_limit, out.packed_bias_dense(), packed=out)
+            return cls(None if dense is None else dense.detach(), vocab_limit, out.packed_bias, packed=out)
         return cls(out.weight.detach(), vocab_limit, getattr(out, "bias", None))
 
     @property

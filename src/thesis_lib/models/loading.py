@@ -19,8 +19,7 @@ from typing import Any
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
 from . import embedl, virtual
-from .packing import (PackedLinear, bf16_packing_available, check_layout, layout_for, pack_linears, packing_available,
-                      rows_floor)
+from .packing import PackedLinear, bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
 
@@ -110,14 +109,9 @@ def resolved_dtype(name: str, device: str = "cpu") -> str:
     return str(_dtype(name, device)).replace("torch.", "")
 
 
-def resolved_attention(name: str = "auto", device: str = "cpu") -> str:
-    """The attention mode ``name`` loads with on ``device`` ("auto": "exact" on a CPU, else the model's own);
-    "exact" is refused off the CPU (not measured row-exact there)."""
-    if name != "auto":
-        attn.check_mode(name)
-        if name == "exact" and device != "cpu":
-            raise ConfigError(f"attention 'exact' is for a CPU, not {device}: leave it 'auto' there.")
-        return name
+def resolved_attention(device: str = "cpu") -> str:
+    """The attention a model loads with on ``device``: "exact" (row-exact, :mod:`~thesis_lib.models.attention`) on
+    a CPU, the model's own ("model") elsewhere (row-exactness there is not measured)."""
     return "exact" if device == "cpu" else "model"
 
 
@@ -216,17 +210,12 @@ def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str |
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
-               progress: bool = True, pack: bool | None = None, layout: str = "block",
-               attention: str = "auto", floor: int | None = None) -> LoadedModel:
+               progress: bool = True, pack: bool | None = None) -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
-    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. ``layout``:
-    the packed layout of float32 layers (:data:`~thesis_lib.models.packing.LAYOUTS`; bfloat16 layers take "block");
-    ``floor``: the fewest rows a packed product computes with (:func:`~thesis_lib.models.packing.rows_floor`; None:
-    the dtype's default on this CPU).
-    ``attention`` (:data:`~thesis_lib.models.attention.MODES`; "auto": "exact" on a CPU, the model's own elsewhere):
-    "exact" makes a block of new tokens attend as one-token steps do, bit for bit (:mod:`~thesis_lib.models.attention`);
+    (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. On a CPU
+    the attention is row-exact (:func:`resolved_attention`): a block of new tokens attends as one-token steps do;
     ``info["rows_exact"]`` says whether this CPU's kernels compute a block's rows as single rows (probed).
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
@@ -234,9 +223,6 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    check_layout(layout)
-    rows_floor(torch.bfloat16, floor)
-    resolved_attention(attention, device)
     quantized = check_quantization(spec)
     load_time = bool(quantized and quantized.get("load_time"))
     if load_time:
@@ -264,15 +250,14 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
-    packed = pack_linears(model, layout, floor) if pack and (quantized is None or load_time) else 0
+    packed = pack_linears(model) if pack and (quantized is None or load_time) else 0
     floor_rows = max((m.min_rows for m in model.modules() if isinstance(m, PackedLinear)), default=1)
     padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
-    attention = resolved_attention(attention, device)
-    info = {"attention": (attn.use(model, attention) if attention in attn.MODES
+    info = {"attention": (attn.use(model) if resolved_attention(device) == "exact"
                           else str(model.config._attn_implementation)),
             "rows_exact": attn.rows_exact(model) if device == "cpu" and not on_virtual else None,
             "load_seconds": round(time.perf_counter() - t0, 2),
-            "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, {layout_for(torch_dtype, layout)} layout{padded})"
+            "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, block layout{padded})"
                             if packed else "stock"),
             "rows_floor": floor_rows,
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
@@ -330,15 +315,8 @@ def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "ta
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
-              pack: bool | None = None, layout: str = "block",
-              attention: str = "auto", floor: int | None = None) -> tuple[LoadedModel, LoadedModel]:
+              pack: bool | None = None) -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
-    import torch
-
-    check_layout(layout)
-    rows_floor(torch.bfloat16, floor)
-    resolved_attention(attention, device)
-    resolved_attention(attention, draft_device or device)
     check_available(target)
     check_available(draft)
     check_quantization(target)
@@ -350,8 +328,6 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
-    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack,
-                     layout=layout, attention=attention, floor=floor)
-    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack,
-                     layout=layout, attention=attention, floor=floor)
+    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
+    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack)
     return tgt, drf

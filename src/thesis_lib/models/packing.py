@@ -1,38 +1,23 @@
 """oneDNN-prepacked linear layers for CPU inference, in float32 or bfloat16.
 
-Why this exists (measured on this project's 2-core AVX-512 machine, one 8960 x 1536 fp32 weight): the
-stock ``F.linear`` path costs 3.4 ms for one row but 9.2 ms for five rows, because the GEMM re-packs the
-whole weight matrix on every call, while a weight packed once for oneDNN (then in the one-row layout,
-``"row"`` below) costs 2.4 ms for one row and 3.0 ms for five. A speculative round verifies K + 1 rows at once, so on CPU the packed layout
-turns block verification from "about two single steps" into "about one and a quarter": the property
-speculative decoding relies on, and the one the thesis' GPU already had.
-
-Which packed layout (:data:`LAYOUTS`) matters as much as packing. ``"block"`` (the default, every precision) is
-oneDNN's ``_reorder_linear_weight`` without a batch hint, the layout oneDNN picks for a general number of rows;
-``"row"`` (float32 only, this module's float32 layout until 2026-11-24) is ``Tensor.to_mkldnn``, a layout for one
-row. On the 2-core AVX2 EPYC (Zen, family 23), one target layer's seven products cost 5.2 ms for one row in the
-``row`` layout and 12.6 ms for five (2.4x), in the ``block`` layout 5.5 ms and 7.7 ms (1.4x): a verified block
-of five turns from "two and a half steps" into "one and a half" for 6 % more per single row (the draft's layer:
-2.2 / 4.4 ms against 2.1 / 2.7 ms). ``thesis-lib precision-bench --precisions float32,float32-row`` measures the two
-side by side on whole models.
+The stock ``F.linear`` re-packs the whole weight on every call, so on CPU a product of five rows costs far more
+than one of one row; a weight packed once in oneDNN's general layout (``_reorder_linear_weight``, no batch hint)
+makes a verified block of K + 1 rows cost little more than a one-token step, the property speculative decoding
+relies on (the measurement log, ``docs/measurements.md``, has the figures per CPU).
 
 :func:`pack_linears` swaps every float32 or bfloat16 ``nn.Linear`` of a model for :class:`PackedLinear`, which
 keeps only the packed copy. A float32 head tied to the input embedding stays as it is (a packed copy would hold
-the embedding twice); a bfloat16 tied head (Qwen3-0.6B's, say: 0.31 GB) is packed as a copy beside the
-embedding, because there the copy pays: a 151936 x 896 head costs 6.0 ms per greedy call packed against 9.6 ms
-with ``F.linear`` (bf16, one row; 13.0 / 33.0 ms in float32), measured on the 2-core AVX-512 BF16 EPYC. Every
-bfloat16 output layer keeps its dense rows beside the packed copy (the embedded pair's untied heads: 0.47 GB for
-the 1.5B target, 0.27 GB for the 0.5B draft): the greedy head re-scores its few near-tied candidates from them
-(:class:`thesis_lib.heads.dense.DenseGreedyHead`).
+the embedding twice); a bfloat16 tied head is packed as a copy beside the embedding, because there the copy
+pays. Every bfloat16 output layer keeps its dense rows beside the packed copy: the greedy head re-scores its few
+near-tied candidates from them (:class:`thesis_lib.heads.dense.DenseGreedyHead`).
 
-bfloat16 packing (``mkldnn._reorder_linear_weight`` + ``mkldnn._linear_pointwise``) needs a CPU with native
-bf16 dot products (:func:`bf16_packing_available`); on the 1.5B target it makes one decode step 2 to 2.8 times
-faster than packed float32 (then in the one-row layout; not re-measured there against the general one) and keeps verification of a 5-token block at about one step's cost (issue 19). The pages of the
-memory-mapped safetensors file a packed weight came from leave the process' resident memory as soon as it is
-packed, so the process holds the packed model once (the embedded pair: 16.5 GB peak before this, 9.0 GB
-after, measured loading both models). Outputs equal the dense layer's up to float rounding. It changes the
-kernels, not the model: every mode, transformers' ``generate()`` included, runs on the same packed layers
-(and ``generate()`` never reads the ``weight`` property, which would make a dense copy).
+A product of fewer rows than :func:`rows_floor` is computed padded with zero rows (each row's output does not
+depend on the others, so padding changes which kernel runs, not the model): oneDNN's AVX-512 kernels read the
+weights faster for about five rows than for one, and padded they compute each row of a block bit for bit as that
+row alone. bfloat16 packing needs native bf16 dot products (:func:`bf16_packing_available`). The pages of the
+memory-mapped safetensors file a packed weight came from leave the process' resident memory once it is packed, so
+the process holds the packed model once. Every mode, transformers' ``generate()`` included, runs on the same
+packed layers (and ``generate()`` never reads the ``weight`` property, which would make a dense copy).
 """
 
 from __future__ import annotations
@@ -42,25 +27,10 @@ from torch import nn
 
 from ..errors import ConfigError
 
-
-#: the packed layouts: "block" (oneDNN's general layout, float32 and bfloat16) and "row" (float32, one-row layout)
-LAYOUTS = ("block", "row")
-#: The fewest rows a bfloat16 product is computed with: a product of fewer rows (a one-token step, a short verified
-#: block) is padded with zero rows to this many and the padding's outputs dropped. Why (measured 2026-11-24 on the
-#: 2-core AVX-512 BF16 EPYC, oneDNN 3.12's ``brg_matmul:avx512_core_bf16``, the 1.5B target's 196 body products,
-#: medians of 9 interleaved passes): one row costs 103 ms, two 113, five 87 (0.85 of one row), nine 108; so the
-#: kernel reads the weights faster for 4 to 6 rows than for one or two, and a padded one-token step of the whole
-#: target took 135 ms against 158 unpadded (0.86x; the draft's 50 against 53). Padded, the bf16 kernels also
-#: compute each row of a block of 2 to 13 rows bit for bit as that row alone (:func:`thesis_lib.models.attention.rows_exact`
-#: on both embedded models: unpadded they did not), so with row-exact attention a verified block equals one-token steps
-#: in bf16 too. ``precision-bench --precisions bfloat16,bfloat16-unpadded`` measures the two side by side on whole
-#: models. float32 products: :data:`F32_ROWS_FLOOR_AVX512`.
+#: The fewest rows a packed bfloat16 product computes with (fewer are padded with zero rows).
 BF16_ROWS_FLOOR = 5
-#: The same for float32 products on a CPU whose kernels are AVX-512 ones (:func:`float32_rows_floor`; 1, no padding,
-#: elsewhere). Why (measured 2026-11-25 on the same EPYC, the target's 196 body products in float32, 5.24 GB, oneDNN's
-#: general layout, medians of 9 interleaved passes): one row 197 ms, two 229, four 145, five 136 (0.69 of one row),
-#: nine 197. On the 2-core AVX2 EPYC (family 23) one target layer's products cost 5.5 ms for one row and 7.7 ms for
-#: five in the same layout, so there a padded one-token step would be 1.4 times slower: the floor follows the CPU.
+#: The same for float32 where torch runs AVX-512 kernels (:func:`float32_rows_floor`; elsewhere 1, no padding:
+#: on AVX2 a one-row product is the cheapest).
 F32_ROWS_FLOOR_AVX512 = 5
 
 
@@ -70,7 +40,7 @@ def packing_available() -> bool:
 
 def bf16_packing_available() -> bool:
     """Whether oneDNN runs bfloat16 linear layers natively here (AVX-512 BF16 or AMX); without it they are
-    emulated, 3 to 6 times slower than float32 on an AVX-512 Xeon this project ran on."""
+    emulated, several times slower than float32."""
     if not packing_available():
         return False
     try:
@@ -83,53 +53,32 @@ class PackedLinear(nn.Module):
     """``y = x @ W.T + b`` with W held in oneDNN's packed layout (CPU; float32 or bfloat16, the layer's own).
 
     ``keep_weight`` keeps the dense weight too (a head tied to the input embedding: :attr:`weight` then returns
-    the embedding itself, no copy). ``layout``: one of :data:`LAYOUTS` ("row" is for float32 only). ``min_rows``
-    ("block" layout): a product of fewer rows is computed padded with zero rows to this many (:data:`BF16_ROWS_FLOOR`);
-    each row's output is the same whatever the other rows hold, so padding changes which kernel runs, not the model."""
+    the embedding itself, no copy). ``min_rows``: a product of fewer rows is computed padded with zero rows to this
+    many (:func:`rows_floor`)."""
 
-    def __init__(self, linear: nn.Linear, keep_weight: bool = False, layout: str = "block", min_rows: int = 1):
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False, min_rows: int = 1):
         super().__init__()
         w = linear.weight.detach()
-        check_layout(layout, w.dtype)
         if min_rows < 1:
             raise ConfigError(f"min_rows must be >= 1, got {min_rows}.")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        # the one-row layout computes one row at a time, so padding has no meaning there
-        self.out_dtype, self.layout, self.min_rows = w.dtype, layout, min_rows if layout == "block" else 1
+        self.out_dtype, self.min_rows = w.dtype, min_rows
         # the tied Parameter itself (a plain attribute, so that it is not registered a second time)
         object.__setattr__(self, "dense_weight", linear.weight if keep_weight else None)
-        if layout == "block":
-            self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(w, None), persistent=False)
-            self.register_buffer("packed_bias", None if linear.bias is None else linear.bias.detach().clone(),
-                                 persistent=False)
-        else:
-            self.register_buffer("packed_weight", w.float().to_mkldnn(), persistent=False)
-            bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(self.out_features)
-            self.register_buffer("packed_bias", bias.to_mkldnn(), persistent=False)
+        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(w, None), persistent=False)
+        self.register_buffer("packed_bias", None if linear.bias is None else linear.bias.detach().clone(),
+                             persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self.layout == "block":
-            rows = x2.shape[0]
-            # Under autograd these oneDNN calls are ~100x slower (measured: 66 ms instead of 0.6 ms per layer),
-            # and inference never needs their gradients.
-            with torch.no_grad():
-                x2 = x2.to(self.out_dtype)
-                if rows < self.min_rows:
-                    x2 = torch.cat([x2, x2.new_zeros(self.min_rows - rows, self.in_features)])
-                y = torch.ops.mkldnn._linear_pointwise(x2.contiguous(), self.packed_weight, self.packed_bias,
-                                                       "none", [], "")
-            return y[:rows].reshape(*lead, self.out_features)
-        y = torch._C._nn.mkldnn_linear(x2.float().to_mkldnn(), self.packed_weight, self.packed_bias).to_dense()
-        return y.reshape(*lead, self.out_features).to(self.out_dtype)
-
-    def packed_bias_dense(self) -> torch.Tensor | None:
-        """The bias as a plain tensor (None without one; float32 layers in the one-row layout hold a zero bias when
-        there is none)."""
-        if self.packed_bias is None:
-            return None
-        return self.packed_bias.to_dense() if self.packed_bias.is_mkldnn else self.packed_bias
+        rows = x2.shape[0]
+        with torch.no_grad():  # under autograd these oneDNN calls are about 100x slower, and inference needs none
+            x2 = x2.to(self.out_dtype)
+            if rows < self.min_rows:
+                x2 = torch.cat([x2, x2.new_zeros(self.min_rows - rows, self.in_features)])
+            y = torch.ops.mkldnn._linear_pointwise(x2.contiguous(), self.packed_weight, self.packed_bias, "none", [], "")
+        return y[:rows].reshape(*lead, self.out_features)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -141,27 +90,14 @@ class PackedLinear(nn.Module):
     def extra_repr(self) -> str:
         pad = f", products of fewer than {self.min_rows} rows padded" if self.min_rows > 1 else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"packed=oneDNN {str(self.out_dtype).replace('torch.', '')} {self.layout} layout{pad}")
-
-
-def check_layout(layout: str, dtype: torch.dtype = torch.float32) -> None:
-    """Refuse an unknown layout, or the one-row layout for a layer that is not float32."""
-    if layout not in LAYOUTS:
-        raise ConfigError(f"Unknown packed layout {layout!r}: use one of {', '.join(LAYOUTS)}.")
-    if layout == "row" and dtype != torch.float32:
-        raise ConfigError(f"The one-row packed layout is for float32 layers, not {str(dtype).replace('torch.', '')}.")
-
-
-def layout_for(dtype: torch.dtype, layout: str) -> str:
-    """The layout a layer of ``dtype`` is packed in when ``layout`` is asked for: bfloat16 layers always "block"."""
-    return layout if dtype == torch.float32 else "block"
+                f"packed=oneDNN {str(self.out_dtype).replace('torch.', '')} block layout{pad}")
 
 
 def layer_bias(layer: nn.Module) -> torch.Tensor | None:
     """An output layer's bias as a plain tensor, packed or not (a packed layer's ``bias`` attribute does not exist:
     its bias lives beside the packed weight)."""
     if isinstance(layer, PackedLinear):
-        return layer.packed_bias_dense()
+        return layer.packed_bias
     return getattr(layer, "bias", None)
 
 
@@ -176,19 +112,15 @@ def float32_rows_floor() -> int:
     return F32_ROWS_FLOOR_AVX512 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 1
 
 
-def rows_floor(dtype: torch.dtype, floor: int | None = None) -> int:
-    """The fewest rows a packed layer of ``dtype`` computes with: ``floor`` if given, else bfloat16
-    :data:`BF16_ROWS_FLOOR` and float32 :func:`float32_rows_floor`; other dtypes 1."""
-    if floor is not None and floor < 1:
-        raise ConfigError(f"The rows floor must be >= 1, got {floor}.")
-    if dtype not in (torch.bfloat16, torch.float32):
-        return 1
-    if floor is not None:
-        return floor
-    return BF16_ROWS_FLOOR if dtype == torch.bfloat16 else float32_rows_floor()
+def rows_floor(dtype: torch.dtype) -> int:
+    """The fewest rows a packed layer of ``dtype`` computes with: bfloat16 :data:`BF16_ROWS_FLOOR`, float32
+    :func:`float32_rows_floor`, other dtypes 1."""
+    if dtype == torch.bfloat16:
+        return BF16_ROWS_FLOOR
+    return float32_rows_floor() if dtype == torch.float32 else 1
 
 
-def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = None) -> int:
+def pack_linears(module: nn.Module) -> int:
     """Replace every float32 (and, where :func:`bf16_packing_available`, bfloat16) ``nn.Linear`` below
     ``module`` (on CPU) by a :class:`PackedLinear`; return how many.
 
@@ -197,11 +129,8 @@ def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = N
     Pages of a memory-mapped safetensors file that a packed weight came from leave the resident set as soon as
     it is packed, and freed heap memory is handed back afterwards (:func:`release_freed_memory`): the process
     holds the packed model, not the model twice. The input embedding's pages and a bf16 head's dense rows' leave
-    too (file-backed and never written, they are read back as rows are touched). ``layout``: see :data:`LAYOUTS`
-    (bfloat16 layers always take "block"). ``floor``: the fewest rows per product of a layer in the "block" layout
-    (:func:`rows_floor`; None: its dtype's default on this CPU)."""
-    check_layout(layout)
-    rows_floor(torch.bfloat16, floor)
+    too (file-backed and never written, they are read back as rows are touched). Each layer computes with at
+    least :func:`rows_floor` rows of its dtype."""
     keep = frozenset()  # weights whose dense tensor stays beside the packed copy
     get_in, get_out = getattr(module, "get_input_embeddings", None), getattr(module, "get_output_embeddings", None)
     out = get_out() if get_out is not None else None
@@ -211,11 +140,10 @@ def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = N
         keep = frozenset({id(out.weight)})  # a bf16 head keeps its dense rows too: the greedy head refines with them
     dtypes = {torch.float32} | ({torch.bfloat16} if bf16_packing_available() else set())
     maps = _file_maps()
-    count = _pack(module, maps, keep, dtypes, layout, floor)
+    count = _pack(module, maps, keep, dtypes)
     if count and get_in is not None and get_in() is not None:
         # Read a few rows at a time (a token's embedding; a bf16 head's near-tied candidates, re-scored from its
-        # dense rows): their pages come back from the file as they are touched. The 1.5B target in bf16: 3.87 ->
-        # 3.44 GiB resident after a 16-token greedy decode, the same tokens after (measured 2026-11-24).
+        # dense rows): their pages come back from the file as they are touched.
         emb = get_in().weight
         tied = out is not None and out.weight is emb
         if not (tied and emb.dtype == torch.float32):  # a float32 tied head reads every row at every step
@@ -226,7 +154,7 @@ def pack_linears(module: nn.Module, layout: str = "block", floor: int | None = N
     return count
 
 
-def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: str, floor: int | None) -> int:
+def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set) -> int:
     count = 0
     for name, child in list(module.named_children()):
         if (isinstance(child, nn.Linear) and child.weight.dtype in dtypes and child.weight.device.type == "cpu"
@@ -234,14 +162,12 @@ def _pack(module: nn.Module, maps: list, keep: frozenset, dtypes: set, layout: s
             kept = id(child.weight) in keep
             if kept and child.weight.dtype == torch.float32:
                 continue  # a tied float32 head: F.linear on the embedding, no second copy
-            dtype = child.weight.dtype
-            setattr(module, name, PackedLinear(child, keep_weight=kept, layout=layout_for(dtype, layout),
-                                               min_rows=rows_floor(dtype, floor)))
+            setattr(module, name, PackedLinear(child, keep_weight=kept, min_rows=rows_floor(child.weight.dtype)))
             if not kept:
                 _drop_file_pages(child.weight, maps)
             count += 1
         else:
-            count += _pack(child, maps, keep, dtypes, layout, floor)
+            count += _pack(child, maps, keep, dtypes)
     return count
 
 
