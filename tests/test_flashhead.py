@@ -398,31 +398,6 @@ def test_quality_curve_agreement_equals_recall(tiny_models, tiny_clusterings):
     assert rows[-1]["recall_top5_fast"] == 1.0
 
 
-def test_outlier_tokens_are_the_worst_fitting_and_always_scored(tiny_models, tiny_clusterings):
-    from thesis_lib.heads.for_model import outlier_tokens
-
-    model = tiny_models[("f64", "qwen2", "target")]
-    w, clus = head_weight(model), tiny_clusterings[17]
-    assert outlier_tokens(w, clus, 0.0) == []
-    with pytest.raises(ConfigError, match="outlier fraction"):
-        outlier_tokens(w, clus, 1.5)
-    ids = outlier_tokens(w, clus, 0.05, limit=TINY_VOCAB)
-    assert len(ids) == round(0.05 * 272) and max(ids) < TINY_VOCAB
-    cen = clus.centroids / clus.centroids.norm(dim=1, keepdim=True)
-    cos = ((w.float() / w.float().norm(dim=1, keepdim=True)) * cen[clus.assignments]).sum(1)[:TINY_VOCAB]
-    assert float(cos[ids].max()) <= float(cos[[i for i in range(TINY_VOCAB) if i not in ids]].min())
-    # scored always: a state pointing at an outlier finds it with a single probe
-    target = ids[0]
-    w2 = w.clone()
-    w2[target] *= 5  # same direction (still an outlier), now the dense winner for h below
-    h = w2[target].clone()
-    assert int(DenseGreedyHead(w2, TINY_VOCAB)(h[None])[0]) == target
-    for path in ("reference", "eager"):
-        head = FlashHead(w2, clus, n_probes=1, special_ids=SPECIALS + ids, vocab_limit=TINY_VOCAB, path=path,
-                         centroid_dtype="float64")
-        assert int(head(h[None])[0]) == target
-
-
 def test_hidden_states_file_is_reused_only_for_the_same_inputs(tmp_path, tok):
     from types import SimpleNamespace
 

@@ -380,7 +380,8 @@ def test_beyond_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monke
            dict(modes=("baseline", "sample_dense"), top_p=1.5),
            dict(modes=("baseline", "flash_deferred_sk")),  # no stop_below
            dict(modes=("baseline", "flash_deferred_sk"), stop_below=1.0),
-           dict(modes=("baseline", "ngram_deferred_sk"), stop_below=0.5)]  # a lookup has no confidence
+           dict(modes=("baseline", "ngram_deferred_sk"), stop_below=0.5),  # a lookup has no confidence: no such mode
+           dict(modes=("baseline", "ngram_ordinary"))]  # the drafts beyond the thesis run deferred only
     for kw in bad:
         with pytest.raises(ConfigError):
             protocol.run(_config(pair_dir, tmp_path / "runs", **{**FLASH, **kw}), progress=False)
@@ -433,7 +434,7 @@ def test_bad_mode_variants_fail_before_any_model_loads(pair_dir, tmp_path, monke
             protocol.run(_config(pair_dir, tmp_path / "runs", modes=("baseline", mode), **FLASH), progress=False)
     assert not (tmp_path / "runs").exists()
     assert modes.variant("flash_deferred", 6, 148) == "flash_deferred@k6p148" and modes.variant("dense_deferred") == "dense_deferred"
-    assert modes.split_mode("hybrid_ordinary@k2p5") == ("hybrid", "ordinary") and modes.needs_flash_head("flash_deferred@k2")
+    assert modes.split_mode("hybrid_deferred@k2p5") == ("hybrid", "deferred") and modes.needs_flash_head("flash_deferred@k2")
 
 
 def test_cheap_checks_come_before_any_model_file_with_an_empty_model_cache(tmp_path, monkeypatch):
@@ -463,3 +464,24 @@ def test_accepted_lengths_are_sized_by_the_longest_block(tmp_path):
     assert list(t.columns) == [f"accepted {i}" for i in range(10)]
     assert t.loc["FlashHead deferred"].tolist() == [1, 0, 0, 0, 1, 0, 0, 0, 0, 0]
     assert t.loc["flash_deferred_sk"].tolist() == [0, 1, 0, 1, 0, 0, 1, 0, 0, 0]
+
+
+def test_committed_run_folders_still_load_and_keep_their_names():
+    """Run folders written before parameters left the library (``outliers``, ``split_threads``) load at the value
+    every run had, keep the names their parameters hash to, and a value the library can no longer run is refused."""
+    import glob
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    configs = sorted(glob.glob(str(root / "data/reference/book-cpu-embedded/*/config.json")))
+    assert configs
+    for path in configs:
+        doc = json.loads(Path(path).read_text())
+        assert doc["outliers"] == 0.0 and doc["split_threads"] is False  # written before both left
+        defaults = protocol.BenchConfig()
+        # the identity (what names a run) is the one the run was named by when it was written
+        then = {k: v for k, v in doc.items()
+                if not (k in protocol.LATER_FIELDS + ("split_threads",) and v == getattr(defaults, k, False))}
+        assert protocol.BenchConfig.from_dict(doc).identity() == then
+    with pytest.raises(ConfigError, match="outliers has left the library"):
+        protocol.BenchConfig.from_dict({**doc, "outliers": 0.005})

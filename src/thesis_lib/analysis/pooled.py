@@ -1,14 +1,10 @@
-"""The thesis' pooled definitions over a run's samples, and per-sample ratios (thesis sections 4.4 to 4.6).
+"""The thesis' pooled definitions over a run's samples (sections 4.4 to 4.6), per-sample ratios, and the modes'
+names (:data:`LABELS`) every table uses.
 
-- decode tok/s = all decode-phase tokens / all decode-phase time, pooled over the samples (the thesis'
-  Table 4.9 totals reproduce its tok/s this way); TTFT is the mean; "decode total" and the phase times are
-  sums over samples; acceptance = accepted / drafted pooled over all rounds; mean emitted = emitted tokens
-  per round (target token included);
-- because this machine is noisy, :func:`per_sample_ratios` adds what the thesis does not report: each
-  prompt's ratio against its own baseline (same prompt, same iteration), whose median and quartiles are the
-  numbers to quote.
-
-:data:`LABELS` are the thesis' names of the modes, used by every table.
+:func:`totals` pools: decode tok/s = all decode tokens / all decode time (as Table 4.9's totals reproduce),
+TTFT is the mean, acceptance = accepted / drafted, mean emitted = tokens per round (target token included).
+:func:`per_sample_ratios` adds what the thesis does not report: each prompt's ratio to its own baseline, robust
+to a noisy machine.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ LABELS = {
     "shared_ordinary": "Dense shared", "dense_deferred": "Dense deferred", "flash_deferred": "FlashHead deferred",
     "shared_deferred": "Dense shared deferred", "dense_pipelined": "Dense pipelined",
     "flash_pipelined": "FlashHead pipelined", "shared_pipelined": "Dense shared pipelined",
-    "ngram_ordinary": "Prompt-lookup draft", "ngram_deferred": "Prompt-lookup deferred",
-    "ngram_pipelined": "Prompt-lookup pipelined",
+    "ngram_deferred": "Prompt-lookup deferred",
     "hf_greedy": "transformers generate()", "hf_assisted": "transformers assisted generate()",
 }
 
@@ -85,6 +80,6 @@ def per_sample_ratios(run: Run, mode: str, against: str = "baseline", key: str =
 
 
 def quartiles3(xs: list[float]) -> tuple[float, float, float]:
-    """P25, median, P75 (NaN without values), from the summary's quartile helper."""
+    """P25, median, P75 (NaN without values)."""
     q = quantiles(xs)
     return (float("nan"),) * 3 if q is None else (q["p25"], q["p50"], q["p75"])

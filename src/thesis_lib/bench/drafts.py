@@ -101,7 +101,7 @@ def flash_head(cfg, draft, body=None):
     owner = body if body is not None else draft
     head = flashhead_for(owner, assets=cfg.assets, n_clusters=cfg.clusters, n_probes=cfg.probes,
                          seed=cfg.cluster_seed, iterations=cfg.kmeans_iterations, path=cfg.flash_path,
-                         centroid_dtype=cfg.centroid_dtype, outliers=cfg.outliers)
+                         centroid_dtype=cfg.centroid_dtype)
     head.body = body
     return head
 
@@ -112,6 +112,6 @@ def flash_info(head) -> dict:
             "compile_error": head.compile_error, "recompile_resets": head.recompile_resets,
             "centroid_dtype": str(head.centroid_dtype).replace("torch.", ""),
             "candidates": head.candidates_per_step(), "cluster_size": head.cluster_size,
-            "always_scored_outliers": head.always_scored_outliers, "checkpoint": head.checkpoint,
+            "checkpoint": head.checkpoint,
             "body": head.body.spec if head.body is not None else "the dense draft's own (same model)",
             "clustering": {k: v for k, v in head.clustering_info.items() if k != "history"}}

@@ -254,7 +254,6 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
                                       progress=progress, thinking=thinking)
     doc["hidden_states"] = {"n": int(hs.states.shape[0]), "prompts": len(prompts), "max_new_tokens": state_tokens,
                             "seconds": round(time.perf_counter() - t0, 1), "reused_from_file": reused}
-    doc["flashhead"]["always_scored_outliers"] = getattr(flash_head, "always_scored_outliers", 0)
     dense = DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit)
     states = hs.states.to(flash_head.device)  # kept on the CPU between runs; measured where the head lives
     if "quality" in parts or "embedl" in parts:

@@ -1,12 +1,13 @@
 """The benchmark's modes: every way this library can decode a prompt, by name (thesis sections 3.3-3.7).
 
 A mode is ``baseline`` (this library's target-only greedy loop), ``<draft>_<schedule>`` for greedy
-speculative decoding, optionally with a block-length suffix, a ``sample_*`` mode, or a peer from transformers:
+speculative decoding, optionally with a block-length suffix (:data:`SPEC_MODES` lists which), a ``sample_*``
+mode, or a peer from transformers:
 
 - drafts: ``dense`` (the draft model with its dense head), ``flash`` (the same body with a FlashHead head),
   ``shared`` (the thesis' "dense shared" control: the FlashHead draft's body with the dense head, run through
-  its own drafter; for the embedded pair the FlashHead draft reuses the dense draft's body, so this control
-  isolates code-path effects only), and beyond the thesis ``ngram`` (prompt lookup), ``adaflash``
+  its own drafter; where the FlashHead draft reuses the dense draft's body, as on the embedded pair, it runs
+  the same body and head as ``dense`` and cannot differ from it but by code path and noise), and beyond the thesis ``ngram`` (prompt lookup), ``adaflash``
   (adaptive probes), ``freq`` (the frequency-truncated head) and ``hybrid`` (lookup + FlashHead draft);
 - schedules: ``ordinary`` (section 3.3), ``deferred`` (deferred final-token verification, section 3.6.2),
   ``pipelined`` (the target's append overlapping the draft's next proposal, section 3.6.1);
@@ -32,7 +33,7 @@ from ..decoding.greedy import SCHEDULES
 from ..errors import ConfigError
 
 #: ngram: prompt lookup, no draft model; adaflash: FlashHead with adaptive probes; freq: the frequency-truncated
-#: head; hybrid: prompt lookup where the text repeats, the FlashHead draft elsewhere (issue 6).
+#: head; hybrid: prompt lookup where the text repeats, the FlashHead draft elsewhere.
 DRAFTS = ("dense", "flash", "shared", "ngram", "adaflash", "freq", "hybrid")
 #: Block-length policies other than the fixed K, as mode suffixes (``flash_deferred_ck``). ``sk``: the draft
 #: stops its block at its first token below the confidence threshold ``stop_below``, at most ``k_max``
@@ -41,8 +42,13 @@ K_SUFFIXES = {"hk": "heuristic", "ck": "cost", "sk": "confidence"}
 #: Drafts whose head gives a confidence (``sk`` modes).
 CONFIDENCE_DRAFTS = ("dense", "flash", "hybrid")
 PEER_MODES = ("hf_greedy", "hf_assisted")
-SPEC_MODES = (tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
-              + tuple(f"{d}_{s}_{x}" for d in DRAFTS for s in ("ordinary", "deferred") for x in K_SUFFIXES))
+#: The greedy speculative modes: the thesis' drafts (dense, FlashHead, and the dense-shared control) in its three
+#: schedules; the drafts beyond the thesis deferred; the block-length policies on the dense and FlashHead drafts,
+#: ordinary and deferred; the confidence stop on the hybrid too.
+SPEC_MODES = (tuple(f"{d}_{s}" for d in ("dense", "flash", "shared") for s in SCHEDULES)
+              + tuple(f"{d}_deferred" for d in ("ngram", "adaflash", "freq", "hybrid"))
+              + tuple(f"{d}_{s}_{x}" for d in ("dense", "flash") for s in ("ordinary", "deferred") for x in K_SUFFIXES)
+              + ("hybrid_deferred_sk",))
 #: Speculative *sampling* (deferred schedule) and its reference, target-only sampling.
 SAMPLE_MODES = ("sample_baseline", "sample_dense", "sample_flash")
 ALL_MODES = ("baseline",) + SPEC_MODES + SAMPLE_MODES + PEER_MODES

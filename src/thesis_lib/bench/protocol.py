@@ -34,7 +34,7 @@ from .drafts import beyond_heads, flash_body, flash_head, flash_info
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
-from .modes import (CONFIDENCE_DRAFTS, THESIS_MODES, check_modes, k_policy_of, needs_flash_head, profile_modes, split_mode,
+from .modes import (THESIS_MODES, check_modes, k_policy_of, needs_flash_head, profile_modes, split_mode,
                     variant_of)
 from .prompts import TURNS, Prompt, load_prompts, select
 from .runner import Runner
@@ -77,7 +77,6 @@ class BenchConfig:
     assets: str | None = None
     flash_path: str = "auto"
     centroid_dtype: str = "auto"
-    outliers: float = 0.0
     cluster_seed: int = 0
     kmeans_iterations: int = 20
     # issue 6: adaptive K (modes *_hk, *_ck), adaptive probes (adaflash_*), the frequency-truncated head
@@ -96,8 +95,6 @@ class BenchConfig:
     stop_below: float | None = None
     #: torch's intra-op threads for the run (None: every core this process may use); recorded with the run
     threads: int | None = None
-    #: pipelined modes: the draft side and the target's append get half the threads each (False: all, both)
-    split_threads: bool = False
 
     def __post_init__(self):
         if isinstance(self.modes, str):
@@ -106,6 +103,11 @@ class BenchConfig:
 
     @classmethod
     def from_dict(cls, doc: dict) -> "BenchConfig":
+        doc = dict(doc)
+        for name, value in RETIRED_FIELDS.items():  # a run folder from before a parameter left: its only value
+            if doc.pop(name, value) != value:
+                raise ConfigError(f"The benchmark parameter {name} has left the library (it was {value!r} in "
+                                  f"every run it can still make); this configuration sets it to {doc.get(name)!r}.")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(doc) - known)
         if unknown:
@@ -133,6 +135,7 @@ class BenchConfig:
         for name in LATER_FIELDS:
             if d[name] == getattr(defaults, name):
                 del d[name]
+        d.update(RETIRED_IDENTITY)  # as every run had them, so that runs keep their names
         return d
 
     @property
@@ -203,7 +206,11 @@ class BenchConfig:
 #: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
                 "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below",
-                "thinking", "threads", "split_threads")
+                "thinking", "threads")
+#: Parameters that have left the library, with the one value runs may still hold (from_dict drops them there).
+RETIRED_FIELDS = {"outliers": 0.0, "split_threads": False}
+#: Retired parameters that named runs (outside LATER_FIELDS): the identity keeps them at their value.
+RETIRED_IDENTITY = {"outliers": 0.0}
 
 
 def available_cores() -> int:
@@ -219,8 +226,6 @@ def available_cores() -> int:
 def check_flash(cfg) -> None:
     """FlashHead parameters checked against the draft's config.json before any weights load (the probe counts
     of the modes' variants included)."""
-    if not 0 <= cfg.outliers < 1:
-        raise ConfigError(f"outliers must lie in [0, 1) (got {cfg.outliers}).")
     if cfg.probes is not None and cfg.probes < 1:
         raise ConfigError(f"probes must be >= 1 (got {cfg.probes}).")
     variants = [p for p in (variant_of(m)[2] for m in getattr(cfg, "modes", ())) if p is not None]
@@ -264,10 +269,6 @@ def check_beyond(cfg) -> None:
         if cfg.stop_below is None or not 0 < cfg.stop_below < 1:
             raise ConfigError(f"The modes {', '.join(confident)} need stop_below, a probability in (0, 1) "
                               f"(got {cfg.stop_below!r}).")
-        bad = [m for m in confident if split_mode(m)[0] not in CONFIDENCE_DRAFTS]
-        if bad:
-            raise ConfigError(f"{', '.join(bad)}: only the drafts {', '.join(CONFIDENCE_DRAFTS)} can stop a block "
-                              "on their confidence.")
 
 
 def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = False, progress: bool = True,
@@ -299,7 +300,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
-                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None, split_threads=cfg.split_threads)
+                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}
     if head is not None:

@@ -70,7 +70,6 @@ class Runner:
     seed: int = 0
     stop_below: float | None = None
     #: pipelined modes: the draft side and the target's append get half the threads each (default: both all)
-    split_threads: bool = False
 
     def __post_init__(self):
         self.eos = self.target.eos_ids
@@ -170,7 +169,7 @@ class Runner:
                 drafter.clock = clock
             before = drafter_counters(drafter)
             gen = speculative_generate(self.t_state, drafter, ids, k=self.k_max if confident else self.k,
-                                       schedule=schedule, clock=clock, split_threads=self.split_threads,
+                                       schedule=schedule, clock=clock,
                                        k_policy=self._k_policy(mode, draft, schedule, ids), **common)
             gen.extra.update({k: v - before[k] for k, v in drafter_counters(drafter).items()})
             if "probes_used" in gen.extra:

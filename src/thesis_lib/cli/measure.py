@@ -64,9 +64,8 @@ def _bench_config(args, profile: bool):
         per_category=args.per_category or None, prompts=args.prompts, turns=args.turns, chat=not args.no_chat,
         thinking=options.thinking(args), warmup=args.warmup, iterations=args.iterations, seed=args.seed,
         costs=not args.no_costs, profile=profile, probes=args.probes, clusters=args.clusters, assets=args.assets,
-        flash_path=args.flash_path, centroid_dtype=args.centroid_dtype, outliers=args.outliers,
-        cluster_seed=args.cluster_seed, kmeans_iterations=args.kmeans_iterations, threads=args.threads,
-        split_threads=args.split_threads, **beyond)
+        flash_path=args.flash_path, centroid_dtype=args.centroid_dtype, cluster_seed=args.cluster_seed,
+        kmeans_iterations=args.kmeans_iterations, threads=args.threads, **beyond)
 
 
 def _run_protocol(args, profile: bool) -> int:
@@ -209,8 +208,6 @@ def _add_protocol_parser(sub, name: str, helptext: str, func) -> None:
     g.add_argument("--no-costs", action="store_true", help="skip the per-prompt component costs (and predictions)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch's intra-op threads (default: every core this process may use); recorded")
-    g.add_argument("--split-threads", action="store_true",
-                   help="pipelined modes: each side gets half the threads (default: both use all)")
     g.add_argument("--out", default="runs", help="parent folder of run folders (default: %(default)s)")
     g.add_argument("--name", default=name, help="run folder name (default: %(default)s); never overwritten")
     g.add_argument("--resume", action="store_true", help="finish an interrupted run (same configuration)")

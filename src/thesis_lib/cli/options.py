@@ -55,8 +55,6 @@ def flash(p: argparse.ArgumentParser) -> None:
                    help="FlashHead implementation (default: auto = compiled, eager if compilation fails)")
     g.add_argument("--centroid-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="precision of the centroid ranking (default: bf16 where the CPU has fast bf16)")
-    g.add_argument("--outliers", type=float, default=0.0, help="fraction of tokens furthest from their centroid "
-                   "to score always, like special tokens (this library's option, not Embedl's; default: 0)")
     g.add_argument("--cluster-seed", type=int, default=0, help="clustering seed (default: 0)")
     g.add_argument("--kmeans-iterations", type=int, default=20, help="k-means iterations (default: 20)")
 
@@ -93,7 +91,7 @@ class FlashArgs:
 
     def __init__(self, args, draft: str):
         self.draft, self.probes, self.clusters, self.assets = draft, args.probes, args.clusters, args.assets
-        self.flash_path, self.centroid_dtype, self.outliers = args.flash_path, args.centroid_dtype, args.outliers
+        self.flash_path, self.centroid_dtype = args.flash_path, args.centroid_dtype
         self.cluster_seed, self.kmeans_iterations = args.cluster_seed, args.kmeans_iterations
         self.dtype, self.pack = getattr(args, "dtype", "auto"), pack(args)
 

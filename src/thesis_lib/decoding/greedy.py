@@ -72,10 +72,9 @@ def target_only(target: ModelState, prompt_ids: Sequence[int], next_token, *, mo
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
                          max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
                          schedule: str | None = None, clock: PhaseClock | None = None,
-                         k_policy=None, split_threads: bool = False) -> Generation:
+                         k_policy=None) -> Generation:
     """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or
-    pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``. Pipelined,
-    ``split_threads`` gives the draft side and the target's append half of torch's threads each.
+    pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``.
     ``k_policy`` (see :mod:`thesis_lib.decoding.policies`) chooses each round's block length; without it every
     round drafts ``k`` tokens. Either way the output is target-only greedy's.
 
@@ -91,21 +90,10 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
     check_request(max_new_tokens, prompt_ids, k)
     if schedule != "pipelined":
         return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None, k_policy)
-    # The two sides run at once: with ``split_threads`` each gets its own share of torch's intra-op threads
-    # (per-thread OpenMP settings) instead of two parallel regions of all threads sharing the cores. Measured on
-    # 2 cores (2026-11-23, 7 prompts, K 4): pipelined over ordinary 0.84x (dense) / 0.89x (FlashHead) split,
-    # 0.93x / 0.91x shared; split also halves the threads of the prefill (TTFT 0.95 s vs 0.55 s). Shared is the
-    # default; splitting only the decode loop is untested.
-    total = torch.get_num_threads()
-    side = max(1, total // 2) if split_threads else total
+    # the two sides run at once, each a parallel region of all of torch's intra-op threads
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=torch.set_num_threads,
-                            initargs=(side,)) as worker:
-        torch.set_num_threads(max(1, total - side) if split_threads else total)
-        try:
-            return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker,
-                                k_policy)
-        finally:
-            torch.set_num_threads(total)
+                            initargs=(torch.get_num_threads(),)) as worker:
+        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker, k_policy)
 
 
 @torch.inference_mode()

@@ -196,7 +196,6 @@ class FlashHead(nn.Module):
             raise ConfigError("FlashHead path 'triton' needs a CUDA device with Triton and a power-of-two cluster "
                               f"size (here: {device}, cluster size {tokens.shape[1]}, hidden size {d}).")
         self.path = path
-        self.always_scored_outliers = 0  # set by flashhead_for when outlier tokens join the special list
         self._compiled = None
         self._compiled_conf = None
         self._active_path = None

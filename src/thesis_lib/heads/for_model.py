@@ -36,27 +36,6 @@ def special_token_ids(tokenizer, extra: Iterable[int] = (), limit: int | None = 
     return sorted(i for i in ids if i >= 0 and (limit is None or i < limit))
 
 
-def outlier_tokens(weight: torch.Tensor, clustering: Clustering, fraction: float, limit: int | None = None) -> list[int]:
-    """The ``fraction`` of tokens whose rows point furthest from their own cluster's centroid (lowest cosine).
-
-    Equal-size clusters force some tokens into clusters they barely resemble; a hidden state that points at
-    such a token rarely ranks its cluster among the probed ones. Scoring these few tokens always (like the
-    special tokens) is a data-free option of this library, not part of Embedl's FlashHead (default off).
-    """
-    if not 0 <= fraction < 1:
-        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {fraction}).")
-    k = int(round(fraction * weight.shape[0]))
-    if k == 0:
-        return []
-    w = weight.detach().float()
-    cen = clustering.centroids.to(w.device)
-    cen = cen / cen.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    cos = (w / w.norm(dim=1, keepdim=True).clamp_min(1e-12) * cen[clustering.assignments.to(w.device)]).sum(1)
-    if limit is not None:
-        cos[limit:] = float("inf")  # padding rows are never candidates anyway
-    return sorted(torch.topk(cos, k, largest=False).indices.tolist())
-
-
 def checkpoint_for(loaded, assets: str | None = None) -> embedl.Checkpoint | None:
     """Where a FlashHead's clustering and settings come from: ``assets`` (a folder in Embedl's format, an
     Embedl checkpoint's folder or hub id), else the model's own folder if it is a FlashHead checkpoint or holds
@@ -104,7 +83,7 @@ def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | 
 
 def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None = None, n_probes: int | None = None,
                   seed: int = 0, iterations: int = 20, path: str = "auto", centroid_dtype: str = "auto",
-                  outliers: float = 0.0, progress: bool = True, log=print,
+                  progress: bool = True, log=print,
                   weight: torch.Tensor | None = None) -> FlashHead:
     """A FlashHead for a loaded model (:class:`~thesis_lib.models.loading.LoadedModel`).
 
@@ -113,26 +92,21 @@ def flashhead_for(loaded, *, assets: str | None = None, n_clusters: int | None =
     library's clustering of the model's head, built once and cached
     (:func:`~thesis_lib.heads.assets.cached_clustering`). A checkpoint's config sets the probe count and the
     always-scored special tokens unless ``n_probes`` is given. Bad parameters (``n_probes``, ``n_clusters``)
-    fail before any clustering work. ``outliers`` > 0 adds that fraction of the vocabulary
-    (:func:`outlier_tokens`) to the always-scored special tokens. ``weight``: the output embedding if the
+    fail before any clustering work. ``weight``: the output embedding if the
     caller holds it already (a packed layer makes a dense copy on every read).
     """
-    if not 0 <= outliers < 1:
-        raise ConfigError(f"outlier fraction must lie in [0, 1) (got {outliers}).")
     checkpoint = checkpoint_for(loaded, assets)
     out = loaded.model.get_output_embeddings()
     weight = out.weight.detach() if weight is None else weight  # read once: a packed layer copies on each read
     clustering = clustering_for(loaded, weight, n_clusters=n_clusters, n_probes=n_probes, seed=seed,
                                 iterations=iterations, progress=progress, log=log, checkpoint=checkpoint)
-    extra = outlier_tokens(weight, clustering, outliers, loaded.vocab_limit) if outliers else []
     if checkpoint is not None and checkpoint.special_ids:
-        specials = sorted({*checkpoint.special_ids, *extra})
+        specials = sorted(set(checkpoint.special_ids))
     else:
-        specials = special_token_ids(loaded.tokenizer, list(loaded.eos_ids) + extra, loaded.vocab_limit)
+        specials = special_token_ids(loaded.tokenizer, list(loaded.eos_ids), loaded.vocab_limit)
     if n_probes is None and checkpoint is not None and checkpoint.n_probes is not None:
         n_probes = int(checkpoint.n_probes)
     head = FlashHead(weight, clustering, special_ids=specials, vocab_limit=loaded.vocab_limit,
                      bias=layer_bias(out), n_probes=n_probes, path=path, centroid_dtype=centroid_dtype)
-    head.always_scored_outliers = len(extra)
     head.checkpoint = checkpoint.source if checkpoint is not None else None
     return head
