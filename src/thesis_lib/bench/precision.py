@@ -201,13 +201,9 @@ def stream_gbps(*, gib: float = 1.0, reps: int = 9) -> float:
 def read_probe(model, dtype: torch.dtype, *, min_bytes: int = 256 * 2 ** 20):
     """A read of the same kind of memory a step reads: one plain tensor per linear weight of one decoder layer of
     ``model`` (the head's excepted), each holding that weight's bytes in ``dtype``, repeated up to ``min_bytes``
-    (far beyond any cache), each summed once as float32 words (a bfloat16 sum converts every element and, on two
-    cores, measured slower per byte than memory: 36.7 against 40.6 GB/s; the bytes read are what matters). Returns a function that does the
-    read and returns ``(bytes, seconds)``.
-
-    Timed beside the steps, repetition by repetition, it gives the rate this machine reads such matrices at in the
-    same minutes: the machine is shared, and its rate drifts (40 to 70 GB/s for a 1 GiB sum on the 2-core EPYC
-    within one hour), so a rate measured before or after the steps says little about them."""
+    (far beyond any cache), each summed once as float32 words (a bf16 sum's conversion can be slower than the memory
+    it reads; the bytes are what matters). Returns a function that does the read and returns ``(bytes, seconds)``.
+    Timed beside the steps, repetition by repetition, because a shared machine's read rate drifts over minutes."""
     from ..models.packing import PackedLinear
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -79,7 +79,7 @@ class BenchConfig:
     centroid_dtype: str = "auto"
     cluster_seed: int = 0
     kmeans_iterations: int = 20
-    # issue 6: adaptive K (modes *_hk, *_ck), adaptive probes (adaflash_*), the frequency-truncated head
+    # beyond the thesis: adaptive K (modes *_hk, *_ck), adaptive probes (adaflash_*), the frequency-truncated head
     # (freq_*; None tokens: as many as FlashHead's candidates), speculative sampling (sample_*)
     k_max: int = 12
     adaptive_margin: float | None = None
@@ -128,8 +128,8 @@ class BenchConfig:
         return d
 
     def identity(self) -> dict:
-        """:meth:`to_dict` without the parameters added after the first runs (issue 6) where they keep their
-        defaults: what names a run, so runs made before those parameters existed keep their names."""
+        """:meth:`to_dict` without the parameters added after the first runs where they keep their defaults: what
+        names a run, so runs made before those parameters existed keep their names."""
         d = self.to_dict()
         defaults = BenchConfig()
         for name in LATER_FIELDS:
@@ -203,7 +203,7 @@ class BenchConfig:
         return prompts
 
 
-#: Parameters added with issue 6; a run folder written before them holds none of them (their defaults apply).
+#: Parameters added after the first runs; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
                 "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below",
                 "thinking", "threads")
@@ -244,7 +244,7 @@ def check_flash(cfg) -> None:
 
 
 def check_beyond(cfg) -> None:
-    """Issue 6's parameters, checked before any weights load."""
+    """The beyond-the-thesis parameters, checked before any weights load."""
     drafts = cfg.drafts()
     if not isinstance(cfg.k_max, int) or cfg.k_max < max(1, cfg.k if isinstance(cfg.k, int) else 1):
         raise ConfigError(f"k_max must be an integer >= K (got {cfg.k_max!r}, K = {cfg.k!r}).")

@@ -61,7 +61,7 @@ class Runner:
     max_new_tokens: int
     flash_head: torch.nn.Module | None = None
     profile: bool = False
-    #: issue 6: heads of the drafts ``adaflash`` and ``freq``; the sampling warp of the ``sample_*`` modes;
+    #: heads of the drafts ``adaflash`` and ``freq``; the sampling warp of the ``sample_*`` modes;
     #: the largest K (and the measured step costs, found on first use) of the adaptive-K modes
     extra_heads: dict | None = None
     sampler: object | None = None

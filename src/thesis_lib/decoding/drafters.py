@@ -167,8 +167,8 @@ def _padded(block: list[int], k: int) -> list[int]:
 
 class NgramDrafter:
     """Prompt lookup: proposes the tokens that followed the most recent earlier occurrence of the sequence's
-    last n tokens (n from ``max_ngram`` down to ``min_ngram``), with no draft model at all (the zero-cost
-    reference drafter of issue 6). Where no n-gram matches, or the match runs out before ``k`` tokens, the
+    last n tokens (n from ``max_ngram`` down to ``min_ngram``), with no draft model at all (a zero-cost
+    reference drafter). Where no n-gram matches, or the match runs out before ``k`` tokens, the
     block is padded by repeating its last token to ``k`` proposals (a fixed K, as the thesis' loop has; the
     target simply rejects what does not fit); with ``pad=False`` the block is what matched (at least one
     token). ``matched`` counts rounds that found a match."""
@@ -214,8 +214,7 @@ class NgramDrafter:
 
 
 class HybridDrafter:
-    """Prompt lookup where the text repeats itself, the draft model everywhere else (issue 6's co-designed
-    drafter): a round whose last ``min_ngram``..``max_ngram`` tokens occurred before proposes what followed
+    """Prompt lookup where the text repeats itself, the draft model everywhere else: a round whose last ``min_ngram``..``max_ngram`` tokens occurred before proposes what followed
     them, at no draft cost; other rounds ask the model. Tokens the model did not draft itself are fed to its
     cache on its next proposal, as the target's final token always is. ``lookup_rounds`` /
     ``model_rounds`` count where the proposals came from. ``pad=False``: a lookup block is what matched, not

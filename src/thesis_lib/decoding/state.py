@@ -5,16 +5,11 @@ caller asks for. It knows nothing about drafts, targets or schedules: the loops
 (:mod:`~thesis_lib.decoding.greedy`) and the drafters (:mod:`~thesis_lib.decoding.drafters`) decide what to feed and what to discard. Batch size is 1 throughout (the thesis'
 latency setting).
 
-Shape buckets. On x86 CPUs, MKL's fp32 GEMM handles a block of 2, 3 or 7 rows as that many matrix-vector
-products (cost linear in the rows), while 4, 5, 6 or 8 rows take a blocked kernel costing about two
-single-row products (measured on this project's 2-core AVX-512 machine, target forward medians: 3 tokens
-0.97 s, 4 tokens 0.61 s, 7 tokens 0.99 s, 8 tokens 0.66 s). So on CPU a forward over 3 new tokens is
-padded to 4, and one over 7 to 8, by repeating the last token (padding 2 to 4 measured no gain, so it is
-not done); the padded positions come after the real ones, so causal attention
-keeps the real positions' outputs unchanged (up to float rounding), and their cache entries are dropped
-at once. ``buckets={}`` turns this off. Models whose linear layers are oneDNN-packed (:mod:`thesis_lib.models.packing`,
-the default on CPU) have no such steps: their cost rises smoothly with the block (on the 2-core AVX2 EPYC a target
-block of 3 costs 1.14 steps, of 4 1.21, of 7 1.61, of 8 1.64), so padding would only add work and they get no buckets.
+Shape buckets (stock, unpacked float32 layers on x86 only): MKL computes 2, 3 or 7 rows as that many
+matrix-vector products but 4, 5, 6 or 8 rows in one blocked kernel costing about two single rows, so a forward
+over 3 new tokens is padded to 4 and one over 7 to 8 by repeating the last token (the padded positions come
+last, so causal attention leaves the real ones unchanged; their cache entries are dropped at once).
+``buckets={}`` turns this off; oneDNN-packed models (the CPU default) cost smoothly more per row and get none.
 """
 
 from __future__ import annotations

@@ -1,38 +1,22 @@
 """The FlashHead LM head: cluster-first retrieval, then exact scores for the candidates (thesis sections 2.5, 3.4).
 
-What this module knows:
-
-- **Greedy selection** (:meth:`FlashHead.forward`): score the ``C`` centroids as ``h . c / |c|`` (centroids
-  normalised, the hidden state not: Embedl's convention), keep the ``n_probes`` best clusters, compute the
-  exact logits ``E[i] . h`` of every token in them plus the special tokens (EOS and the chat-template tokens,
-  always candidates), and return the argmax, ties to the lowest token id. With ``n_probes = C`` every token
-  is a candidate and the result is the dense argmax.
+- **Greedy** (:meth:`FlashHead.forward`): score the ``C`` centroids as ``h . c / |c|`` (Embedl's convention), keep
+  the ``n_probes`` best clusters, compute the exact logits of their tokens plus the special tokens (always
+  candidates), return the argmax, ties to the lowest token id. With ``n_probes = C`` it is the dense argmax.
 - **Sampling** (:meth:`FlashHead.sample`): draw ``n_probes`` clusters without replacement from
-  ``softmax(h . c / T)`` over the raw centroids, then a token from the softmax of the candidates' logits;
-  it returns the token *and* the exact candidate-restricted distribution it was drawn from (zero outside the
-  candidates), which is what lossless speculative sampling needs as its draft distribution ``q``.
+  ``softmax(h . c / T)``, then a token from the candidates' softmax; returns the token *and* the exact
+  candidate-restricted distribution it was drawn from (lossless speculative sampling's draft distribution ``q``).
 - **No host synchronisation**: every result is a tensor; nothing calls ``.item()`` or branches on values.
-- **Layout.** At construction the head's rows are copied once into a pre-permuted ``[C, b, D]`` tensor (the
-  ``b`` rows of a cluster contiguous), so the candidates are ``n_probes`` contiguous blocks. Slots that must
-  never win carry a ``-inf`` bias: padding of short clusters, rows past the tokenizer's size, and special
-  tokens (scored once, separately). This costs a second copy of the head (545 MB for the embedded draft).
-- **Paths** (``path=``): ``"compiled"`` fuses gather, dot products and the tie-breaking argmax into one
-  ``torch.compile``d function, so the ``p * b`` candidate rows are read once and never copied (on this
-  project's CPU the plain gather of 9,488 rows costs more than their dot products; DESIGN.md section 3);
-  ``"eager"`` gathers with ``index_select`` and multiplies (fine on a GPU, slow on CPU); ``"reference"`` is
-  the plain per-row computation in float32 that tests compare the others against; ``"triton"`` is the GPU's
-  path, the whole greedy head in five Triton kernels with no host synchronisation
-  (:mod:`thesis_lib.heads.gpu_kernels`). ``"auto"`` picks ``"triton"`` on a CUDA device with Triton, else
-  ``"compiled"``, falling back to ``"eager"`` (with a warning) where compilation fails.
-- **Centroid precision** (``centroid_dtype=``): the first stage only ranks clusters, so on CPUs with fast
-  bfloat16 (AVX-512 BF16) it runs in bfloat16 by default ("auto"). The second stage scores the candidates
-  from the head's own rows in at least float32 (:func:`score_dtype`: a bfloat16 head's rows are widened as they
-  are read, products and sums in float32; float64 stays float64), so a bf16 head's candidate logits are not
-  rounded to bf16's 8 significant bits: two candidates tie only when their float32 logits do, and with every
-  cluster probed the head picks the token the dense head picks on a CPU, where that one refines its 16-bit
-  logits (:class:`~thesis_lib.heads.dense.DenseGreedyHead`; up to float32 summation order). The Triton path
-  scores in float32 too but rounds the hidden state to the head's dtype first (a no-op for a bf16 model's
-  own hidden states). The reference path always ranks and scores in float32.
+- **Layout**: the head's rows are copied once into a pre-permuted ``[C, b, D]`` tensor, so the candidates are
+  ``n_probes`` contiguous blocks; slots that must never win (padding, rows past the tokenizer, special tokens,
+  scored separately) carry a ``-inf`` bias. This costs a second copy of the head.
+- **Paths** (``path=``): ``"compiled"`` fuses gather, dot products and the tie-breaking argmax in one
+  ``torch.compile``d function (the candidate rows are read once, never copied); ``"eager"`` gathers and
+  multiplies; ``"reference"`` is the plain float32 computation the tests compare against; ``"triton"`` is the
+  GPU's (:mod:`thesis_lib.heads.gpu_kernels`). ``"auto"``: triton on CUDA, else compiled, else eager.
+- **Precision**: centroids rank in bfloat16 where the CPU has fast bf16 (``centroid_dtype="auto"``); candidates
+  score from the head's own rows in at least float32 (:func:`score_dtype`), so two candidates tie only when
+  their float32 logits do.
 """
 
 from __future__ import annotations
@@ -245,10 +229,9 @@ class FlashHead(nn.Module):
         args = (hidden, *self.fast_arguments())
         if self.path == "triton" or (self.path == "auto" and gpu_kernels.serves(self.device, self.cluster_size,
                                                                                  self.weight_perm.shape[-1])):
-            # on a GPU "auto" takes the Triton kernel: torch.compile's code for this head gave wrong tokens on an
-            # H100 at 593 probes (gpu-check's agreement rows), and was slower
+            # on a GPU "auto" takes the Triton kernels (torch.compile's code for this head is not trusted there)
             self._active_path = "triton"
-            if fn is _greedy_fused:  # the whole greedy head in four kernels after the centroid product
+            if fn is _greedy_fused:  # the whole greedy head in Triton kernels
                 return gpu_kernels.greedy(*args)
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
         if self.path in ("auto", "compiled"):
@@ -347,9 +330,8 @@ _COMPILE_SET = False
 
 def compile_settings(n: int = 64) -> None:
     """Dynamo's settings for this project's compiled functions, applied once before the first ``torch.compile``
-    (not at import: importing dynamo costs about 1.7 s, which every process that neither compiles nor builds a
-    transformers model, whose generation module imports dynamo, would pay). Each (probe count, batch) pair compiles once; allow enough of them (a sweep
-    uses ~10), and make hitting the limit an error (:meth:`FlashHead._fast` recompiles) instead of a silent
+    (not at import: importing dynamo is slow, and a process that never compiles should not pay for it). Each (probe
+    count, batch) pair compiles once; allow enough of them (a sweep uses ~10), and make hitting the limit an error (:meth:`FlashHead._fast` recompiles) instead of a silent
     fall-back to eager code."""
     global _COMPILE_SET
     if _COMPILE_SET:
