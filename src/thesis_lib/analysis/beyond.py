@@ -1,10 +1,6 @@
-"""Chapter 6's tables and verdict ("Beyond the thesis", issue 6), computed from its runs and documents.
-
-Everything here reads results (run folders, the calibration and co-design documents, the lookahead) and
-turns them into the chapter's tables and the numbers its prose is glued to: the margin and co-design choices
-made on calibration prompts, the block-length policies walked over the lookahead (:func:`policy_simulation`)
-and checked against a measured run (:func:`walk_check`), speedups per mode and per prompt category, and the
-verdict table. How those results are obtained is :mod:`thesis_lib.book.experiments`'.
+"""Chapter 6's tables and verdict from its runs (made by :mod:`thesis_lib.book.experiments`) and documents: margin and
+co-design choices, block-length policies walked over the lookahead (:func:`policy_simulation`, :func:`walk_check`),
+speedups per mode (:func:`mode_table`) and prompt category (:func:`category_table`), :func:`verdict_table`.
 """
 
 from __future__ import annotations
@@ -39,13 +35,10 @@ def best_codesign(doc: dict) -> dict:
 
 def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid,
                       max_new_tokens: int | None = None) -> dict:
-    """Block-length policies walked over the calibration lookahead with the co-design sweep's measured costs
-    (the FlashHead draft at its default setting): fixed K = 1..``k_max``, the confidence threshold over
-    ``stop_below_grid`` (alone and with the free lookup), and the clairvoyant oracle (alone, with the lookup,
-    with a free head, with a free draft). ``look`` is the calibration lookahead, ``doc`` the co-design sweep.
-    Speedups are over the modelled target-only time. The tuned threshold (``tuned_stop_below``) is the grid's
-    best without the lookup. ``max_new_tokens``: the loop's limit, which caps blocks near the end as the loop does
-    (:func:`thesis_lib.analysis.lookahead.simulate`)."""
+    """Block-length policies walked over the lookahead ``look`` at the co-design sweep ``doc``'s costs (default
+    FlashHead): fixed K = 1..``k_max``, thresholds over ``stop_below_grid`` (with and without the free lookup) and
+    the oracle bounds; speedups over modelled target-only time, ``max_new_tokens`` capping blocks as the loop does.
+    ``tuned_stop_below`` is the grid's best threshold without the lookup."""
     costs = doc["costs"]
     rows, verify = look["rows"], costs["verify_ms"]
     step = costs["body_ms"] + default_row(doc)["head_ms"]
@@ -81,9 +74,7 @@ def policy_simulation(look: dict, doc: dict, *, k_max: int, stop_below_grid,
 
 
 def walk_check(sim: dict, look: dict, run, stop_below: float):
-    """Table 6.9: the walk against the measured run, per mode on the run's own prompts: rounds, drafted and
-    accepted tokens, seconds drafting and verifying, and the speedup ratio to the thesis-style mode, modelled
-    and measured."""
+    """Table 6.9: the walk against the measured run, per mode: rounds, tokens, phase seconds, ratio to thesis-style."""
     cap = int(look["depth"])
     policies = {"flash_deferred": (la.fixed_policy(run.config["k"]), False),
                 "flash_deferred_sk": (la.threshold_policy(stop_below, cap), False),
@@ -119,8 +110,7 @@ def walk_pair(table, column: str, mode: str) -> tuple[float, float]:
 
 
 def walk_parted(table) -> dict[str, int]:
-    """How far :func:`walk_check`'s counts part from the run's: the number of modes in the table and, for rounds,
-    drafted and accepted tokens, the largest difference between model and run in any mode (0: equal in all)."""
+    """:func:`walk_check`'s mode count and largest model-run gap in rounds, drafted and accepted tokens (0: equal)."""
     cols = {"rounds": "Rounds (model / run)", "drafted": "Drafted (model / run)", "accepted": "Accepted (model / run)"}
     out = {"modes": len(table)}
     for key, col in cols.items():
@@ -135,8 +125,7 @@ def _phase(records, name: str) -> float:
 
 
 def per_category_speedups(runs: dict[str, object], mode_of: dict[str, str]) -> "object":
-    """Pooled decode speedup over the same run's baseline, per prompt category and overall, for each labelled
-    (run, mode); a DataFrame with a row per label."""
+    """Pooled decode speedup over the run's baseline per prompt category and "all"; a row per labelled (run, mode)."""
     rows = []
     for label, run in runs.items():
         mode = mode_of[label]
@@ -166,8 +155,7 @@ LABELS = {"flash_deferred": "FlashHead, fixed probes and K (thesis-style)", "ada
 
 
 def mode_table(run, modes=None):
-    """Per mode: pooled decode tok/s, pooled and per-sample-median speedup over its baseline (greedy or
-    sampling), acceptance, mean emitted per round, and what the mode counted (probes, lookups, K)."""
+    """Per mode: decode tok/s, pooled and median speedup over its baseline, acceptance, emitted, K, probes, lookups."""
     rows = []
     for m in modes or run.modes():
         rs = run.of(m)
@@ -191,8 +179,7 @@ def mode_table(run, modes=None):
 
 
 def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, dict]:
-    """Per category and overall, the fixed K with the highest pooled speedup of ``mode`` over the same run's
-    baseline, among the sweep's runs and the main run (at its own K). Returns ({category: K}, {category: speedup})."""
+    """Per category, the fixed K with ``mode``'s best pooled speedup: ({category: K}, {category: speedup})."""
     runs = {**{k: r for k, r in sweep.items()}, run.config["k"]: run}
     table = per_category_speedups({k: r for k, r in runs.items()}, {k: mode for k in runs})
     table = table.set_index("Setting")
@@ -229,8 +216,7 @@ def default_row(doc: dict) -> dict | None:
 
 
 def nearest_freq(doc: dict, row: dict | None) -> dict | None:
-    """The truncated head nearest to ``row``'s candidate count (specials it already ranks are not added twice,
-    so exact equality is rare)."""
+    """The truncated head nearest to ``row``'s candidate count (rarely equal: specials are not counted twice)."""
     if row is None or not doc["freq"]:
         return None
     return min(doc["freq"], key=lambda f: abs(f["candidates"] - row["candidates"]))
@@ -253,10 +239,8 @@ def codesign_table(doc: dict):
 
 
 def category_table(k: int, run, sweep: dict, co, conf=None):
-    """Table 6.6: per category, the FlashHead draft at each fixed K, the adaptive-K modes, the lookup drafters,
-    the co-designed FlashHead and (with the confidence run ``conf``) the confidence-stopped drafts, plus a last
-    row with the best fixed K of each column. Returns the table and :func:`best_fixed_k`'s ({category: K},
-    {category: speedup}). ``k`` is the main run's K."""
+    """Table 6.6: per-category speedups of each fixed K (``k``: the main run's), adaptive-K, lookup, co-designed
+    and (with ``conf``) confidence-stopped drafts, plus a best-fixed-K row; returns it with :func:`best_fixed_k`'s."""
     fixed = {f"FlashHead, K = {kk}": r for kk, r in sorted({**sweep, k: run}.items())}
     others = {"FlashHead, K heuristic": (run, "flash_deferred_hk"), "FlashHead, K cost model": (run, "flash_deferred_ck"),
               "Prompt lookup": (run, "ngram_deferred"), "Prompt lookup + FlashHead": (run, "hybrid_deferred"),
@@ -276,9 +260,8 @@ CONFIDENCE_ROWS = {"flash_deferred_sk": "FlashHead, confidence stop", "hybrid_de
 
 
 def policy_table(sim: dict):
-    """Table 6.7: the simulated block-length policies on the calibration prompts: the best fixed K, the tuned
-    confidence threshold (alone and with the free lookup), and the clairvoyant bounds; speedup over the
-    modelled target-only time and the ratio to the best fixed K (every threshold is in Figure 6.4)."""
+    """Table 6.7: :func:`policy_simulation`'s best fixed K, tuned thresholds and oracle bounds, and their ratios to
+    the best fixed K."""
     best, tau = sim["best_fixed"]["speedup"], sim["tuned_stop_below"]
     rows = [{"Policy": f"fixed K = {sim['best_fixed']['k']} (the best fixed K)", **_sim_cols(sim["best_fixed"], best)}]
     for key, name in (("tuned", "confidence stop"), ("tuned_lookup", "confidence stop + free lookup")):
@@ -291,8 +274,7 @@ def policy_table(sim: dict):
 
 
 def oracle_ratio(sim: dict, look: dict, k: int, max_new_tokens: int | None = None) -> float:
-    """On another lookahead (a run's prompts): the clairvoyant bound over fixed K = ``k``, at the same costs (the
-    fixed-K walk capped at ``max_new_tokens`` as the loop caps it)."""
+    """Fixed K = ``k``'s modelled time over the oracle's on lookahead ``look``, at ``sim``'s costs."""
     kw = dict(step_ms=sim["step_ms"], verify_ms=sim["verify_ms"])
     return (la.simulate(look["rows"], la.fixed_policy(k), max_new_tokens=max_new_tokens, **kw)["ms"]
             / la.oracle(look["rows"], k_max=int(look["depth"]), **kw)["ms"])
@@ -304,8 +286,7 @@ def _sim_cols(r: dict, best: float) -> dict:
 
 
 def verdict_table(category: "object", modes: "object", best_fixed_all: float):
-    """Table 6.10: every adaptive or co-designed configuration's overall speedup and its ratio to the
-    thesis-style configuration at its best fixed K, best first."""
+    """Table 6.10: each adaptive or co-designed configuration's speedup and ratio to the best fixed K, best first."""
     rows = category[~category.Setting.str.startswith("FlashHead, K =") & (category.Setting != BEST_FIXED_ROW)]
     speed = rows.set_index("Setting")["all"]
     pooled = modes.set_index("Mode")["Speedup (pooled)"]

@@ -1,16 +1,7 @@
-"""Draft-head settings judged without a decoding run per setting: teacher-forced acceptance and the cost model.
-
-In greedy speculative decoding a draft token is accepted when it equals the target's greedy token after the
-same prefix, and that prefix is always the target's own output. So one forward of the draft over
-``prompt + target output`` (:func:`teacher_forced`) gives, at every position, the hidden state the draft
-would have there; any head applied to those states tells which positions it would get right
-(:func:`head_quality`): its per-token acceptance alpha, and its top-1 agreement with the dense head.
-
-With alpha, the head's measured latency and the measured body, verify and append costs, the cost model
-(:mod:`thesis_lib.decoding.costs`) predicts decode tok/s for every block length (:func:`predict`); :func:`sweep` does that over
-clusters x probes (x K) and :func:`pareto` keeps the settings no other beats on both head latency and
-predicted speed. The prediction assumes independent acceptances and leaves out Python and cache work; the
-chapter checks it against measured runs before trusting it.
+"""Draft-head settings judged without a decoding run each. Under greedy decoding the draft's prefix is always the
+target's output, so one draft forward over it (:func:`teacher_forced`) gives every state, and any head's acceptance
+(:func:`head_quality`); :func:`predict` turns that and measured costs into decode tok/s
+(:mod:`thesis_lib.decoding.costs`), :func:`sweep` over clusters x probes, :func:`pareto` keeps the undominated.
 """
 
 from __future__ import annotations
@@ -30,9 +21,8 @@ from ..errors import ConfigError
 @torch.inference_mode()
 def teacher_forced(model, sequences: Sequence[tuple[Sequence[int], Sequence[int]]], *,
                    vocab_limit: int | None = None, progress: bool = True) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """For each ``(prompt_ids, target_tokens)``: the draft's hidden states at the positions that predict
-    ``target_tokens`` (one forward over prompt + tokens[:-1]). Returns states ``[N, D]`` (float32), the
-    target tokens ``[N]`` and the sequence index of each row."""
+    """The draft's float32 states ``[N, D]`` at the positions predicting each ``(prompt_ids, target_tokens)``'s
+    tokens, those tokens ``[N]``, and each row's sequence index."""
     from ..progress import tqdm
 
     state = ModelState(model, vocab_limit=vocab_limit)
@@ -66,9 +56,7 @@ def head_quality(head, states: torch.Tensor, targets: torch.Tensor, dense_tokens
 
 
 def predict(alpha: float, head_ms_: float, costs: dict, *, deferred: bool = True, k_max: int = 12) -> dict:
-    """Best block length and the decode tok/s the cost model predicts for a draft head of this per-token
-    acceptance and latency. ``costs``: ``body_ms`` (the draft step without its head), ``verify_ms`` (dict n ->
-    ms of the target's forward over n tokens), ``target_step_ms``."""
+    """Best K and predicted decode tok/s for a head of this acceptance and latency, at :func:`step_costs`' costs."""
     step, verify = costs["body_ms"] + head_ms_, costs["verify_ms"]
     ks = [k for k in range(1, k_max + 1) if (k + 1) in verify]
     by_k = {k: 1000 * float(cost_model.rate(alpha, k, step, verify, deferred=deferred)) for k in ks}
@@ -90,8 +78,7 @@ def pareto(rows: Sequence[dict], *, cost: str = "head_ms", gain: str = "tokens_p
 def sweep(heads: dict[int, object], probes: dict[int, Sequence[int]], states: torch.Tensor, targets: torch.Tensor,
           dense_tokens: torch.Tensor, costs: dict, *, deferred: bool = True, k_max: int = 12,
           progress: bool = True) -> list[dict]:
-    """Clusters x probes: for each FlashHead (by cluster count) and probe count, quality, head latency and
-    the cost model's best K and decode tok/s. Sets each head's probe count as it goes (restored after)."""
+    """Quality, latency and :func:`predict` per FlashHead (by cluster count) x probes; probe counts are restored."""
     from ..progress import tqdm
 
     rows = []
@@ -114,9 +101,8 @@ def sweep(heads: dict[int, object], probes: dict[int, Sequence[int]], states: to
 @torch.inference_mode()
 def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_head, *, k_max: int = 12,
                reps: int = 5, vocab_limit: int | None = None) -> dict:
-    """Measured inputs of :func:`predict` at the context length of ``ids``: the draft body's step (a step
-    without head: the body's forward only), the dense head on one state, the target's forward over
-    n = 1 .. k_max + 1 tokens."""
+    """Measured inputs of :func:`predict` at ``ids``' context length: the draft body's step (no head), the dense
+    head on one state, and the target's forward over n = 1 .. k_max + 1 tokens."""
     d = ModelState(draft_model, vocab_limit=vocab_limit)
     d.reset()
     d.hidden(ids)

@@ -1,6 +1,5 @@
-"""This project's tables beyond the thesis', from run folders: per-sample ratios with quartiles, the peers
-(transformers' ``generate``), the pipelined schedule, verification behaviour, accepted-length histograms and
-run-to-run reproducibility.
+"""This project's extra tables from run folders: per-sample ratios, peers (transformers' ``generate``), the
+pipelined schedule, verification, accepted-length histograms and run-to-run reproducibility.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from .pooled import LABELS, as_run, per_sample_ratios, quartiles3, samples_of, t
 
 
 def ratio_table(run, against: str = "baseline") -> pd.DataFrame:
-    """Per mode: median decode tok/s over samples, and the per-sample decode tok/s ratio against
-    ``against`` (median and quartiles): the robust numbers to quote on a noisy machine."""
+    """Per mode: median decode tok/s and the per-sample ratio to ``against`` with quartiles (robust to noise)."""
     run = as_run(run)
     rows = []
     for mode in run.modes():
@@ -83,9 +81,8 @@ def verification_table(run) -> pd.DataFrame:
 
 
 def accepted_lengths(run) -> pd.DataFrame:
-    """Rounds per accepted length for each speculative mode, in columns 0..L with L the longest block any mode
-    drafted. A fixed-K mode counts its full-length rounds (a round cut short near the token limit drafts fewer
-    than K); a mode whose block length varies (adaptive K, the confidence stop) counts every round."""
+    """Rounds per accepted length 0..L (L: the longest block drafted) per speculative mode; fixed-K modes count
+    only full-length rounds, variable-length modes every round."""
     run = as_run(run)
     k = run.config.get("k")
     counts: dict[str, Counter] = {}

@@ -1,15 +1,6 @@
-"""Does a sampler reproduce a known distribution? The empirical proof that speculative sampling is lossless.
-
-:func:`exact_distribution` computes target-only sampling's exact distribution of the first ``n`` generated
-tokens by enumerating every prefix (small vocabularies only: ``V ** (n - 1)`` forwards). :func:`check`
-compares counts of sampled sequences with it, cell by cell: each sequence's count gets a binomial z-score, and
-the largest ``|z|`` is tested at family-wise level ``alpha`` (Bonferroni over the cells). A sequence that
-has probability 0 but was drawn fails at once. :func:`draws_for_power` says how many draws make the check
-catch, with the requested power, an absolute error of ``delta`` in the hardest cell (the one with the
-largest binomial variance): ``N = ((z_crit + z_power) * sqrt(p (1 - p)) / delta) ** 2``. Power is computed
-with the normal approximation to the binomial, stated as such. :func:`draw_sequences` makes the draws in
-seeded chunks over one process per core (the draws are independent and single-threaded), with the same
-result for any number of processes.
+"""The empirical proof that speculative sampling is lossless: :func:`check` tests sampled sequences' binomial
+z-scores (Bonferroni) against :func:`exact_distribution` (``V ** (n - 1)`` forwards), with :func:`draws_for_power`
+draws made by :func:`draw_sequences`; :func:`run_all` is the whole experiment on :func:`tiny_pair`.
 """
 
 from __future__ import annotations
@@ -73,8 +64,8 @@ def _hardest(exact: dict) -> float:
 
 
 def draws_for_power(exact: dict, *, delta: float = 0.01, alpha: float = 1e-3, power: float = 0.99) -> int:
-    """Draws needed to catch an absolute error ``delta`` in the hardest cell with probability ``power``, with
-    the Bonferroni bound over the cells :func:`check` will test at that many draws (found by iterating)."""
+    """Draws to catch an error ``delta`` with probability ``power`` in the hardest cell (largest ``p (1 - p)``):
+    ``((z_crit + z_power) * sqrt(p (1 - p)) / delta) ** 2``, iterated until the cells :func:`check` tests agree."""
     p = _hardest(exact)
 
     def tested(draws: int) -> int:
@@ -88,7 +79,7 @@ def draws_for_power(exact: dict, *, delta: float = 0.01, alpha: float = 1e-3, po
         if tested(draws) >= cells:
             break
         cells = tested(draws)
-    # the cell count at the final number of draws decides the Bonferroni bound: make sure the power holds there
+    # the Bonferroni bound is over the cells tested at the final draw count: make sure the power holds there
     while power_at(exact, draws, delta=delta, alpha=alpha, cells=tested(draws)) < power:
         draws = math.ceil(draws * 1.002) + 1
     return draws
@@ -104,9 +95,7 @@ def power_at(exact: dict, draws: int, *, delta: float = 0.01, alpha: float = 1e-
 
 def check(samples: Iterable[Sequence[int]], exact: dict[tuple[int, ...], float], *, alpha: float = 1e-3,
           delta: float = 0.01) -> dict:
-    """Compare sampled sequences with the exact distribution; ``ok`` is False when the largest ``|z|`` passes
-    the Bonferroni bound or an impossible sequence (probability 0) was drawn. Sequences expected fewer than
-    :data:`MIN_EXPECTED` times are pooled into one cell. Returns the numbers behind the verdict."""
+    """The verdict's numbers: not ``ok`` when the largest ``|z|`` passes the bound or an impossible draw is seen."""
     counts = Counter(tuple(s) for s in samples)
     n = sum(counts.values())
     impossible = sum(c for k, c in counts.items() if k not in exact)
@@ -142,8 +131,8 @@ CASES = (
 
 
 class _one_thread:
-    """Tiny models gain nothing from a second thread, and where the cores are shared (a notebook kernel beside
-    other work) a parallel region can wait a whole scheduler slice for its second thread: ~40x slower."""
+    """One torch thread: tiny models gain nothing from more, and on shared cores a parallel region can wait a
+    scheduler slice for its second thread."""
 
     def __enter__(self):
         self.n = torch.get_num_threads()
@@ -154,8 +143,8 @@ class _one_thread:
 
 
 def tiny_pair(vocab: int = VOCAB):
-    """A tiny random target, a noisy copy as its draft, and a FlashHead over the draft's head (4 clusters,
-    2 probes, reference path): small enough to enumerate, different enough that rejections happen."""
+    """A tiny random target, a noisy copy as draft and a FlashHead (4 clusters, 2 probes) over the draft's head:
+    small enough to enumerate, different enough to reject."""
     target = tiny.tiny_model("qwen2", vocab_size=vocab, seed=0, init_std=0.4)
     draft = tiny.noisy_copy(target, scale=0.15, seed=3)
     w = draft.get_output_embeddings().weight.detach()
@@ -163,14 +152,12 @@ def tiny_pair(vocab: int = VOCAB):
     return target, draft, flash
 
 
-#: Draws come in chunks of this many, each from its own generator (seeded by the run's seed and the chunk's
-#: index), so a check's draws are the same whether one process or several make them.
+#: Draws per chunk; each chunk has its own seeded generator, so the draws do not depend on the process count.
 CHUNK = 250
 
 
 def _drawer(pair, control: bool, case: int, draft_kind: str, schedule: str, g: torch.Generator):
-    """``draw() -> first n tokens`` for one configuration (``control``: the wrong always-accept rule), and
-    the ``[accepted, drafted]`` counts it keeps."""
+    """``draw() -> first n tokens`` of a configuration (``control``: always accept) and its ``[accepted, drafted]``."""
     target, draft, flash = pair
     s, n, k = CASES[case]
     seen = [0, 0]
@@ -234,10 +221,8 @@ def _pool(workers: int):
 def draw_sequences(pair, draws: int, *, seed: int, case: int = 0, draft_kind: str = "dense",
                    schedule: str = "ordinary", control: bool = False, workers: int | None = None,
                    progress: bool = False) -> tuple[list, int, int]:
-    """``draws`` sequences of one configuration's first tokens, in chunks of :data:`CHUNK` (chunk ``j`` seeded
-    ``seed * 1_000_003 + j``), over ``workers`` processes (default: one per core; one chunk, one worker, or a
-    ``__main__`` a spawned process cannot import: in this process). The result does not depend on
-    ``workers``. Returns ``(sequences, accepted, drafted)``."""
+    """``(sequences, accepted, drafted)`` of ``draws`` draws, in seeded :data:`CHUNK` chunks over ``workers`` processes
+    (default one per core; in-process where spawning can't)."""
     from ..bench.protocol import available_cores
     from ..progress import tqdm
 
@@ -257,10 +242,8 @@ def draw_sequences(pair, draws: int, *, seed: int, case: int = 0, draft_kind: st
 def run_case(pair, case: int, draft_kind: str, schedule: str, *, delta: float, alpha: float = 1e-3,
              power: float = 0.99, seed: int | None = None, workers: int | None = None,
              progress: bool = False) -> dict:
-    """One configuration of the experiment: speculative sampling (dense or FlashHead draft, ordinary or
-    deferred) against target-only sampling's exact distribution, with as many draws as ``power`` needs to
-    catch an absolute error ``delta`` (made by :func:`draw_sequences`). Returns :func:`check`'s numbers plus
-    the acceptance rate seen."""
+    """One configuration (draft kind, schedule) checked against the exact distribution with as many draws as
+    ``power`` needs for ``delta``: :func:`check`'s numbers plus the acceptance rate."""
     target = pair[0]
     s, n, k = CASES[case]
     with _one_thread():
@@ -276,8 +259,7 @@ def run_case(pair, case: int, draft_kind: str, schedule: str, *, delta: float, a
 
 def run_always_accept(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, seed: int = 5,
                       workers: int | None = None, progress: bool = False) -> dict:
-    """Negative control: a wrong rule that keeps every draft token gives the draft's distribution; the check
-    must reject it at the same number of draws."""
+    """Negative control: keeping every draft token gives the draft's distribution, which the check must reject."""
     s, n, k = CASES[0]
     exact = exact_distribution(pair[0], PROMPT, n, s)
     draws = draws_for_power(exact, delta=delta, alpha=alpha, power=power)
@@ -288,9 +270,8 @@ def run_always_accept(pair, *, delta: float, alpha: float = 1e-3, power: float =
 
 def run_all(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, workers: int | None = None,
             progress: bool = False, on_row=None) -> dict:
-    """The whole experiment: every case of :data:`CASES` with dense and FlashHead drafts, ordinary and deferred
-    (:func:`run_case`, each row with its seconds; ``on_row(row)`` after each), then the negative control;
-    ``ok`` when every configuration passes and the control is rejected."""
+    """Every :data:`CASES` x draft x schedule (:func:`run_case`, timed; ``on_row(row)`` after each) and the
+    negative control; ``ok`` when all pass and the control is rejected."""
     import time
 
     rows = []

@@ -1,8 +1,5 @@
-"""What a saved ``thesis-lib gpu-check`` document says, as the book shows it: one table and its numbers.
-
-The document (``data/reference/gpu-check-*.json``) holds latencies at the thesis' shapes with random weights,
-so it speaks of cost, never of acceptance. This module reads it; the verdicts on its numbers are
-:mod:`thesis_lib.analysis.verdicts`' like every other page's.
+"""A saved ``thesis-lib gpu-check`` document as the book shows it: :func:`head_rows` (the table) and :func:`summary`
+(its numbers). Latencies at the thesis' shapes with random weights, so cost only, never acceptance.
 """
 
 from __future__ import annotations
@@ -11,9 +8,8 @@ import pandas as pd
 
 
 def best_flash_path(row: dict) -> str:
-    """The FlashHead path the table shows for a probe count: the Triton kernels captured in a CUDA graph, timed
-    on the device alone ("queued": the GPU busy before each replay, so no launch latency) where the document
-    has it; else captured and timed with the launch; else the compiled path."""
+    """The FlashHead path shown: Triton in a CUDA graph timed on the device alone ("queued", no launch latency),
+    else captured with the launch, else compiled."""
     for path in ("triton_queued", "triton_captured"):
         if f"flash_{path}_ms" in row:
             return path
@@ -34,8 +30,7 @@ def _agreement(row: dict) -> dict:
 
 
 def head_rows(doc: dict) -> pd.DataFrame:
-    """One row per probe count: the dense head and FlashHead, each on the document's like-for-like footing,
-    their ratio, and how many states each FlashHead path gave the float32 reference's token."""
+    """Per probe count: dense and FlashHead medians, their ratio, same-token counts against the float32 reference."""
     rows = []
     check = doc["gpu_check"]
     n = check["head"]["rows"]
@@ -57,10 +52,8 @@ NUMBERS = ("head_speedup", "head_speedup_launch", "flash_us", "dense_us", "agree
 
 
 def summary(doc: dict | None) -> dict:
-    """The numbers the page glues (``gpu_<key>``): the heads' ratio and agreement at the most probes (the shown
-    path's footing, and captured with the graph's launch in the interval), each probe count's ratio, the draft
-    step captured in one graph (its ratio, the free-head ceiling, the dense head's share), the eager step, the
-    profiled kernels; nan each, and no GPU's name, without a document."""
+    """The page's ``gpu_<key>`` numbers: head ratios and agreement, per-probe ratios, the captured and eager draft
+    step, the profiled kernels; all nan (name "no GPU") without a document."""
     nan = float("nan")
     if doc is None:
         return {**{k: nan for k in NUMBERS}, "name": "no GPU"}

@@ -1,25 +1,7 @@
-"""What a block-length policy can gain, judged from one pass over the target's own output.
-
-In greedy speculative decoding every round starts after a prefix of the target's greedy output: after
-``out[:t]`` the draft continues greedily and the target accepts the longest prefix of that continuation
-that equals ``out[t:]``. Which tokens the draft proposes there, and how sure its head was of each, depend
-on ``t`` alone, not on the policy that led there. So one pass (:func:`draft_lookahead`) records, at every
-position, the draft's greedy continuation up to ``depth`` tokens with each token's probability under the
-draft head, and the prompt-lookup proposal there; with measured costs (one draft step; the target's
-forward over ``n`` tokens) any block-length policy's rounds and decode time follow by walking the output
-(:func:`simulate`), without a decoding run per policy:
-
-- :func:`fixed_policy`: K tokens every round, the thesis' loop;
-- :func:`threshold_policy`: stop at the first token whose probability is below ``tau`` (that token still
-  proposed), at most ``cap`` tokens -- what :class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below`` does;
-- :func:`oracle`: the clairvoyant schedule, by dynamic programming over positions: each round drafts
-  exactly as many tokens as pay off, knowing what the target will accept (or none, and takes a plain
-  target step). No policy that only chooses block lengths beats it at these costs; with ``lookup=True``
-  a round may also take the lookup's proposal at no draft cost, bounding the lookup + draft hybrids too.
-
-The walk costs a deferred round with :mod:`thesis_lib.decoding.costs` (``k`` draft steps plus one verify forward
-over ``k + 1`` tokens, at the cheapest measured size of at least ``k + 1``), and the last token alone as one
-target step; Python and cache work are left out (the chapter sets measured runs beside it).
+"""What a block-length policy can gain, from one pass over the target's output: under greedy decoding a round after
+``out[:t]`` proposes the same draft continuation whatever policy led there. :func:`draft_lookahead` records it per
+position; :func:`simulate` walks any policy (:func:`fixed_policy`, :func:`threshold_policy`: ``ModelDrafter``'s
+``stop_below``) at measured deferred-round costs, Python and cache work left out; :func:`oracle` bounds them all.
 """
 
 from __future__ import annotations
@@ -39,12 +21,9 @@ from ..errors import ConfigError
 def draft_lookahead(model, head, sequences: Sequence[tuple[Sequence[int], Sequence[int]]], *, depth: int,
                     vocab_limit: int | None = None, min_ngram: int = 2, max_ngram: int = 3,
                     progress: bool = True) -> list[dict]:
-    """For each ``(prompt_ids, target_tokens)`` and each position ``t``: the draft's greedy continuation of
-    ``prompt + target_tokens[:t]`` (``depth`` tokens, ``tokens[t]``), its head's probability of each
-    (``probs[t]``) and the lookup's proposal there (``lookup[t]``, up to ``depth`` tokens, maybe empty).
-
-    Where the target's token equals the continuation's first token, the next position's continuation is the
-    same chain one token on, so only one more draft step is needed (the cache already holds the rest)."""
+    """Per ``(prompt_ids, target_tokens)`` and position ``t``: the draft's ``depth``-token greedy continuation of
+    ``prompt + target_tokens[:t]`` (``tokens[t]``), the head's probability of each (``probs[t]``) and the lookup's
+    proposal (``lookup[t]``, maybe empty). Where the target keeps the chain's first token, the chain is reused."""
     from ..progress import tqdm
 
     if depth < 1:
@@ -103,13 +82,10 @@ def threshold_policy(tau: float, cap: int):
 
 def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, lookup: bool = False,
              max_new_tokens: int | None = None) -> dict:
-    """Walk each output with ``policy(tokens, probs) -> k``; returns modelled decode ms (``ms``, of which
-    ``draft_ms`` drafting and ``verify_ms`` the target's forwards), tokens after the first, rounds, drafted and
-    accepted tokens. With ``lookup`` a position with a lookup match proposes that block (cut to the tokens still
-    allowed, less one) at no draft cost, as the unpadded hybrid drafter does. A round's block is capped as the loop caps it, at the
-    tokens still allowed less one: ``max_new_tokens`` (the loop's limit) less the tokens so far; without it, the
-    output's own length less them, which is the same for an output the limit ended, but near the end of one that
-    EOS ended it caps the blocks the loop (not knowing the end) would draft in full."""
+    """Walk each output with ``policy(tokens, probs) -> k``: modelled ``ms`` (``draft_ms`` + ``verify_ms``), tokens
+    after the first, rounds, drafted and accepted. With ``lookup`` a lookup match is proposed at no draft cost.
+    Blocks are capped as the loop caps them, at the tokens still allowed less one (by ``max_new_tokens``, else by
+    the output's length, which is tighter than the loop near an EOS)."""
     cost = verify_cost(verify_ms)
     total = {"ms": 0.0, "draft_ms": 0.0, "verify_ms": 0.0, "tokens": 0, "rounds": 0, "drafted": 0, "accepted": 0}
     for r in rows:
@@ -144,9 +120,9 @@ def simulate(rows: Sequence[dict], policy, *, step_ms: float, verify_ms: dict, l
 
 
 def oracle(rows: Sequence[dict], *, step_ms: float, verify_ms: dict, k_max: int, lookup: bool = False) -> dict:
-    """The clairvoyant schedule's modelled decode ms: at every position the cheapest of a plain target step,
-    a draft block of any length 1..``k_max`` (and, with ``lookup``, any prefix of the lookup's block),
-    knowing how many tokens each would get accepted."""
+    """The clairvoyant schedule's modelled ms (dynamic programming): per position the cheapest of a target step,
+    a draft block of 1..``k_max`` or (``lookup``) a free lookup prefix, knowing what each gets accepted. No policy
+    choosing only block lengths beats it at these costs."""
     cost = verify_cost(verify_ms)
     total_ms, tokens = 0.0, 0
     for r in rows:

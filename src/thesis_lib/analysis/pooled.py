@@ -1,10 +1,5 @@
-"""The thesis' pooled definitions over a run's samples (sections 4.4 to 4.6), per-sample ratios, and the modes'
-names (:data:`LABELS`) every table uses.
-
-:func:`totals` pools: decode tok/s = all decode tokens / all decode time (as Table 4.9's totals reproduce),
-TTFT is the mean, acceptance = accepted / drafted, mean emitted = tokens per round (target token included).
-:func:`per_sample_ratios` adds what the thesis does not report: each prompt's ratio to its own baseline, robust
-to a noisy machine.
+"""The thesis' pooled definitions over a run's samples (sections 4.4-4.6; :func:`totals`), each prompt's ratio to
+its own baseline (:func:`per_sample_ratios`, robust to a noisy machine), and the modes' names (:data:`LABELS`).
 """
 
 from __future__ import annotations
@@ -46,7 +41,8 @@ def decode_tokens(r: dict) -> int:
 
 
 def totals(rs: list[dict]) -> dict:
-    """The thesis' pooled quantities over a set of samples of one mode."""
+    """The thesis' pooled quantities over one mode's samples: decode tok/s = all decode tokens / all decode time,
+    TTFT the mean, acceptance = accepted / drafted, mean emitted per round (target token included)."""
     decode_s = sum(r["decode_s"] for r in rs)
     tokens = sum(decode_tokens(r) for r in rs)
     drafted = sum(r.get("drafted", 0) for r in rs)

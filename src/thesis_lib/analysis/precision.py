@@ -1,23 +1,7 @@
-"""Chapter 2's precision section: what a verified block costs in each CPU precision, and what the speedup model
-makes of it (from a saved ``thesis-lib precision-bench`` document, :mod:`thesis_lib.bench.precision`).
-
-What this module knows:
-
-- :func:`curve_table`: the verify-cost curve, one forward of n tokens over one step (n = 1 .. 13), for the
-  target in every precision measured, beside the thesis' GPU setting (a saved ``gpu-check`` document's
-  Qwen3-32B-shaped stack on an H100, random weights) when there is one.
-- :func:`model_rows`: the speedup model (:func:`thesis_lib.analysis.theory.speedup`, deferred schedule) fed with
-  each precision's own step costs (c = dense draft step / target step, v = verify of K + 1 tokens / target
-  step) and the acceptance its own dense-draft runs implied, beside the measured end-to-end speedups of the same
-  document (dense draft, which the model describes, and FlashHead).
-- :func:`summary`: the numbers chapter 2 glues (every key prefixed ``prec_``); :func:`machine`: which CPU a
-  document was measured on and what ``DTYPE: auto`` picks there (a document from a CPU without native bf16,
-  ``precision-bench --emulated``, checks that pick by measurement); :func:`glued`: both, under one prefix per
-  document.
-- :func:`layouts`: float32 in oneDNN's general packed layout beside the one-row layout (``precision-bench
-  --precisions float32,float32-row``): what each costs per step and per verified block, and what FlashHead deferred
-  makes of it. :func:`padding`: the same for bf16 products of one to four rows padded to five or not
-  (``bfloat16`` beside ``bfloat16-unpadded``).
+"""Chapter 2's precision section from a saved ``precision-bench`` document (:mod:`thesis_lib.bench.precision`): the
+verify-cost curve per CPU precision (:func:`curve_table`), the speedup model on each one's costs beside the measured
+speedups (:func:`model_rows`), the glued numbers (:func:`summary`, :func:`machine`, :func:`glued`), and the retired
+``float32-row`` and ``bfloat16-unpadded`` variants in documents that have them (:func:`layouts`, :func:`padding`).
 """
 
 from __future__ import annotations
@@ -36,9 +20,8 @@ def _curve(doc: dict, name: str) -> dict[int, float]:
 
 
 def flash_costs(doc: dict, precision: str) -> dict | None:
-    """A precision's end-to-end costs: target-only ms per token, FlashHead deferred's pooled speedup over it and
-    its ms per token (FlashHead deferred emits the baseline's tokens, lossless, so that is the baseline's over the
-    pooled ratio); None where the document decoded nothing end to end in it."""
+    """Target-only and FlashHead deferred ms per token (lossless: the baseline's over the pooled speedup) and that
+    speedup; None without end-to-end runs."""
     e2e = ((doc.get("end_to_end") or {}).get("summary") or {}).get(precision)
     if not e2e:
         return None
@@ -61,8 +44,8 @@ def curve_table(doc: dict, gpu_doc: dict | None = None) -> pd.DataFrame:
 
 
 def model_rows(doc: dict, alpha: float) -> pd.DataFrame:
-    """One row per precision: its step costs, c and v at the document's K, the acceptance its dense-draft runs
-    imply (``alpha`` where it has none), the modelled deferred speedup, and the measured speedups."""
+    """Per precision: step costs, c and v at the document's K, the acceptance its dense-draft runs imply (else
+    ``alpha``), the modelled deferred speedup and the measured ones."""
     rows = []
     nan = float("nan")
     k = int(doc["k"])
@@ -95,8 +78,7 @@ JUMP = 0.4
 
 
 def jumps(curve: dict[int, float]) -> str:
-    """How a verify-cost curve rises: "rises in jumps, at blocks of 5, 9 and 13 tokens" (the sizes where it
-    gains :data:`JUMP` steps or more over the block one token shorter), or "rises without jumps"."""
+    """How a verify-cost curve rises, in words: at which block sizes it jumps by :data:`JUMP` steps or more."""
     at = [n for n in sorted(curve) if n - 1 in curve and curve[n] - curve[n - 1] >= JUMP]
     if not at:
         return f"rises without jumps (no block costs {JUMP} steps more than the block one token shorter)"
@@ -105,8 +87,7 @@ def jumps(curve: dict[int, float]) -> str:
 
 
 def summary(doc: dict | None, alpha: float) -> dict:
-    """The glued values: bf16's step ratios over float32, verify(5)/step per precision, the model's and the run's
-    speedups per precision; nan each without a document."""
+    """The glued values of :data:`KEYS` (step ratios, verify curves, modelled and measured speedups, bandwidth)."""
     out = {key: float("nan") for key in KEYS}
     if doc is None:
         return out
@@ -146,8 +127,8 @@ def summary(doc: dict | None, alpha: float) -> dict:
 
 
 def float32_layout(doc: dict) -> str:
-    """The packed layout a document's float32 ran in, from its recorded kernels ("general" or "one-row"; documents
-    from before layouts were named, 2026-11-24, used the one-row layout); "not measured" without float32."""
+    """The packed layout of a document's float32 kernels: "general", "one-row" (also documents predating the
+    layout's name) or "not measured"."""
     kernels = (doc.get("kernels") or {}).get("float32")
     if not kernels:
         return "not measured"
@@ -162,8 +143,8 @@ def capability(doc: dict) -> str:
 
 
 def float32_rows(doc: dict) -> str:
-    """How a document's float32 products ran, from its recorded kernels: "padded to N rows" or "unpadded" (documents
-    from before float32 was padded, 2026-11-25, are unpadded); "not measured" without float32."""
+    """How a document's float32 products ran: "padded to N rows", "unpadded" (also documents predating the
+    padding) or "not measured"."""
     kernels = (doc.get("kernels") or {}).get("float32")
     if not kernels:
         return "not measured"
@@ -172,9 +153,8 @@ def float32_rows(doc: dict) -> str:
 
 
 def machine(doc: dict | None) -> dict:
-    """``auto`` (the precision ``DTYPE: auto`` picks on the document's CPU), ``auto_reason``, ``cpu`` (see
-    :func:`capability`), ``float32_layout`` (:func:`float32_layout`) and ``float32_rows`` (:func:`float32_rows`);
-    "unknown" each without a document."""
+    """The document's CPU: what ``DTYPE: auto`` picks there and why, :func:`capability`, :func:`float32_layout`,
+    :func:`float32_rows`; "unknown" each without a document."""
     if doc is None:
         return {"auto": "unknown", "auto_reason": "unknown", "cpu": "unknown", "float32_layout": "unknown",
                 "float32_rows": "unknown"}
@@ -183,8 +163,8 @@ def machine(doc: dict | None) -> dict:
 
 
 def glued(doc: dict | None, alpha: float, prefix: str = "prec_") -> dict:
-    """What chapter 2 glues for one document: :func:`summary` and :func:`machine`, every key under ``prefix``
-    (``prec_`` for ``PRECISION_FILE``, ``nobf16_`` for ``PRECISION_FILE_NO_BF16``)."""
+    """:func:`summary` and :func:`machine` under ``prefix`` (``prec_`` for ``PRECISION_FILE``, ``nobf16_`` for
+    ``PRECISION_FILE_NO_BF16``)."""
     out = {prefix + k[len("prec_"):]: v for k, v in summary(doc, alpha).items()}
     out.update({prefix + k: v for k, v in machine(doc).items()})
     return out
@@ -196,15 +176,12 @@ LAYOUT_KEYS = tuple(f"layout_{k}_{lay}" for lay in ("block", "row") for k in ("s
 
 
 def layouts(doc: dict | None) -> dict:
-    """From a document with ``float32`` and ``float32-row``: each layout's target step (ms), a block of five over
-    one step, FlashHead deferred over target-only (pooled) and both modes' ms per token; nan each where the
-    document (or one of the two) is missing."""
+    """:data:`LAYOUT_KEYS` from a document with ``float32`` and ``float32-row`` (nan each where either is missing)."""
     return _side_by_side(doc, LAYOUT_KEYS, "layout", (("block", "float32"), ("row", "float32-row")))
 
 
 def _costs(doc: dict, precision: str) -> dict:
-    """One precision's costs as :func:`layouts` and :func:`padding` name them: target (and draft) step ms, a block
-    of five over one step, the target step's ratio over float32's, and :func:`flash_costs`."""
+    """One precision's step ms, verify(5)/step, target ratio over float32 and :func:`flash_costs`."""
     out = {"step_ms": float(doc["verify"][f"target/{precision}"]["ms"]["1"]),
            "verify5": _curve(doc, f"target/{precision}").get(5, float("nan"))}
     if f"draft/{precision}" in doc["verify"]:
@@ -215,8 +192,7 @@ def _costs(doc: dict, precision: str) -> dict:
 
 
 def _side_by_side(doc: dict | None, keys: tuple, prefix: str, pairs: tuple) -> dict:
-    """``keys`` (``<prefix>_<cost>_<variant>``) filled from each ``(variant, precision)`` of ``pairs``; nan each
-    where the document, or one of its precisions, is missing."""
+    """``keys`` (``<prefix>_<cost>_<variant>``) from each ``(variant, precision)`` of ``pairs``; nan where missing."""
     out = {key: float("nan") for key in keys}
     if doc is None or not {p for _, p in pairs} <= set(doc["precisions"]):
         return out
@@ -234,8 +210,6 @@ PADDING_KEYS = tuple(f"pad_{k}_{v}" for v in ("padded", "unpadded") for k in ("s
 
 
 def padding(doc: dict | None) -> dict:
-    """From a document with ``bfloat16`` and ``bfloat16-unpadded``: each variant's target and draft step (ms), a
-    block of five over one step, the target step's ratio over float32's (where float32 was measured), FlashHead
-    deferred over target-only (pooled) and both modes' ms per token; nan each where the document (or one of the
-    two) is missing."""
+    """:data:`PADDING_KEYS` from a document with ``bfloat16`` and ``bfloat16-unpadded`` (nan where either is
+    missing)."""
     return _side_by_side(doc, PADDING_KEYS, "pad", (("padded", "bfloat16"), ("unpadded", "bfloat16-unpadded")))

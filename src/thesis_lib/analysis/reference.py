@@ -1,10 +1,7 @@
-"""The thesis' own numbers (Tables 4.1 to 4.11), read from the one file they were transcribed into.
+"""The thesis' own numbers (Tables 4.1 to 4.11) as transcribed into ``data/thesis_reference.json``.
 
-What this module knows: ``data/thesis_reference.json`` (each table's title, section, index column, columns
-with their units, and rows as printed in the thesis); :func:`thesis_table` turns one table into a DataFrame
-with the layout of :mod:`thesis_lib.analysis.tables`; :func:`values` flattens every number into (table, row, column,
-unit, value) records; :func:`beside` stacks the thesis' table over ours, row by row, with a ``Source``
-column that names the hardware and models behind each row. Nothing here measures anything.
+:func:`thesis_table` (one table as a DataFrame), :func:`values` (every number as a record), :func:`beside` (the
+thesis' rows interleaved with ours), :func:`verdicts` (the headline :data:`FINDINGS` against a run).
 """
 
 from __future__ import annotations
@@ -83,10 +80,8 @@ def value(table: str, row: str, column: str) -> float:
 
 
 def beside(ours: pd.DataFrame, table: str, *, ours_label: str = "this run", thesis_label: str = "thesis") -> pd.DataFrame:
-    """The thesis' rows and ours, interleaved (thesis first), with a short ``Source`` column after the index
-    column; :func:`sources` is the caption that names the models and hardware behind each label.
-
-    ``ours`` must have the thesis' columns (the tables of :mod:`thesis_lib.analysis.tables` do)."""
+    """The thesis' rows and ours (same columns, as :mod:`thesis_lib.analysis.tables` makes them) interleaved,
+    thesis first, with a ``Source`` column; :func:`sources` is its caption."""
     theirs = thesis_table(table)
     index = theirs.columns[0]
     if list(ours.columns) != list(theirs.columns):
@@ -103,8 +98,8 @@ def beside(ours: pd.DataFrame, table: str, *, ours_label: str = "this run", thes
 
 
 def sources(ours: str) -> str:
-    """Caption for a :func:`beside` table: what *thesis* and *this run* stand for (``ours``: models and
-    hardware of this run, e.g. :func:`thesis_lib.book.source_label`)."""
+    """Caption for a :func:`beside` table; ``ours`` names this run's models and hardware
+    (e.g. :func:`thesis_lib.book.provenance.source_label`)."""
     thesis = setup()["label"].removeprefix("thesis: ")
     m = re.fullmatch(r"this run \(([^,)]*)(?:, ([^)]*))?\): (.*)", ours)
     ours = f"{m[3]} (parameter set {m[1]}{', ' + m[2] if m[2] else ''})" if m else ours
@@ -124,9 +119,8 @@ FINDINGS = (
 
 
 def verdicts(ours: dict[str, float], per_sample: dict[str, float] | None = None) -> pd.DataFrame:
-    """Per finding: the thesis' speedup, this run's (pooled, as the thesis defines it, and where given the
-    median of per-sample ratios), and whether the direction (faster or not) agrees: *yes*, *no*, or *mixed*
-    when the pooled and per-sample numbers point different ways. Both dicts map ``"<table>|<row>"`` to a value."""
+    """Per finding: the thesis' speedup, this run's pooled and per-sample-median ones (dicts keyed
+    ``"<table>|<row>"``), and whether the direction agrees: *yes*, *no*, or *mixed* between the two."""
     per_sample = per_sample or {}
     rows = []
     for claim, table, row, column in FINDINGS:

@@ -1,12 +1,6 @@
-"""The thesis' chapter-4 tables, regenerated from run folders as DataFrames (thesis sections 4.4 to 4.6).
-
-Each ``table_4_N(run)`` takes a :class:`~thesis_lib.bench.runs.Run` (or a run folder's path) and returns a
-DataFrame with the thesis' rows and columns, in its order and with its column names, so the book can set
-the thesis' numbers beside ours. The quantities follow the thesis' pooled definitions (:mod:`~thesis_lib.analysis.pooled`); shares are
-fractions of the decode total and speedups are ratios of pooled tok/s. :func:`per_sample_speedups` gives the
-same rows as medians of per-sample ratios, and :func:`draft_split` the draft's body/head split of a profiled
-run. :data:`TABLES` names every table ``thesis-lib table`` knows, this project's extra tables
-(:mod:`~thesis_lib.analysis.diagnostics`) included.
+"""The thesis' chapter-4 tables as DataFrames with its rows and column names: ``table_4_N`` of a model-bench document
+(4.1-4.4) or a :class:`~thesis_lib.bench.runs.Run` (pooled as in :mod:`~thesis_lib.analysis.pooled`); :data:`TABLES`
+is every table ``thesis-lib table`` knows, :mod:`~thesis_lib.analysis.diagnostics`' included.
 """
 
 from __future__ import annotations
@@ -124,9 +118,8 @@ def table_4_7(run) -> pd.DataFrame:
 
 
 def draft_split(run, mode: str) -> dict:
-    """Inside the proposal of a profiled mode: prefill, body, head, materialisation (ms and shares of the
-    proposal time), the head's share of decode time, and the head-only ceiling (decode time over decode time
-    without the head: the best end-to-end gain if only the head became free)."""
+    """A profiled mode's proposal split (prefill, body, head, ...; ms and shares), the head's share of decode
+    time and the head-only ceiling (the best gain if the head became free)."""
     run = as_run(run)
     t = totals(samples_of(run, mode, "4.8"))
     ph = t["phases"]
@@ -187,8 +180,7 @@ def table_4_8(run) -> pd.DataFrame:
 
 
 def table_4_8_evidence(run) -> pd.DataFrame:
-    """The numbers behind Table 4.8's evidence, one per row, in the layout of the thesis' data file
-    (``data/thesis_reference.json``), so the two can stand side by side."""
+    """Table 4.8's evidence as numbers, in the layout of ``data/thesis_reference.json``."""
     run = as_run(run)
     dense, _, flash = _profile_modes(run)
     f = draft_split(run, flash)
@@ -226,8 +218,7 @@ def table_4_10(run) -> pd.DataFrame:
 
 
 def per_sample_speedups(run) -> dict[str, float]:
-    """The rows of Tables 4.6 and 4.10 as medians of per-sample ratios (each prompt's B over its own A), keyed
-    ``"<table>|<row>"``: less sensitive than the pooled ratio to a machine whose speed drifts."""
+    """Tables 4.6 and 4.10's rows as medians of per-sample B/A ratios (robust to drift), keyed ``"<table>|<row>"``."""
     run = as_run(run)
     out = {}
     for table, pairs in COMPARISONS.items():
@@ -305,8 +296,7 @@ PROFILE_TABLES = ("4.7", "4.8", "draft-split", "ratios", "verification", "accept
 
 
 def available(run) -> dict[str, pd.DataFrame]:
-    """Every table this run can produce (those whose modes it lacks are left out; a profiled run gives only
-    :data:`PROFILE_TABLES`)."""
+    """Every table this run has the modes for (only :data:`PROFILE_TABLES` for a profiled run)."""
     run = as_run(run)
     out = {}
     for name, fn in TABLES.items():

@@ -1,16 +1,6 @@
-"""The closed-form side of chapter 2: what the dense head costs, FlashHead's work ratio, and the speedup
-model of speculative decoding. Plain arithmetic, no models run here (the measured inputs come from runs).
-
-- :func:`param_count` / :func:`head_cost`: parameters of a Qwen2/Qwen3 decoder from its config, and the
-  share of one token's matrix work spent in the LM head (V x d multiply-adds against the body's).
-- :func:`work_ratio`: FlashHead's scored rows over the dense head's, rho = C/V + p*C_size/V = C/V + p/C
-  for equal clusters of V/C tokens (score C centroids, then the p probed clusters' members);
-  :func:`best_clusters` is the C that minimises it for a probe count (sqrt(p V)).
-- :func:`expected_emitted` and :func:`speedup` (the cost model, :mod:`thesis_lib.decoding.costs`): expected
-  tokens per round, and the speedup over target-only decoding E / (K c + v + a) in target steps: c the
-  draft/target step-cost ratio, v the verify forward, a the append (1 ordinary, 0 deferred).
-- :func:`measured_costs`: those ratios from a run's component costs (medians over its prompts);
-  :func:`sweep_speedups`: the model's speedup over K beside a K sweep's measured one (Figure 4.4).
+"""Chapter 2's closed-form arithmetic: the dense head's cost (:func:`head_cost`), FlashHead's work ratio
+(:func:`work_ratio`), and the speedup model E / (K c + v + a) in target steps (:mod:`thesis_lib.decoding.costs`;
+a = 1 ordinary, 0 deferred), fed by :func:`measured_costs` and set beside a K sweep by :func:`sweep_speedups`.
 """
 
 from __future__ import annotations
@@ -65,11 +55,13 @@ def head_cost_table(configs: dict[str, dict]):
 
 
 def work_ratio(n_clusters, n_probes, vocab: int):
-    """rho = C/V + p/C: rows FlashHead scores per step over the dense head's V (works on arrays too)."""
+    """rho = C/V + p/C: rows FlashHead scores per step (C centroids, then p clusters of V/C) over the dense head's
+    V; works on arrays too."""
     return n_clusters / vocab + n_probes / n_clusters
 
 
 def best_clusters(n_probes: int, vocab: int) -> float:
+    """The C that minimises :func:`work_ratio` for a probe count: sqrt(p V)."""
     return math.sqrt(n_probes * vocab)
 
 
@@ -84,8 +76,7 @@ def alpha_from_emitted(mean_emitted: float, k: int) -> float:
 
 
 def measured_costs(run) -> dict:
-    """Step-cost ratios from a run's component costs (medians over its prompts): c (dense and FlashHead
-    draft step / target step), v (verify forward of K and K+1 tokens / target step)."""
+    """From a run's median component costs: c (dense, FlashHead draft step / target step), v (verify K, K+1 / step)."""
     costs = [r["component_costs_s"] for r in run.samples if r.get("component_costs_s")]
     if not costs:
         raise ConfigError(f"Run {run.name!r} measured no component costs (it ran with costs off).")
@@ -102,8 +93,7 @@ def measured_costs(run) -> dict:
 
 
 def sweep_speedups(sweeps: dict, run) -> tuple[dict, dict]:
-    """Figure 4.4's data: per deferred mode, measured pooled speedup over target-only at each K of the sweep,
-    and the chapter 2 model's (the main run's measured costs, acceptance from its mean emitted per round)."""
+    """Figure 4.4: per deferred mode and K, the sweep's pooled speedup and the model's at the main run's costs."""
     measured, model = {}, {}
     costs = measured_costs(run)
     for m, c in (("dense_deferred", costs["c_dense"]), ("flash_deferred", costs.get("c_flash", costs["c_dense"]))):

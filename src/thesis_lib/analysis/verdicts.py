@@ -1,9 +1,6 @@
-"""The book's verdict sentences, computed from the numbers printed beside them.
-
-A sentence that says which setting wins, whether a target was met, or where a model is off is true of one run
-and false of another, so the book never types it: a notebook glues what one of these functions returns for its
-own numbers. Each function states its rule in its docstring; :data:`RULES` maps every glued verdict key to its
-function and the glued keys of its inputs, so that a test can check each page against its own numbers.
+"""The book's verdict sentences (which setting wins, whether a target was met), computed from the numbers printed
+beside them, since they differ from run to run. Each function states its rule; :data:`RULES` maps every glued
+verdict key to its function and its inputs' glued keys, so a test can check each page against its own numbers.
 """
 
 from __future__ import annotations
@@ -93,8 +90,7 @@ def step_reach(ceiling: float, target: float = 1.108) -> str:
 
 
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
-    """What torch.compile's head did against the reference, beside the path the page shows: a count well below
-    that path's (fewer than half of it) is called wrong, not a rounding difference."""
+    """torch.compile's same-token count against the shown path's: under half of it is called a miscompile."""
     if agree_compiled != agree_compiled:  # not measured
         return "was not measured"
     if agree_compiled < 0.5 * agree_path:
@@ -145,7 +141,7 @@ def furthest_off(hybrid_model: float, hybrid_run: float, stop_model: float, stop
 
 
 def ceiling_vs_spread(head_ceiling: float, p25: float, p75: float) -> str:
-    """How the free-head ceiling's gain compares with the spread (P25 to P75) of per-prompt FlashHead/dense ratios."""
+    """Whether the free-head ceiling's gain is below the P25-P75 spread of per-prompt FlashHead/dense ratios."""
     if head_ceiling - 1 < p75 - p25:
         return "is small beside the spread of per-prompt FlashHead/dense ratios on this shared machine"
     return "is larger than the spread of per-prompt FlashHead/dense ratios in this run"
@@ -166,10 +162,9 @@ def shared_control(body: str) -> str:
     return f"here that body is the FlashHead checkpoint's own ({body})"
 
 
-#: glued verdict key -> (function, glued keys of its arguments, in order), per notebook
 def best_precision(speedup_float32: float, speedup_bfloat16: float) -> str:
-    """Which precision gives FlashHead-deferred the larger speedup over its own target-only decoding (a tie
-    within 1 % is called one); ``was not measured`` when either is missing."""
+    """Which precision gives FlashHead deferred the larger speedup over its own target-only decoding (tie within
+    1 %)."""
     if speedup_float32 != speedup_float32 or speedup_bfloat16 != speedup_bfloat16:
         return "was not measured"
     if abs(speedup_bfloat16 - speedup_float32) <= 0.01 * speedup_float32:
@@ -178,9 +173,8 @@ def best_precision(speedup_float32: float, speedup_bfloat16: float) -> str:
 
 
 def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, verify5_bfloat16: float) -> str:
-    """How bfloat16 moves the speedup model's two costs: the draft gaining less than the target (a smaller
-    float32/bf16 step ratio) raises c, a smaller verify(5)/step lowers v; whether the two moves pull the speedup
-    the same way or apart."""
+    """How bfloat16 moves the model's costs (c rises if the draft gains less than the target, v falls if
+    verify(5)/step does) and whether the two pull the speedup the same way."""
     values = (target_ratio, draft_ratio, verify5_float32, verify5_bfloat16)
     if any(x != x for x in values):
         return "the costs were not measured"
@@ -196,10 +190,8 @@ def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, 
 
 def memory_bound(step_gbps_float32: float, read_gbps_float32: float, step_gbps_bfloat16: float,
                  read_gbps_bfloat16: float, bytes_ratio: float, target: float = 2.5) -> str:
-    """How close each precision's step comes to the rate a plain read of matrices of the same shapes and bytes gets
-    in the same minutes (80 % or more: bound by memory), and whether bfloat16's ``bytes_ratio`` times fewer bytes,
-    read at that full rate, could make its step ``target`` times faster than the float32 step measured:
-    ``bytes_ratio * read_bf16 / step_fp32``."""
+    """Each step's rate over a plain read of the same bytes (80 % or more: bound by memory), and whether bfloat16
+    at the full read rate could be ``target`` times faster than float32: ``bytes_ratio * read_bf16 / step_fp32``."""
     if any(x != x for x in (step_gbps_float32, read_gbps_float32, step_gbps_bfloat16, read_gbps_bfloat16,
                             bytes_ratio)):
         return "was not measured"
@@ -213,9 +205,8 @@ def memory_bound(step_gbps_float32: float, read_gbps_float32: float, step_gbps_b
 
 
 def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: float, speedup_bfloat16: float) -> str:
-    """What the 4-bit target does to speculative decoding beside the bf16 one: whether a block of five costs more
-    of its own steps (5 % or more), and whether FlashHead deferred's speedup over its own target-only decoding
-    is smaller or larger (a tie within 1 % is called one)."""
+    """The 4-bit target beside bf16: does a block of five cost more of its own steps (by 5 %), and is FlashHead
+    deferred's speedup smaller or larger (tie within 1 %)."""
     if any(x != x for x in (verify5_int4, verify5_bfloat16, speedup_int4, speedup_bfloat16)):
         return "was not measured"
     if verify5_int4 >= 1.05 * verify5_bfloat16:
@@ -233,8 +224,7 @@ def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: floa
 
 
 def auto_pick(auto: str, ms_float32: float, ms_bfloat16: float) -> str:
-    """Whether ``DTYPE: auto``'s precision on a CPU (``auto``) is the faster of float32 and bfloat16 end to end
-    there: FlashHead deferred's milliseconds per token in each (nan: not measured)."""
+    """Whether ``DTYPE: auto``'s pick is the one where FlashHead deferred spends fewer ms per token."""
     if ms_float32 != ms_float32 or ms_bfloat16 != ms_bfloat16:
         return f"DTYPE auto picks {auto} there; the document did not decode in both precisions, so the pick is untested"
     faster, slower = ("float32", "bfloat16") if ms_float32 <= ms_bfloat16 else ("bfloat16", "float32")
@@ -247,10 +237,8 @@ def auto_pick(auto: str, ms_float32: float, ms_bfloat16: float) -> str:
 
 def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: float, sp_block: float,
                   sp_row: float, ms_block: float, ms_row: float) -> str:
-    """What float32's packed layout does on a CPU: one step (ms) and a block of five (in that layout's steps) in the
-    general layout (``block``) and the one-row layout (``row``); FlashHead deferred's speedup over target-only
-    decoding in the same layout (pooled) and its milliseconds per token in each, which decide the faster layout
-    (each layout's speedup is over its own target-only decoding). nan: not measured."""
+    """float32's general (``block``) against one-row (``row``) layout: step ms and a block of five in steps, then
+    FlashHead deferred's speedup and ms per token in each, the latter deciding the faster layout."""
     if any(x != x for x in (step_block, step_row, v5_block, v5_row)):
         return "the document comparing the two layouts is missing, so this is not measured here"
     block_ms, row_ms = v5_block * step_block, v5_row * step_row
@@ -270,9 +258,8 @@ def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: f
 
 def padding_effect(step_padded: float, step_unpadded: float, base_padded: float, base_unpadded: float,
                    ms_padded: float, ms_unpadded: float) -> str:
-    """What padding bf16 products of one to four rows to five does: the target's one-token step (ms), target-only
-    decoding's and FlashHead deferred's milliseconds per token, padded and unpadded (nan: not measured); which
-    of the two decodings gains more decides whether FlashHead deferred's ratio over target-only rises or falls."""
+    """Padding bf16 products of 1-4 rows to five: the target's step and both decodings' ms per token, padded and
+    not; which decoding gains more decides whether FlashHead deferred's ratio rises or falls."""
     def change(padded: float, unpadded: float) -> str:
         if padded == unpadded:
             return "the same either way"
@@ -292,8 +279,7 @@ def padding_effect(step_padded: float, step_unpadded: float, base_padded: float,
 
 
 def unpadded_there(verify5: float) -> str:
-    """Whether leaving float32 unpadded on a CPU fits its own curve: a block of five costing more than one step
-    (``verify5`` > 1) means a one-token step padded to five rows would be longer there (nan: not measured)."""
+    """Whether float32 left unpadded fits the CPU's curve: ``verify5`` > 1 means padding to five rows costs."""
     if verify5 != verify5:
         return "its verify curve is not measured, so whether padding would pay there is not known"
     if verify5 > 1:
@@ -318,8 +304,7 @@ def fastest_setting(*ms_per_token: float) -> str:
 
 
 def walk_counts(modes: int, rounds: int, drafted: int, accepted: int) -> str:
-    """Whether the walk's rounds, drafted and accepted tokens equal the run's in every mode; where a count does
-    not, the largest difference in any mode."""
+    """Whether the walk's rounds, drafted and accepted tokens equal the run's in every mode, else the largest gap."""
     names = {"rounds": rounds, "drafted tokens": drafted, "accepted tokens": accepted}
     agree = [n for n, gap in names.items() if gap == 0]
     part = [f"{n} by up to {gap}" for n, gap in names.items() if gap]
@@ -332,6 +317,7 @@ def walk_counts(modes: int, rounds: int, drafted: int, accepted: int) -> str:
     return f"{said[:1].upper()}{said[1:]} agree in all {modes} modes; {lead}"
 
 
+#: glued verdict key -> (function, glued keys of its arguments, in order), per notebook
 RULES = {
     "ch2_theory": {
         "prec_cost_shift": (cost_shift, ("prec_target_ratio_bfloat16", "prec_draft_ratio_bfloat16",

@@ -1,11 +1,5 @@
-"""The real-browser check of the built book: headless Chromium (Debian's ``chromium``) driven by Playwright.
-
-:func:`check` serves the built HTML on localhost, opens the index and every chapter page, and reports per
-page: requests to any host other than localhost (there must be none), figure images that failed to load or
-whose file is missing or empty, raw TeX delimiters left in the text (MathJax did not typeset), the number of
-typeset formulas, and a full-page screenshot saved beside the report. Nothing is downloaded: the browser is
-the system's (``CHROMIUM`` or ``/usr/bin/chromium``); Playwright's own browser download is never used.
-"""
+"""The real-browser check of the built book (:func:`check`) and of the live app (:func:`drive_live_app`): the
+system's headless Chromium (``CHROMIUM`` or ``chromium``, never Playwright's download) driven by Playwright."""
 
 from __future__ import annotations
 
@@ -81,8 +75,8 @@ def _log_external(page, sink: list) -> None:
 
 
 def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: int = 30000) -> dict:
-    """Load each page in headless Chromium; returns ``{"pages": {page: report}, "ok": bool}`` and writes
-    ``report.json`` and one PNG screenshot per page into ``out_dir``."""
+    """Serve ``html_dir`` on localhost and load each page (off-localhost requests, missing files, broken images
+    and untypeset TeX fail it); returns ``{"pages": {...}, "ok": bool}``, written with screenshots to ``out_dir``."""
     html_dir, out_dir = Path(html_dir), Path(out_dir)
     exe = chromium_path()
     if exe is None:
@@ -133,8 +127,7 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
 
 
 def _drive_static_explorer(page) -> list[dict]:
-    """Move the static explorer's controls as a reader would (the last K, the first probe count, then the dense
-    draft) and read the shown state after each: what the page's own script made of them."""
+    """Move the static explorer's controls (last K, first probe count, dense), reading the shown state each time."""
     box = ".tc-static-explorer"
 
     def read() -> dict:
@@ -166,11 +159,8 @@ def static_external_urls(html_dir: str | Path) -> list[str]:
 
 
 def drive_live_app(notebook: str | Path, out_dir: str | Path, *, timeout_ms: int = 180000) -> dict:
-    """Serve the live explorer's ``notebook`` with Voila (:mod:`thesis_lib.book.live`), open it in headless
-    Chromium, wait for the first result, then move the K slider and the probe slider one step each (keyboard on
-    the slider handle, as a user would) and pick the dense deferred mode, waiting each time for the result to
-    show the new setting. Returns the states seen (mode, K, probes, lossless, header text, screenshot), the
-    seconds each took, requests that left localhost, the history table's rows, and whether the server stopped."""
+    """Serve the live explorer's ``notebook`` with Voila, move the K and probe sliders one step by keyboard and pick
+    dense deferred, each time waiting for the result; returns the states seen, timings and off-localhost requests."""
     import time
 
     from . import live

@@ -1,6 +1,5 @@
-"""Staging and building the book: chapter prose (``book/``), the top-level ``_config.yml`` and ``_toc.yml``, the
-executed notebooks and their figures are put together in ``build/<set>/book`` with the vendored JavaScript,
-then ``jupyter-book build -W -n`` renders it without executing anything."""
+"""Staging and building the book: the prose (``book/``), ``_config.yml``, ``_toc.yml``, the executed notebooks and
+the vendored JavaScript go into ``build/<set>/book``; ``jupyter-book build -W -n`` renders it, executing nothing."""
 
 from __future__ import annotations
 

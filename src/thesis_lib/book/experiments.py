@@ -1,24 +1,8 @@
-"""The "Beyond the thesis" chapter's experiments (issue 6), obtained like chapter 4's: run folders and JSON
-documents under ``RUNS_DIR`` named by a hash of their parameters, computed once, reused after. The tables and
-the verdict made from them are :mod:`thesis_lib.analysis.beyond`'s.
-
-- :func:`calibration`: held-out prompts (the project's prompts the benchmark does not measure, first
-  ``CALIBRATION_PER_CATEGORY`` per category), the target's greedy output on them, and the draft's hidden
-  states teacher-forced on that output. Everything that is *tuned* is tuned here: the adaptive-probe margin
-  and the co-design setting; the benchmark prompts only judge.
-- :func:`margin_curve`: adaptive probing over margins (mean probes, agreement, acceptance); the margin is
-  chosen from it by :func:`thesis_lib.analysis.beyond.tuned_margin`.
-- :func:`codesign_sweep`: clusters (``CODESIGN_CLUSTER_SIZES``) x probes -> per-token acceptance, agreement, head
-  latency and the cost model's best K and decode tok/s, with the Pareto front; the frequency-truncated head at
-  the same candidate counts beside it.
-- :func:`beyond_run`: every new mode against the thesis-style draft in one interleaved benchmark run.
-- :func:`k_sweep_runs`: the FlashHead deferred draft at fixed K per ``BEYOND_K_SWEEP`` on the same prompts, for
-  the best fixed K per prompt category; :func:`codesign_run`: the co-designed setting end to end.
-- :func:`lookahead`: the draft's lookahead on the calibration outputs, over which every block-length policy
-  is walked (:mod:`thesis_lib.analysis.lookahead`); :func:`confidence_run`: the tuned confidence stop end to
-  end beside the thesis-style draft; :func:`run_lookahead`: the same lookahead on that run's own prompts, to
-  set the walk against what it measured.
-- :func:`sampling_check`: the exact test of lossless speculative sampling, from its saved document or run here.
+"""The "Beyond the thesis" chapter's experiments, cached like chapter 4's (:mod:`~thesis_lib.book.shared`); the
+tables and verdict are :mod:`thesis_lib.analysis.beyond`'s. Whatever is tuned is tuned on held-out calibration
+prompts (``CALIBRATION_PER_CATEGORY`` per category, none of them benchmarked); the benchmark prompts only judge.
+On those: :func:`calibration`, :func:`margin_curve`, :func:`codesign_sweep`, :func:`lookahead`; end to end:
+:func:`beyond_run`, :func:`k_sweep_runs`, :func:`codesign_run`, :func:`confidence_run`; and :func:`sampling_check`.
 """
 
 from __future__ import annotations
@@ -43,7 +27,7 @@ from ..models.loading import output_rows
 from .params import ROOT, Params
 from .shared import cached_document, named, obtain, pair
 
-#: The new modes of the chapter (all deferred: the thesis' best schedule on every machine it measured).
+#: The new modes of the chapter (all deferred, the thesis' best schedule).
 BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "ngram_deferred",
                 "hybrid_deferred", "flash_deferred_hk", "flash_deferred_ck", "sample_dense", "sample_flash")
 
@@ -78,8 +62,8 @@ def _target_outputs(p: Params) -> dict:
 
 
 def calibration(p: Params) -> dict:
-    """Teacher-forced draft states on the calibration prompts: ``states`` [N, D], ``targets`` [N] (the target's
-    tokens), ``dense`` [N] (the dense draft head's tokens), ``categories`` per row, and the sequences."""
+    """Teacher-forced draft states on the calibration prompts: ``states`` [N, D], the target's and the dense draft
+    head's tokens ``targets`` and ``dense`` [N], ``categories`` per row, and the ``sequences``."""
     doc = _target_outputs(p)
     _, draft, _ = pair(p)
     seqs = [(s["prompt_ids"], s["tokens"]) for s in doc["sequences"]]
@@ -92,8 +76,8 @@ def calibration(p: Params) -> dict:
 
 
 def margin_curve(p: Params, cal: dict | None = None) -> dict:
-    """Adaptive probing over ``ADAPTIVE_MARGINS`` on the calibration states, with the fixed default beside it:
-    mean probes, agreement with the dense head, per-token acceptance, head latency (cached JSON)."""
+    """Adaptive probing over ``ADAPTIVE_MARGINS`` beside the fixed default, on the calibration states (cached JSON):
+    mean probes, agreement, acceptance, head latency, for :func:`thesis_lib.analysis.beyond.tuned_margin`."""
     key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
            "margins": list(p.adaptive_margins), "min_probes": p.adaptive_min_probes, "probes": p.probes,
            "clusters": p.clusters, "assets": p.assets}
@@ -115,8 +99,8 @@ def margin_curve(p: Params, cal: dict | None = None) -> dict:
 
 
 def codesign_sweep(p: Params, cal: dict | None = None) -> dict:
-    """The co-design sweep (cached JSON): FlashHead at each cluster size x probe count, and the
-    frequency-truncated head at the same candidate counts; cost-model predictions from costs measured here."""
+    """The co-design sweep (cached JSON): FlashHead at each cluster size x probe count and the frequency-truncated
+    head at the same candidate counts, with cost-model predictions from step costs measured here."""
     key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
            "sizes": list(p.codesign_cluster_sizes), "k_max": p.k_max, "kmeans_iterations": p.kmeans_iterations,
            "dtype": p.dtype}
@@ -162,9 +146,8 @@ def codesign_sweep(p: Params, cal: dict | None = None) -> dict:
 
 
 def lookahead(p: Params) -> dict:
-    """The FlashHead draft's greedy lookahead (``k_max`` tokens, with its head's probabilities) and the lookup's
-    proposal at every position of the target's output on the calibration prompts (cached JSON; see
-    :mod:`thesis_lib.analysis.lookahead`)."""
+    """The FlashHead draft's greedy lookahead (``k_max`` tokens with its head's probabilities) and the lookup's
+    proposal at each position of the target's calibration outputs, cached (:mod:`thesis_lib.analysis.lookahead`)."""
     doc = _target_outputs(p)
     key = {"draft": p.draft, "target": p.target, "cal": p.calibration_per_category, "n": p.max_new_tokens,
            "depth": p.k_max, "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "dtype": p.dtype}
@@ -178,8 +161,7 @@ def lookahead(p: Params) -> dict:
 
 
 def _lookahead_rows(p: Params, seqs: list, labels: list[dict]) -> list[dict]:
-    """The FlashHead draft's lookahead (depth ``k_max``) over ``(prompt_ids, target tokens)``, each row
-    labelled."""
+    """The FlashHead draft's lookahead (depth ``k_max``) over ``(prompt_ids, target tokens)``, each row labelled."""
     _, draft, head = pair(p)
     rows = la.draft_lookahead(draft.model, head, seqs, depth=p.k_max, vocab_limit=draft.vocab_limit,
                               progress=p.progress)
@@ -191,8 +173,7 @@ CONFIDENCE_MODES = ("baseline", "flash_deferred", "flash_deferred_sk", "hybrid_d
 
 
 def run_lookahead(p: Params, run) -> dict:
-    """The same lookahead on a finished run's prompts and its baseline's greedy outputs (cached JSON): to check
-    the walk against what the run measured, never to tune anything."""
+    """The same lookahead on a finished run's prompts and baseline outputs (cached JSON): to check, never tune."""
     qs = {q.question_id: q for q in load_prompts(run.config["prompt_file"])}
     base = [r for r in run.of("baseline") if r["iteration"] == 0]
     key = {"run": run.name, "depth": p.k_max, "outputs": [r["tokens"] for r in base]}
@@ -209,15 +190,13 @@ def run_lookahead(p: Params, run) -> dict:
 
 
 def confidence_run(p: Params, stop_below: float):
-    """The confidence-stopped drafts (FlashHead, and the unpadded lookup + FlashHead hybrid) beside the
-    thesis-style FlashHead deferred draft at the main K and the baseline, one interleaved run."""
+    """The confidence-stopped FlashHead and lookup + FlashHead drafts beside FlashHead deferred, one run."""
     cfg = p.bench(modes=CONFIDENCE_MODES, stop_below=stop_below, k_max=p.k_max, costs=False)
     return obtain(named(cfg, p.set_name, "confidence"), p)
 
 
 def beyond_run(p: Params, margin: float):
-    """Every new mode of the chapter beside the thesis-style FlashHead deferred draft, one interleaved run (no
-    per-prompt component costs: the chapter predicts from the co-design sweep's costs, not from these)."""
+    """Every new mode beside FlashHead deferred, one run (no component costs: predictions use the sweep's)."""
     cfg = p.bench(modes=tuple(p.beyond_modes), adaptive_margin=margin, adaptive_min_probes=p.adaptive_min_probes,
                   freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens,
                   k_max=p.k_max, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, costs=False)
@@ -225,8 +204,7 @@ def beyond_run(p: Params, margin: float):
 
 
 def k_sweep_config(p: Params):
-    """Baseline and the FlashHead deferred draft at each K of ``BEYOND_K_SWEEP`` (mode variants, one run) on the
-    beyond run's prompts."""
+    """Baseline and FlashHead deferred at each K of ``BEYOND_K_SWEEP`` (one run on the beyond run's prompts)."""
     cfg = p.bench(modes=("baseline", *(variant("flash_deferred", k) for k in p.beyond_k_sweep)), costs=False)
     return named(cfg, p.set_name, "beyond-ks")
 
@@ -239,9 +217,8 @@ def k_sweep_runs(p: Params) -> dict:
 
 
 def codesign_run(p: Params, setting: dict):
-    """The co-designed FlashHead (clusters, probes, K from the sweep) end to end, beside the baseline. A cluster
-    count other than the configured head's is this library's clustering (FlashHead assets, an Embedl checkpoint's
-    included, hold one clustering only)."""
+    """The co-designed FlashHead (clusters, probes, K from the sweep) end to end beside the baseline; another cluster
+    count than the configured head's uses this library's clustering (assets hold one clustering only)."""
     _, _, head = pair(p)
     clusters = int(setting["clusters"])
     cfg = p.bench(k=int(setting["k"]), modes=("baseline", "flash_deferred"), clusters=clusters,
@@ -251,8 +228,8 @@ def codesign_run(p: Params, setting: dict):
 
 
 def sampling_check(p: Params) -> tuple[dict, str]:
-    """The sampling check's result and where it comes from: the saved output of ``thesis-lib sampling-check``
-    named by ``SAMPLING_CHECK_FILE``, or (without one) the check run here at ``SAMPLING_DELTA``."""
+    """The sampling check's result and its source: the saved ``thesis-lib sampling-check`` output
+    ``SAMPLING_CHECK_FILE`` names, else the check run here at ``SAMPLING_DELTA``."""
     if p.sampling_check_file and (ROOT / p.sampling_check_file).is_file():
         check = json.loads((ROOT / p.sampling_check_file).read_text(encoding="utf-8"))
         return check, (f"`thesis-lib sampling-check --delta {check['delta']}` ({p.sampling_check_file}, "

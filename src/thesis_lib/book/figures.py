@@ -1,10 +1,5 @@
-"""The book's figures, drawn with matplotlib (and seaborn) from models' shapes and measured runs.
-
-Each function returns a ``matplotlib.figure.Figure``; :func:`save` writes it as a PNG beside the book's
-pages. Diagrams (Figures 2.1-2.3) are drawn here, not pasted; Figure 3.1 is drawn from the phase events of
-a real generation (:class:`~thesis_lib.decoding.clocks.PhaseClock` with ``trace=True``). :func:`token_origins`
-and :func:`tokens_html` mark which emitted tokens were accepted draft tokens (chapter 3 and the explorer).
-"""
+"""The book's figures (matplotlib and seaborn), each returned as a ``Figure`` for :func:`save`, and the marking of
+accepted draft tokens in a generation (:func:`token_origins`, :func:`tokens_html`)."""
 
 from __future__ import annotations
 
@@ -193,8 +188,8 @@ def verify_cost_curves(table):
 # --- methods ----------------------------------------------------------------------------------------------
 
 def timeline(traces: dict[str, tuple[list, int]], max_rounds: int | None = None):
-    """Figure 3.1: per schedule, the phases of a real generation on a time axis (ms from the first
-    proposal). ``traces``: schedule -> (PhaseClock events, rounds)."""
+    """Figure 3.1: the phases of real generations in ms from the first proposal; ``traces``: label -> events of a
+    :class:`~thesis_lib.decoding.clocks.PhaseClock` with ``trace=True``."""
     fig, axes = plt.subplots(len(traces), 1, figsize=(10, 1.5 * len(traces) + 0.6), sharex=True, squeeze=False)
     lanes = {"draft_propose": 1, "target_verify": 0, "finalize_align": 0}
     for ax, (name, events) in zip(axes[:, 0], traces.items()):
@@ -244,8 +239,7 @@ def agreement_curve(quality: list[dict], n_clusters: int, default_probes: int | 
 
 
 def token_origins(stats) -> list[str]:
-    """Per emitted token: "target" (the first token, each round's correction or bonus, the tail) or
-    "draft" (an accepted proposal), from a generation's per-round counts."""
+    """Per emitted token, from a generation's per-round counts: "draft" (an accepted proposal) or "target"."""
     out = ["target"] * stats.first_emit
     for acc, em in zip(stats.accepted, stats.emitted):
         out += ["draft"] * acc + ["target"] * (em - acc)
@@ -333,8 +327,7 @@ def speedup_over_k(points: dict[str, dict[int, float]], model: dict[str, dict[in
 # --- beyond the thesis -----------------------------------------------------------------------------------------
 
 def margin_tradeoff(rows: list[dict], chosen: float | None = None):
-    """Adaptive probing: agreement with the dense head and per-token acceptance against mean probes per token;
-    the fixed setting as a star."""
+    """Adaptive probing: agreement and acceptance against mean probes per token; the fixed setting as a star."""
     fig, ax = plt.subplots(figsize=(6.8, 3.4))
     fixed = [r for r in rows if r["margin"] is None]
     ada = sorted((r for r in rows if r["margin"] is not None), key=lambda r: r["mean_probes"])
@@ -369,8 +362,7 @@ def _log_x(ax) -> None:
 
 def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, dense: dict | None = None,
            default: dict | None = None, chosen: dict | None = None):
-    """Co-design: head latency against the cost model's decode tok/s for every (clusters, probes); the Pareto
-    front joined; the frequency-truncated head and the dense head beside it."""
+    """Co-design: head latency against modelled decode tok/s per (clusters, probes), the Pareto front, other heads."""
     import matplotlib as mpl
 
     fig, ax = plt.subplots(figsize=(7.2, 4.0))
@@ -398,8 +390,7 @@ def pareto(rows: list[dict], front: list[dict], freq: list[dict] | None = None, 
 
 
 def policy_curve(sim: dict):
-    """Block-length policies on the calibration lookahead: modelled speedup against the confidence threshold
-    (alone and with the free lookup) and against fixed K, the oracle bounds and the best fixed K as lines."""
+    """Block-length policies: modelled speedup over the confidence threshold and over fixed K, with oracle bounds."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9.0, 3.4), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     for lookup, color, name in ((False, COLORS["flash"], "confidence stop"), (True, COLORS["target"], "+ free lookup")):
         pts = [r for r in sim["thresholds"] if r["lookup"] == lookup]

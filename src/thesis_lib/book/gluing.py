@@ -1,6 +1,5 @@
-"""Glue that remembers: the chapter notebooks glue their numbers through :class:`Glue`, which keeps every value
-it glued, so that a chapter's verdict sentences (:mod:`thesis_lib.analysis.verdicts`) are computed from exactly
-the numbers its page prints (:meth:`Glue.verdicts`), never typed beside them."""
+"""Glue that remembers: :class:`Glue` keeps every value a chapter notebook glued, so that its verdict sentences
+(:mod:`thesis_lib.analysis.verdicts`) are computed from exactly the numbers its page prints, never typed beside them."""
 
 from __future__ import annotations
 

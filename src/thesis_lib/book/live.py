@@ -1,12 +1,5 @@
-"""The live explorer as a web app: ``thesis-lib explore`` / ``make explore`` (issue 20).
-
-What this module knows: the app is ``notebooks/live_explorer.ipynb`` with a parameter set's values injected by
-papermill's own parameterisation (the set names itself: ``SET_NAME`` is the set's label), written to
-``build/<set>/explore/`` and served by Voila (the Jupyter ecosystem's way to serve a widget notebook as an
-app: code cells hidden, a real kernel behind the page) on localhost. :func:`prepare` checks the set before any
-model file is touched; :func:`start` starts the server and waits until it answers; :func:`serve` is the
-command's foreground loop.
-"""
+"""The live explorer as a web app (``thesis-lib explore``): ``notebooks/live_explorer.ipynb`` parameterised with a
+set's values (:func:`prepare`) and served by Voila on localhost (:func:`start`, :func:`stop`, :func:`serve`)."""
 
 from __future__ import annotations
 
@@ -70,8 +63,7 @@ def free_port() -> int:
 
 def start(notebook: Path, *, port: int | None = None, log: Path | None = None, env: dict | None = None,
           timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
-    """Start Voila on ``notebook`` (localhost only, no browser of its own); return the process and the app's URL
-    once the server answers."""
+    """Start Voila on ``notebook`` (localhost only, no browser); return the process and the URL once it answers."""
     port = port or free_port()
     cmd = [voila_path(), str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
            "--show_tracebacks=True", f"--Voila.root_dir={ROOT}", f"--template={TEMPLATE}", "--theme=light"]

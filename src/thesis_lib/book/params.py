@@ -1,9 +1,5 @@
-"""The book's parameter sets and the parameters every chapter shares (``params/<name>.yaml``).
-
-Sets: ``cpu-embedded`` (the default: the embedded pair on a CPU), ``smoke`` (tiny random models, for the
-tests) and ``gpu-thesis`` (the thesis' Qwen3 pair on two GPUs). Every notebook declares the UPPER_CASE names it
-uses in its ``parameters`` cell; :class:`Params` holds them lower-cased and turns them into benchmark
-configurations (:meth:`Params.bench`). :data:`ROOT` is the repository the book is built from.
+"""The book's parameter sets (``params/<name>.yaml``; default ``cpu-embedded``) and :class:`Params`, the UPPER_CASE
+parameters the notebooks declare, lower-cased; :data:`ROOT` is the repository the book is built from.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ def load_parameters(name: str) -> dict:
 
 @dataclass
 class Params:
-    """The parameters every chapter shares (the notebooks' UPPER_CASE names, lower-cased here)."""
+    """The parameters every chapter shares; :meth:`bench` turns them into a benchmark configuration."""
 
     set_name: str = DEFAULT_SET
     target: str = specs.DEFAULT_TARGET
@@ -60,8 +56,7 @@ class Params:
     per_category: int | None = 1
     prompts: int | None = None
     sweep_prompts: int = 3
-    #: the static explorer's grid (issue 20): FlashHead deferred at these probe counts for each K of
-    #: ``explorer_k`` (None: ``k_sweep``), beside the K sweep's runs at the set's own probe count
+    #: the static explorer's grid: FlashHead deferred at these probe counts for each K of ``explorer_k`` (None: k_sweep)
     explorer_k: list | None = None
     explorer_probes: list = field(default_factory=list)
     iterations: int = 1
@@ -80,7 +75,7 @@ class Params:
     head_reps: int = 3
     step_reps: int = 3
     runs_dir: str = "runs/book"
-    # the "Beyond the thesis" chapter (issue 6)
+    # the "Beyond the thesis" chapter
     beyond_modes: list = field(default_factory=lambda: ["baseline", "flash_deferred", "adaflash_deferred",
                                                         "freq_deferred", "ngram_deferred", "hybrid_deferred",
                                                         "flash_deferred_hk", "flash_deferred_ck", "sample_dense",
@@ -104,7 +99,7 @@ class Params:
     precision_file: str | None = None
     #: the same from a CPU without native bf16 (``precision-bench --emulated``): DTYPE auto's pick checked there
     precision_file_no_bf16: str | None = None
-    #: float32's two packed layouts side by side (a committed document; the one-row layout has left the library)
+    #: a saved document comparing float32's two packed layouts
     precision_file_layouts: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"

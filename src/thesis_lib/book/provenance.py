@@ -1,5 +1,5 @@
-"""Where the book's numbers come from: the machine a run names, the ``Source`` label of this project's rows,
-and the environment page's table (versions, machine, models, FlashHead settings, run folders)."""
+"""Where the book's numbers come from: the machine a run names (:func:`hardware`), the ``Source`` label of this
+project's rows (:func:`source_label`) and the environment page's table (:func:`environment_table`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ def hardware(env: dict) -> str:
 
 
 def run_folders(*runs) -> list[str]:
-    """The run folders behind ``runs``, each named once, in order (the views of one run, e.g. the K sweep's and
-    the explorer's settings of the grid run, share its folder)."""
+    """The run folders behind ``runs``, each once, in order (views of one run, e.g. the grid run's, share it)."""
     return list(dict.fromkeys(r.name for r in runs))
 
 
@@ -45,8 +44,7 @@ def source_label(run_or_doc, p: Params) -> str:
 
 
 def environment_table(run, model_bench_doc: dict | None = None):
-    """The environment page's table: versions, machine, models (spec, dtype, device, file hashes), FlashHead
-    settings and the run folders, from a run's recorded environment."""
+    """The environment page's table (versions, machine, models, FlashHead settings) from a run's environment."""
     env = run.environment
     rows = [("run folder", run.name), ("recorded at", env.get("recorded_at")), ("git commit", (env.get("git") or {}).get("commit")),
             ("uncommitted changes", (env.get("git") or {}).get("dirty")), ("python", env.get("python")),

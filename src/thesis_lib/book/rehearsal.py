@@ -1,21 +1,10 @@
 """The GPU-host path rehearsed on a CPU: the thesis' three hub repos as tiny random stand-ins, on two virtual GPUs.
 
-``params/rehearsal.yaml`` has the keys and the code path of ``gpu-thesis`` (hub ids, ``cuda:0`` target and
-``cuda:1`` draft, precision ``auto``, an Embedl FlashHead checkpoint as ``ASSETS``, Qwen3's thinking switch)
-but runs anywhere in minutes. :func:`prepare` writes a Hugging Face cache (``$THESIS_LIB_CACHE/rehearsal-hf``)
-holding
-
-- ``Qwen/Qwen3-32B-AWQ``: a tiny random Qwen3 target with an untied head, in bfloat16 (not AWQ: transformers
-  loads AWQ through gptqmodel, which does not install beside this project's torch 2.13.0; the AWQ path is
-  checked up to its missing-package error instead);
-- ``Qwen/Qwen3-0.6B``: a tiny Qwen3 draft with tied embeddings (as Qwen3-0.6B has), bfloat16;
-- ``embedl/Qwen3-0.6B-FlashHead``: a FlashHead checkpoint in Embedl's layout: the draft's config with
-  FlashHead's keys and a ``model_type`` ``AutoModelForCausalLM`` does not know, a body that differs a little from
-  the draft's (so that the "dense shared" control has something to show), and its ``flash_head_assets``.
-
-All three share a byte-level tokenizer whose chat template has Qwen3's ``enable_thinking`` switch.
-:func:`environment` gives what the notebook kernels need: that cache, the hub offline, and
-``THESIS_LIB_VIRTUAL_CUDA`` (:mod:`thesis_lib.models.virtual`), so every device mix-up raises as on two GPUs.
+``params/rehearsal.yaml`` takes ``gpu-thesis``'s code path on any machine. :func:`prepare` writes a Hugging Face cache
+holding a tiny bfloat16 Qwen3 target (not AWQ: its loader gptqmodel does not install beside this project's torch,
+so that path is checked up to its missing-package error), a tied draft, and an Embedl-layout FlashHead checkpoint whose
+body differs a little from the draft's (so "dense shared" shows something). :func:`environment` sets the hub
+offline and virtual CUDA devices (:mod:`thesis_lib.models.virtual`), so device mix-ups raise as on two GPUs.
 """
 
 from __future__ import annotations
@@ -52,7 +41,7 @@ def _snapshot(home: Path, repo: str) -> Path:
 
 
 def prepare(home: Path | None = None) -> Path:
-    """Write the three stand-in repos into a Hugging Face cache (once; seconds); returns the ``HF_HOME``."""
+    """Write the three stand-in repos into a Hugging Face cache (once); returns the ``HF_HOME``."""
     import torch
 
     home = home or root()

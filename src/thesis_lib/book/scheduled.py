@@ -1,13 +1,6 @@
-"""The book's heavy runs through a scheduler (``make book EXECUTOR=slurm``): planned from the parameters, run as
-one sweep before the notebooks, which then find them done and only read them.
-
-:func:`planned_runs` lists the run folders whose configuration follows from the parameter set alone: the main
-run, the profiled run, the K sweep with the static explorer's grid (one run) and chapter 6's K sweep. The rest (the draft's
-model bench, chapter 6's calibration and the runs whose settings it picks) depend on a result computed in a
-notebook, so they stay in the notebooks, where the book is built. :func:`run_on` runs the planned ones as a
-sweep (:mod:`thesis_lib.sweep`) kept in ``RUNS_DIR/sweeps/book-<set>-<hash of the run names>``; its run folders
-are the book's own (``RUNS_DIR/<set>-<kind>-<hash>``), so a finished one is never redone, and the notebooks reuse
-them exactly as if they had run them.
+"""The book's heavy runs through a scheduler (``make book EXECUTOR=slurm``): the runs that follow from the parameter
+set alone, run as one sweep (:mod:`thesis_lib.sweep`) in the book's own run folders, so the notebooks only read them.
+Runs that need a notebook's result (model bench, chapter 6's calibration and what it picks) stay in the notebooks.
 """
 
 from __future__ import annotations
@@ -20,13 +13,14 @@ from .params import ROOT, Params, load_parameters
 
 
 def planned_runs(p: Params) -> list:
-    """The configurations of the book's runs that depend on no other result, in the order the chapters need them."""
+    """The configurations of the runs that depend on no other result, in the order the chapters need them."""
     configs = [shared.main_config(p), shared.profile_config(p), shared.grid_config(p), experiments.k_sweep_config(p)]
     return list({c.name: c for c in configs}.values())
 
 
 def book_sweep(set_name: str, overrides: dict | None = None) -> grid.Sweep:
-    """The sweep of a parameter set's planned runs (``overrides``: parameters changed, as for the notebooks)."""
+    """The sweep of a set's planned runs (``overrides`` as for the notebooks), kept in
+    ``RUNS_DIR/sweeps/book-<set>-<hash of the run names>``."""
     values = {**load_parameters(set_name), **(overrides or {})}
     values.setdefault("SET_NAME", set_label(set_name))
     p = Params.from_namespace(values).check()
@@ -39,6 +33,6 @@ def book_sweep(set_name: str, overrides: dict | None = None) -> grid.Sweep:
 
 def run_on(set_name: str, executor, *, poll: float = 10.0, retries: int = 0, progress: bool = True,
            overrides: dict | None = None) -> list[ledger.RunState]:
-    """Run the book's planned runs with ``executor`` and wait for them; the runs' states. Their folders are
-    relative to the repository, as in the notebooks (and each job starts there)."""
+    """Run the planned runs with ``executor``, wait, and return their states (folders relative to the repository,
+    where each job starts, as in the notebooks)."""
     return driver.run_sweep(book_sweep(set_name, overrides), executor, retries=retries, poll=poll, progress=progress)

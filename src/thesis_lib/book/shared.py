@@ -1,13 +1,8 @@
-"""The chapters' shared results: parameters in, run folders and JSON documents out, computed once.
-
-Each result (:func:`main_run`, :func:`profile_run`, :func:`grid_run` with its views :func:`sweep_runs` and
-:func:`explorer_runs`, :func:`model_bench`,
-and chapter 6's in :mod:`~thesis_lib.book.experiments`) is a run folder or JSON document under ``RUNS_DIR`` whose name carries
-a hash of its configuration (:func:`named`, :func:`cached_document`), so the same parameters find the same
-results (computed once, by whichever notebook asks first) and other parameters never overwrite them. One
-process loads the pair once (:func:`pair`) and shares it between runs. The runs' configurations are
-functions of their own (``*_config``/``*_configs``), so a scheduler can run them before the notebooks
-(:mod:`~thesis_lib.book.scheduled`).
+"""The chapters' shared results: run folders and JSON documents under ``RUNS_DIR`` named by a hash of their
+configuration (:func:`named`, :func:`cached_document`), so the same parameters find them, computed once, and others
+never overwrite them: :func:`main_run`, :func:`profile_run`, :func:`grid_run` (seen as :func:`sweep_runs` and
+:func:`explorer_runs`), :func:`model_bench`. :func:`pair` loads the models once per process; the ``*_config``
+functions let :mod:`~thesis_lib.book.scheduled` run the runs before the notebooks.
 """
 
 from __future__ import annotations
@@ -36,16 +31,13 @@ def digest(doc) -> str:
 
 
 def exact_attention(device: str, draft_device: str | None) -> bool:
-    """Whether the target or the draft loads with row-exact attention (:mod:`thesis_lib.models.attention`): part
-    of what names a run or document, like the precision ``DTYPE: auto`` resolves to."""
+    """Whether the target or the draft loads with row-exact attention (:mod:`thesis_lib.models.attention`)."""
     return "exact" in {loading.resolved_attention(d) for d in (device, draft_device or device)}
 
 
 def rows_floor_key(dtype: str, device: str) -> dict:
-    """What names a run or document in ``dtype`` on ``device`` after its packed products' rows floor
-    (:func:`~thesis_lib.models.packing.rows_floor`): ``{"bf16_rows_floor": n}`` where bf16 layers are packed padded
-    (a CPU whose oneDNN packs bf16, a dtype that is or resolves to bfloat16), ``{"f32_rows_floor": n}`` where
-    float32 ones are (an AVX-512 CPU), else nothing: runs from before the padding are not reused."""
+    """The key naming the CPU rows floor of packed products (:func:`~thesis_lib.models.packing.rows_floor`) for
+    ``dtype`` (``bf16_rows_floor`` or ``f32_rows_floor``, or none), so results made with another are not reused."""
     if device != "cpu":
         return {}
     resolved = loading.resolved_dtype(dtype, device)
@@ -60,11 +52,11 @@ def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.Bench
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
-    if cfg.dtype == "auto":  # the same parameters run in another precision on another CPU: another run
+    if cfg.dtype == "auto":  # the key names the precision "auto" resolves to on this machine
         doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
-    if exact_attention(cfg.device, cfg.draft_device):  # runs before row-exact attention are not reused
+    if exact_attention(cfg.device, cfg.draft_device):  # ... whether attention is row-exact
         doc["attention"] = "exact"
-    doc.update(rows_floor_key(cfg.dtype, cfg.device))  # runs from before products were padded are not reused
+    doc.update(rows_floor_key(cfg.dtype, cfg.device))  # ... and the rows floor
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
@@ -117,8 +109,7 @@ def main_run(p: Params):
 
 
 def profile_config(p: Params) -> protocol.BenchConfig:
-    """The diagnostic profiled run of Tables 4.7/4.8 (dense, dense-shared and FlashHead drafts, ordinary
-    schedule, instrumented drafters; no component costs)."""
+    """The profiled run of Tables 4.7/4.8 (dense, dense-shared and FlashHead drafts, ordinary schedule)."""
     cfg = p.bench(profile=True, modes=protocol.profile_modes("ordinary"), costs=False)
     return named(cfg, p.set_name, "profile")
 
@@ -128,10 +119,8 @@ def profile_run(p: Params):
 
 
 def grid_config(p: Params) -> protocol.BenchConfig:
-    """Speedup over K and the static explorer's grid, one run on ``SWEEP_PROMPTS`` prompts (one iteration, no
-    component costs): the deferred dense and FlashHead drafts at each K of ``K_SWEEP``, and the FlashHead deferred
-    draft at each probe count of ``EXPLORER_PROBES`` for each K of ``EXPLORER_K`` (default ``K_SWEEP``), every
-    setting a mode variant (:func:`thesis_lib.bench.modes.variant`) timed beside the one target-only baseline."""
+    """One run on ``SWEEP_PROMPTS`` prompts for the speedup over K (dense and FlashHead deferred at each ``K_SWEEP``)
+    and the static explorer (FlashHead deferred at each ``EXPLORER_PROBES`` x ``EXPLORER_K``), beside one baseline."""
     sweep = [variant(m, k) for k in p.k_sweep for m in ("dense_deferred", "flash_deferred")]
     grid = [variant("flash_deferred", k, n) for k in p.explorer_k or p.k_sweep for n in p.explorer_probes]
     cfg = p.bench(modes=("baseline", *sweep, *grid), prompts=p.sweep_prompts, per_category=1, iterations=1,
@@ -182,8 +171,8 @@ def model_bench(p: Params) -> dict:
 
 
 def embedl_comparison(p: Params, mb: dict) -> tuple[dict | None, str]:
-    """Embedl's head beside ours (:mod:`thesis_lib.bench.embedl_peer`) and where the numbers come from: this run's
-    model bench where the package is installed, else the saved document ``EMBEDL_PEER_FILE`` names, else none."""
+    """Embedl's head beside ours (:mod:`thesis_lib.bench.embedl_peer`) and its source: this model bench if the package
+    is installed, else the document ``EMBEDL_PEER_FILE`` names, else none."""
     if (mb.get("embedl") or {}).get("installed"):
         return mb["embedl"], "this run's model bench"
     if p.embedl_peer_file and (ROOT / p.embedl_peer_file).is_file():
@@ -202,8 +191,8 @@ def gpu_check(p: Params) -> tuple[dict | None, str]:
 
 
 def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
-    """The saved ``thesis-lib precision-bench`` document the parameter ``name`` (``PRECISION_FILE``,
-    ``PRECISION_FILE_NO_BF16`` or ``PRECISION_FILE_LAYOUTS``) names, and a label saying what, when and where it was measured."""
+    """The saved ``thesis-lib precision-bench`` document the parameter ``name`` names (``PRECISION_FILE``,
+    ``PRECISION_FILE_NO_BF16`` or ``PRECISION_FILE_LAYOUTS``), and a label: what, when and where it was measured."""
     from ..analysis.precision import capability
 
     path = getattr(p, name.lower())
@@ -218,22 +207,21 @@ def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | Non
 
 
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
-    """A JSON result under ``RUNS_DIR`` named by the parameter set, its kind and a hash of ``key``: read back
-    if there, else ``compute()``d, given its key and written atomically."""
+    """The JSON result ``<set>-<kind>-<hash of key>`` under ``RUNS_DIR``: read back, else computed and written."""
     if p.thinking is not None:  # every document rests on prompts encoded with the template's switch
         key = {**key, "thinking": p.thinking}
-    if p.dtype == "auto":  # "auto" is float32 on one CPU and bfloat16 on another: another document
+    if p.dtype == "auto":  # the key names the precision "auto" resolves to on this machine
         key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
-    if exact_attention(p.device, p.draft_device):  # documents measured before row-exact attention: not reused
+    if exact_attention(p.device, p.draft_device):  # ... whether attention is row-exact
         key = {**key, "attention": "exact"}
-    key = {**key, **rows_floor_key(p.dtype, p.device)}  # documents from before products were padded: not reused
+    key = {**key, **rows_floor_key(p.dtype, p.device)}  # ... and the rows floor
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))
         note(f"{path.name}: reused ({measured_when(doc.get('measured') or doc.get('environment') or {})})")
         return doc
-    measured = provenance()
-    t0 = time.perf_counter()  # the date, revision and code this document is made with (taken before the work)
+    measured = provenance()  # the date, revision and code this document is made with, taken before the work
+    t0 = time.perf_counter()
     doc = compute()
     doc["key"] = key
     doc["measured"] = measured

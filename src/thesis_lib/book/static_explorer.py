@@ -1,14 +1,5 @@
-"""The explorer for readers of the static book (issue 20): measured states, switched in the page without a kernel.
-
-What this module knows: :func:`states` turns the K sweep's run folders (baseline, dense and FlashHead deferred
-at the set's probe count) and the explorer grid's (:func:`thesis_lib.book.shared.explorer_runs`: baseline and
-FlashHead deferred at other probe counts, same prompts) into one state per (mode, K, probes): the run's median decode speed, its median per-prompt speedup over
-target-only decoding measured in the same run, the acceptance in both definitions (accepted / drafted, tokens per
-round), how many outputs equal target-only output, and the run folder with the date and revision that measured
-it. :func:`html` writes them as one self-contained block: the data as JSON, three controls (K, probes, mode) and
-a few lines of plain JavaScript that show the chosen state; no library, nothing fetched, so it works offline in
-the built HTML (and reads "measured values" plainly). Where a combination was not measured, it says so.
-"""
+"""The static book's explorer: the measured :func:`states` of the K sweep and explorer grid, switched in the page
+without a kernel by one self-contained :func:`html` block (data, controls, plain JavaScript; nothing fetched)."""
 
 from __future__ import annotations
 
@@ -19,8 +10,8 @@ MODES = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, defe
 
 
 def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
-    """One state from the run's own summary (:mod:`thesis_lib.bench.metrics`: median decode speed, median
-    per-prompt speedup over the same run's baseline, pooled acceptance and tokens per round)."""
+    """One state from the run's own summary (:mod:`thesis_lib.bench.metrics`): speed, speedup over the same run's
+    baseline, acceptance, tokens per round, outputs equal to the baseline's, and the run with its date and revision."""
     m = (run.summary or {}).get(mode)
     if not m or "baseline" not in run.summary:
         return None
@@ -34,9 +25,8 @@ def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
 
 
 def states(sweep: dict, grid: dict) -> list[dict]:
-    """``sweep``: K -> run (:func:`thesis_lib.book.shared.sweep_runs`); ``grid``: (K, probes) -> run
-    (:func:`thesis_lib.book.shared.explorer_runs`). One state per (mode, K, probes) found, the probe count read from
-    the run's own record of its FlashHead head; a combination measured twice keeps the sweep's run."""
+    """One state per (mode, K, probes) in ``sweep`` (:func:`~thesis_lib.book.shared.sweep_runs`) and ``grid``
+    (:func:`~thesis_lib.book.shared.explorer_runs`), probes as each run recorded them; the sweep's run wins ties."""
     out, seen = [], set()
     for k, run in list(sweep.items()) + [(k, run) for (k, _), run in grid.items()]:
         n = ((run.environment or {}).get("flashhead") or {}).get("n_probes")

@@ -45,9 +45,8 @@ def _npm_tarball(package: str) -> bytes:
     return data
 
 
-#: Loaded between require.js and the widget manager: the manager's modules find their fonts next to the module
-#: URL that require.js reports, which by default is relative to the page (and so missing); this maps the
-#: ``@jupyter-widgets`` module names to the folder this script itself was served from.
+#: Loaded between require.js and the widget manager: maps the ``@jupyter-widgets`` modules to this script's folder,
+#: where their fonts are found (require.js would resolve them relative to the page, where they are missing).
 WIDGET_PATHS_JS = ("widget-paths.js", """(function () {
   var src = document.currentScript.src, base = src.slice(0, src.lastIndexOf("/"));
   require.config({paths: {"@jupyter-widgets/html-manager/dist": base, "@jupyter-widgets": base}});

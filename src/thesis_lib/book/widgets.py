@@ -1,15 +1,5 @@
-"""The live explorer (ipywidgets) and the one-generation helper behind it and chapter 3's example.
-
-:func:`generate_marked` runs one mode on one prompt with a given K and probe count (a traced phase clock,
-lossless check against target-only output, the draft head's own latency measured on the generation's context)
-and returns what the explorer shows. :class:`Explorer` is the panel ``thesis-lib explore`` serves as a web app
-(:mod:`thesis_lib.book.live`): a header saying where it runs and which models, the models loading in the
-background with progress shown in the page, sliders for K and the probe count (their ranges are what the
-models allow), a prompt chooser and a mode choice. Each change runs one generation in a worker thread;
-target-only decoding is measured once per prompt and kept, so a slider move costs one speculative generation.
-Changes made while a generation runs are queued and coalesced: when it ends, only the latest settings run. The
-last settings tried stay in a short history table for comparison. The static book shows measured states
-instead (:mod:`thesis_lib.book.static_explorer`).
+"""The live explorer: :func:`generate_marked` (one generation, as the explorer and chapter 3 show it) and the
+ipywidgets panel :class:`Explorer` that ``thesis-lib explore`` serves (:mod:`thesis_lib.book.live`).
 """
 
 from __future__ import annotations
@@ -41,11 +31,9 @@ K_MAX = 10
 def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k: int, max_new_tokens: int,
                     probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None,
                     runner: Runner | None = None, warmup: bool = False) -> dict:
-    """One generation of ``mode``; returns tokens, which were accepted drafts, speed, acceptance, whether it
-    equals target-only greedy output (``baseline``: a previous target-only result to reuse), head latency.
-    ``runner``: one built before for the same pair (its drafters are reused; K is this call's). ``warmup``: first
-    the same generation untimed, so the draft head's compilations for a new probe count (one per input shape the
-    generation meets) are not timed as decoding (a two-token warm-up left 2.5 s of them in the timed one)."""
+    """One generation of ``mode``: tokens and their origins, speed, acceptance, head latency, whether it equals
+    target-only output (``baseline``: one to reuse). ``runner``: one to reuse (K is this call's). ``warmup``: run it
+    untimed first, so the head's compilations for a new probe count (one per input shape) are not timed."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
@@ -104,9 +92,9 @@ def summary_html(r: dict, seconds: float) -> str:
 
 
 class Explorer:
-    """The live panel. ``load()`` returns ``(target, draft, flash_head)``; it runs in a background thread (its
-    progress shown in the page), then the first generation runs. ``about``: the header's lines (where it runs,
-    which models)."""
+    """The live panel: ``load()`` (returning ``(target, draft, flash_head)``) runs in a worker thread, then one
+    generation per change of K, probes, prompt or mode; changes made meanwhile coalesce to the latest. ``about``:
+    the header. Target-only output is kept per prompt, the last settings in a history table."""
 
     def __init__(self, load, prompts, *, k: int = 4, probes: int | None = None, max_new_tokens: int = 32,
                  mode: str = "flash_deferred", thinking: bool | None = None, about: str = "", history: int = 8):
@@ -227,8 +215,7 @@ class Explorer:
 
 
 def live_panel(p) -> "Explorer":
-    """The app's panel for parameters ``p`` (:class:`~thesis_lib.book.params.Params`): the header names the set,
-    device, precision and models; the models load in the background."""
+    """The app's panel for :class:`~thesis_lib.book.params.Params` ``p``, its header naming set, devices and models."""
     from ..models.loading import resolved_dtype
     from . import params, shared
 

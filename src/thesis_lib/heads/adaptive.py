@@ -1,10 +1,8 @@
-"""FlashHead with adaptive probes (issue 6, item 2): the probe count per token follows the cluster ranking.
+"""FlashHead with adaptive probes: the probe count per row follows the cluster ranking.
 
-FlashHead ranks the clusters by centroid score and then scores the tokens of the top ``n_probes`` exactly.
-Here the count follows the ranking itself: clusters whose (unit-centroid) score lies within ``margin * |h|``
-of the best one are probed, at least ``min_probes`` and at most ``max_probes``; a clear winner costs few
-probes, a flat ranking many. Same candidates-then-argmax rule, same special tokens, ties to the lowest id;
-``last_probes`` records what each row used.
+Clusters whose unit-centroid score lies within ``margin * |h|`` of the best are probed, between ``min_probes``
+and ``max_probes``: a clear winner costs few probes, a flat ranking many. Otherwise as FlashHead's greedy head
+(special tokens always scored, ties to the lowest id); ``last_probes`` records each row's count.
 """
 
 from __future__ import annotations

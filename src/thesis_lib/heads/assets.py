@@ -1,19 +1,12 @@
-"""FlashHead's assets on disk: Embedl's format, and this library's content-keyed cache of clusterings.
+"""FlashHead's assets on disk: Embedl's format, the content-keyed cache, shipped clusterings.
 
-- **Embedl's format** (:func:`save_assets`, :func:`load_assets`): a folder ``flash_head_assets/`` holding
-  ``clustering_cache.safetensors`` with ``centroids`` (``[hidden, C]``, one column per centroid) and
-  ``cluster_assignments`` (``[V]``), and ``clustering_config.json`` (format, vocabulary and hidden size). An
-  official checkpoint's assets load the same way. Our own sidecar records the files' sha256, so a corrupt
-  or truncated folder is detected, never used.
-- **The cache** (:func:`cached_clustering`): keyed by the sha256 of the head's bytes and the parameters;
-  an entry that fails its checksum is rebuilt.
-- **Shipped clusterings** (:func:`ship_clustering`, :func:`shipped_clustering`): the k-means of the embedded
-  draft head takes minutes on a 2-core CPU, so the library ships the assignments of the clusterings its
-  default book uses (``thesis_lib/data/clusterings/<cache key>.safetensors``: ``[V]`` int16 assignments
-  and the build's record, about 0.3 MB each). On a cache miss a shipped file with the same key *and* the
-  same full head sha256 is used: its sizes must be the equal-size capacities, and its centroids are
-  rebuilt from the head (the members' mean rows), exactly what k-means stores. Any other head is clustered
-  here as before. ``thesis-lib cluster --ship`` writes such a file.
+- Embedl's format (:func:`save_assets`, :func:`load_assets`): ``flash_head_assets/`` holding
+  ``clustering_cache.safetensors`` (``centroids [hidden, C]``, ``cluster_assignments [V]``) and
+  ``clustering_config.json``; our sidecar records the files' sha256, so a damaged folder is never used.
+- The cache (:func:`cached_clustering`): keyed by the head's sha256 and the parameters.
+- Shipped clusterings (:func:`ship_clustering`, :func:`shipped_clustering`): the assignments of the default
+  book's clusterings in ``thesis_lib/data/clusterings/``, so a small CPU need not run k-means; centroids are
+  rebuilt from the head. ``thesis-lib cluster --ship`` writes one.
 """
 
 from __future__ import annotations
@@ -40,10 +33,7 @@ SIDECAR_FILE = "thesis_lib_clustering.json"
 
 
 def save_assets(clustering: Clustering, folder: str | Path, *, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``clustering_cache.safetensors`` + ``clustering_config.json`` (Embedl's format) and our sidecar.
-
-    Files are written under temporary names and renamed, so an interrupted write leaves no half file behind.
-    """
+    """Write Embedl's two files and our sidecar, each under a temporary name then renamed (no half files)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -63,11 +53,8 @@ def save_assets(clustering: Clustering, folder: str | Path, *, extra: dict[str, 
 
 def load_assets(folder: str | Path, *, vocab_size: int | None = None, hidden_size: int | None = None,
                 verify: bool = True) -> Clustering:
-    """Read FlashHead assets (ours or an official checkpoint's ``flash_head_assets``) and check they fit.
-
-    ``vocab_size`` / ``hidden_size`` are the model head's; a mismatch raises :class:`ClusteringAssetError`.
-    Where our sidecar is present and ``verify`` is set, the files' sha256 must match it.
-    """
+    """Read FlashHead assets (ours or an official checkpoint's) and check them against the head's ``vocab_size``
+    and ``hidden_size`` and, with ``verify``, our sidecar's sha256; :class:`ClusteringAssetError` otherwise."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -145,10 +132,8 @@ def cache_folder(weight_sha: str, n_clusters: int, seed: int, iterations: int, l
 
 
 def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: str | Path | None = None) -> Path:
-    """Write ``clustering``'s assignments and record as the shipped file for cache key ``key``.
-
-    Only the assignments travel (centroids are rebuilt from the head on use). Refuses to overwrite.
-    """
+    """Write ``clustering``'s assignments and record as the shipped file for cache key ``key`` (never
+    overwriting one); centroids are rebuilt from the head on use."""
     from safetensors.torch import save_file
 
     folder = Path(folder) if folder is not None else SHIPPED_DIR
@@ -168,11 +153,8 @@ def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: s
 
 def shipped_clustering(weight: torch.Tensor, weight_sha: str, key: str, n_clusters: int,
                        folder: str | Path | None = None) -> Clustering | None:
-    """The shipped clustering for ``key`` if one is there and fits this head, else ``None``.
-
-    It fits when its recorded head sha256 is ``weight_sha`` and its cluster sizes are the equal-size
-    capacities for ``n_clusters``; a file that does not fit is an error (it would mean a damaged file).
-    """
+    """The shipped clustering for ``key`` if there is one for the head ``weight_sha``, else ``None``; one whose
+    cluster sizes are not the equal-size capacities for ``n_clusters`` is damaged and raises."""
     from safetensors import SafetensorError, safe_open
 
     path = (Path(folder) if folder is not None else SHIPPED_DIR) / f"{key}.safetensors"
@@ -202,12 +184,8 @@ def shipped_clustering(weight: torch.Tensor, weight_sha: str, key: str, n_cluste
 def cached_clustering(weight: torch.Tensor, n_clusters: int | None = None, *, seed: int = 0, iterations: int = 20,
                       low_precision: bool | None = None, progress: bool = True, rebuild: bool = False,
                       log=print) -> Clustering:
-    """The clustering of ``weight`` for these parameters: from the cache if a sound copy is there, else the
-    shipped one for this head if the library has it (:func:`shipped_clustering`), else built (``rebuild``
-    skips both and runs k-means).
-
-    A cache entry that fails its checksum or cannot be read is reported and rebuilt, never used.
-    """
+    """The clustering of ``weight`` for these parameters: a sound cache entry (a damaged one is reported and
+    rebuilt), else the shipped one for this head, else k-means (``rebuild`` skips both)."""
     v, d = weight.shape
     n_clusters = v // 16 if n_clusters is None else int(n_clusters)
     check_cluster_count(v, n_clusters)

@@ -1,30 +1,13 @@
 """FlashHead's offline step: equal-size spherical k-means over a model's output embedding (thesis section 2.5).
 
-What this module knows:
-
-- **The objective.** The rows ``E[i]`` of the ``V x D`` output embedding are compared by direction only
-  (cosine), as in spherical k-means: each point is its row divided by its norm, each centroid direction is
-  the normalised mean of its members' directions, and a point's score for a cluster is their dot product.
-- **Equal sizes.** FlashHead wants a rectangular cluster-to-token table, so every cluster holds exactly
-  ``b = V / C`` tokens. The assignment step is a capacity-constrained one: every point keeps its ``m`` best
-  clusters (a top-m over the ``V x C`` similarities, computed in chunks), then in rounds every unassigned
-  point proposes to its next-best cluster and each cluster takes the best-scoring proposals that still fit.
-  Points whose ``m`` choices all filled up (rare) are placed the same way among the clusters with room left.
-- **V not divisible by C.** Then ``b = ceil(V / C)`` and the first ``V - C * (b - 1)`` clusters hold ``b``
-  tokens, the rest ``b - 1``; the table pads a short cluster with its own lowest token id, which changes no
-  argmax (Embedl's loader pads the same way, so such assets still load there). ``C`` must lie in ``1..V``.
-- **What is stored.** ``centroids`` are the plain means of the members' *raw* rows (not normalised): the
-  greedy head normalises them (its scores are ``h . c / |c|``), and the sampling head uses them as they are,
-  so that ``h . c`` is the cluster's mean logit. This is Embedl's asset format (:mod:`thesis_lib.heads.assets`).
-- **Determinism.** The initial centroids are ``C`` distinct rows drawn with a seeded generator; everything
-  after is deterministic on one machine with one thread count (float reductions may round differently with
-  another thread count, so the cache key records the similarity precision, not the machine).
-- **Speed.** Each iteration costs one ``V x C x D`` product (1.3 TFLOP for the 151,936 x 896 draft head at
-  C = 9,496). On CPUs with AVX-512 BF16 the similarities are computed in bfloat16 (4x faster here than
-  float32): they only rank clusters for the assignment, and the centroid update is done in float32.
-
-Storing a clustering in Embedl's asset format and the content-keyed cache belong to
-:mod:`thesis_lib.heads.assets`.
+Rows of the ``V x D`` embedding are compared by direction (cosine). Every cluster holds ``b = ceil(V / C)`` or
+``b - 1`` tokens (:func:`capacities`, ``C`` in ``1..V``), so the cluster-to-token table is rectangular; a short
+cluster is padded with its lowest token id, as Embedl's loader does. :func:`balanced_assign` is the
+capacity-constrained step: points propose to their best clusters in turn, each cluster keeps the best-scoring
+proposals that fit. :func:`spherical_kmeans` stores each centroid as the plain mean of its members' raw rows
+(Embedl's format, :mod:`thesis_lib.heads.assets`): the greedy head normalises it, the sampling head reads
+``h . c`` as the cluster's mean logit. The seeded result is deterministic for one machine and thread count.
+Where the CPU has fast bfloat16, the similarities (which only rank clusters) are bfloat16; updates stay float32.
 """
 
 from __future__ import annotations
@@ -66,10 +49,8 @@ class Clustering:
         return torch.bincount(self.assignments, minlength=self.n_clusters)
 
     def cluster_table(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tokens [C, b], real [C, b])``: each cluster's token ids in ascending order, padded with its lowest id.
-
-        ``real`` is False on padding slots. ``b`` is the largest cluster size.
-        """
+        """``(tokens [C, b], real [C, b])``: each cluster's token ids in ascending order, padded with its lowest id
+        (``real`` False there); ``b`` is the largest cluster size."""
         sizes = self.sizes()
         if int(sizes.min()) < 1:
             raise ClusteringAssetError("a cluster is empty; FlashHead needs every cluster to hold at least one token")
@@ -146,11 +127,8 @@ def _propose_rounds(points: torch.Tensor, cand: torch.Tensor, score: torch.Tenso
 
 def balanced_assign(xn: torch.Tensor, cn: torch.Tensor, cap: torch.Tensor, *, m: int = 32, chunk: int = 8192,
                     low_precision: bool = False) -> tuple[torch.Tensor, int]:
-    """Assign every row of ``xn`` to a cluster so that cluster ``j`` gets exactly ``cap[j]`` rows.
-
-    Returns the assignment and the number of passes (a pass ranks the clusters that still have room for the
-    points still unplaced, then runs the proposal rounds; later passes see only the leftovers).
-    """
+    """Assign every row of ``xn`` to a cluster so that cluster ``j`` gets exactly ``cap[j]`` rows; returns the
+    assignment and the number of passes (each ranks the clusters with room for the points still unplaced)."""
     n = xn.shape[0]
     if int(cap.sum()) != n:
         raise ValueError("capacities must sum to the number of points")

@@ -1,21 +1,10 @@
 """Greedy token selection from final hidden states: the dense LM head (thesis section 2.3).
 
-A *head* maps final hidden states ``h: [S, D]`` to greedy token ids ``[S]`` (a tensor, no host sync).
-The dense head projects onto every row of the output embedding matrix (``V x D`` multiply-adds per
-position) and takes the argmax over the first ``vocab_limit`` rows only: rows past the tokenizer's size are
-padding and must never win. ``torch.argmax`` returns the first maximum, so ties go to the lowest token id,
-the convention FlashHead's greedy head follows too.
-
-The FlashHead head (:mod:`thesis_lib.heads.flashhead`) has the same call signature, so a drafter can swap one head
-for the other without touching the transformer body.
-
-Every head has a ``device``: hidden states computed elsewhere (on the CPU, or on the target's GPU) must be
-moved there before the call.
-
-``greedy_confidence(hidden) -> (tokens, probs)`` also gives the probability the head's softmax puts on its
-greedy token (for FlashHead: the softmax over its candidates). A drafter that stops a block at a token it is
-unsure of (:class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below``) uses it; :func:`top_probability` is
-the shared formula.
+A *head* maps hidden states ``h: [S, D]``, already moved to its ``device``, to greedy token ids ``[S]`` (a
+tensor, no host sync); FlashHead (:mod:`thesis_lib.heads.flashhead`) has the same interface, so a drafter can
+swap heads. The dense head takes the argmax over the first ``vocab_limit`` rows (padding never wins), ties
+to the lowest id. ``greedy_confidence(hidden) -> (tokens, probs)`` adds each greedy token's softmax probability
+(:func:`top_probability`), for :class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below``.
 """
 
 from __future__ import annotations
@@ -31,16 +20,9 @@ REFINE_TOP = 8
 
 
 class DenseGreedyHead(nn.Module):
-    """``argmax(h @ W[:vocab_limit].T)`` for each position; W is the model's own output embedding.
-
-    16-bit logits on a CPU are *refined* (``refine=None``: when the weight is bfloat16 or float16 and on the CPU):
-    a bfloat16 logit near 20 is rounded to a multiple of 1/8, so the top two tokens of a position often tie after
-    rounding, and which of them a step picks then depends on the rounding of a forward over 1 token vs a block
-    of K + 1 (measured: a real prompt whose target-only and speculative outputs parted at such a tie, 18.875 vs
-    18.875). Refining re-scores the tokens whose rounded logit lies within two rounding steps of the maximum
-    (at most :data:`REFINE_TOP`) in float32 from the same bf16 weights and hidden state, and picks the highest,
-    the lowest id on an exact tie: the greedy token of the unrounded product. The model's own logits (what
-    ``generate()`` sees) are unchanged. On a GPU the head is left as transformers has it (no refinement)."""
+    """``argmax(h @ W[:vocab_limit].T)`` per position, W the model's own output embedding. 16-bit weights on the
+    CPU are *refined* by default (:func:`refined_argmax`): rounded logits often tie at the top, and the winner would
+    then depend on whether one token or a block of K + 1 was forwarded. On a GPU no refinement."""
 
     def __init__(self, weight: torch.Tensor | None, vocab_limit: int | None = None, bias: torch.Tensor | None = None,
                  packed: nn.Module | None = None, refine: bool | None = None):
@@ -101,10 +83,9 @@ def refines(weight: torch.Tensor | None) -> bool:
 
 def refined_argmax(weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor,
                    logits: torch.Tensor) -> torch.Tensor:
-    """The argmax over the rows of ``weight`` of the unrounded logits ``hidden @ weight.T + bias``, given their
-    16-bit rounding ``logits: [S, rows]``: the rows whose rounded logit lies within two rounding steps of the
-    maximum (at most :data:`REFINE_TOP`) are re-scored in float32 from the same weights and hidden state; the
-    highest wins, the lowest row on an exact tie. Returns row indices ``[S]``."""
+    """Row indices ``[S]`` of the argmax of the unrounded ``hidden @ weight.T + bias``, given its 16-bit rounding
+    ``logits [S, rows]``: rows within two rounding steps of the maximum (at most :data:`REFINE_TOP`) are
+    re-scored in float32, the highest winning, the lowest row on an exact tie."""
     vals, ids = torch.topk(logits, min(REFINE_TOP, logits.shape[-1]), dim=-1)  # [S, T], descending
     vals = vals.float()
     top = vals[:, :1]

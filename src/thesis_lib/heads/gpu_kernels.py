@@ -1,39 +1,15 @@
-"""FlashHead's greedy head as Triton kernels, for decode rows on a GPU (what the "triton" path, and "auto" on
-CUDA, runs).
+"""FlashHead's greedy head as Triton kernels for decode rows on a GPU (the "triton" path, and "auto" on CUDA).
 
-:func:`greedy` is the whole head in five kernels after nothing but the head's own inputs, with no host
-synchronisation, so it can be captured in a CUDA graph with the draft's body:
-
-1. the centroid scores ``h . c`` (one matrix product, bfloat16 like the CPU fast path's ranking);
-2. ``count_kernel``: many programs put every score's 16-bit key (its bit pattern made order-preserving) into a
-   per-row histogram of 2^16 bins and its top byte into one of 256 bins;
-3. ``pick_kernel``: the same programs each read the P-th largest key off the two histograms (two 256-entry
-   scans) and write the clusters above it as probes, the clusters equal to it into a tie list;
-4. ``candidate_kernel``: one program per probed cluster (the tied ones taken lowest index first, as
-   ``torch.topk``'s set would be up to its own tie order) scores its rows exactly (float32 sums of bfloat16
-   products, plus the slot bias) and folds its best (score, token) into one int64 ``atomic_max`` whose order
-   is the score's, then the lower token id; further programs score the special tokens the same way, and the
-   last ones zero the histograms for the next call;
-5. ``finish_kernel`` reads the token id out of the packed maximum.
-
-Why this shape (measured on an H100 with random weights at Qwen3-0.6B's shapes, 593 of 9,496 clusters,
-``thesis-lib gpu-check`` and a kernel-variant probe, 2026-11-23): the probe choice is the hard part. On one row
-of 9,496 scores ``torch.topk`` runs in one thread block (34-40 us); so did this module's first two selections,
-a bisection over the key bits (38-44 us, the 16 K-wide row spilling registers) and a chunked radix select in
-one program (27-29 us: each 2,048-wide histogram or prefix sum in one block costs ~2-3 us, and 3 passes of 3-5
-chunks add up). Spreading the counting over many blocks with global atomics took the choice to ~7 us (count
-2.2 us + pick 4.6 us). The candidate scores are 7.1 us (19 MB of rows at ~2.7 TB/s), the matrix product 6.4 us.
-The whole head, captured and timed on the device alone: 32.0 us at 593 probes (25.1 us at 64) against the
-dense head's 124 us; its kernels account for 21.4 us, the gaps between them for the rest. Without a graph,
-Python's launches of five kernels cost more than the work.
-
-:func:`probe` (one program per row) remains for float32 centroid scores, and :func:`cluster_scores` (the
-candidates' scores as a tensor) for the confidence head, which needs every candidate's score.
-
-Only a CUDA device runs the kernels in production; importing this module never imports Triton (the kernel
-module :mod:`thesis_lib.heads.triton_kernels` is imported by :func:`_kernels`), so the CPU path does not depend
-on it. Triton's interpreter runs the same kernels on a CPU (``TRITON_INTERPRET=1``), which is how the tests
-check them without a GPU.
+:func:`greedy` runs the whole head without host synchronisation, so a CUDA graph can capture it with the
+draft's body: the centroid scores (one matrix product); ``count_kernel`` puts each score's order-preserving
+16-bit key into per-row histograms from many programs; ``pick_kernel`` reads the P-th largest key off them and
+writes the probes (keys equal to it into a tie list, taken lowest index first); ``candidate_kernel`` scores
+each probed cluster and the special tokens exactly and folds the best (score, token) into one int64
+``atomic_max`` (ties to the lower token id), then zeroes the histograms; ``finish_kernel`` unpacks the token.
+The probe choice is spread over many programs because a one-block selection (``torch.topk``, a single-program
+radix select) would dominate the head; without a graph, launch overhead exceeds the work. :func:`probe` serves
+float32 centroid scores; :func:`cluster_scores` scores probed clusters for the confidence head. Triton is
+imported only by :func:`_kernels`; tests run the kernels on a CPU with ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -102,10 +78,9 @@ def _next_pow2(n: int) -> int:
 
 def probe(cluster_scores: torch.Tensor, n_probes: int, *, warps: int = 4,
           chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``n_probes`` best of each row of ``cluster_scores [S, C]`` (bfloat16 or float32) as int32 indices in
-    ascending order, ``[S, n_probes]``, ties at the threshold to the lowest index (the set ``torch.topk``
-    returns, up to which of several equal scores it keeps); and an int64 ``[S]`` reset for :func:`greedy`'s
-    packed maximum. One program per row: a radix select, 8 bits a pass, then one pass that writes them."""
+    """The ``n_probes`` best of each row of ``cluster_scores [S, C]`` (bfloat16 or float32) as ascending int32
+    indices (threshold ties to the lowest index), and the int64 ``[S]`` reset of :func:`greedy`'s packed maximum.
+    One program per row: a radix select, 8 bits a pass."""
     s, c = cluster_scores.shape
     if cluster_scores.dtype == torch.bfloat16:
         keys, bits = cluster_scores.contiguous().view(torch.int16), 16
@@ -141,15 +116,9 @@ def _workspace(device: torch.device, rows: int) -> dict:
 def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, slot_bias: torch.Tensor,
            tokens: torch.Tensor, special_w: torch.Tensor, special_b: torch.Tensor, special_ids: torch.Tensor,
            n_probes: int, sentinel: int | None = None, *, block_d: int | None = None, warps: int = 4) -> torch.Tensor:
-    """FlashHead's whole greedy choice on a GPU, ``h [S, D] -> token ids [S]`` (int64), in five kernels and no
-    host synchronisation. With bfloat16 centroids (the GPU default): the centroid scores (one matrix product);
-    every score's key counted into histograms by many programs; the same programs read the P-th largest key
-    off the histograms and write the keys above it as probes, the keys equal to it into a tie list; then one
-    program per probed cluster (ties taken lowest cluster index first) and per 16 special tokens scores its
-    rows and packs its best (score, token) into one ``atomic_max``, while further programs zero the
-    histograms; the last kernel reads the token out. Float32 centroids take :func:`probe` (one program per
-    row) for the probes instead. The same arguments as FlashHead's fused functions (``sentinel`` unused: every
-    row has a winner). Ties between tokens go to the lowest token id, as everywhere in this project."""
+    """FlashHead's greedy choice on a GPU, ``h [S, D] -> token ids [S]`` (int64), as in the module docstring;
+    float32 centroids take :func:`probe` for the probes. Arguments as FlashHead's fused functions (``sentinel``
+    unused: every row has a winner); ties go to the lowest token id."""
     k = _kernels()
     s, d = h.shape
     c, b, _ = weight_perm.shape

@@ -1,7 +1,5 @@
-"""The Triton kernels of :mod:`thesis_lib.heads.gpu_kernels` (which documents and launches them).
-
-This module imports Triton at its top, so only :func:`thesis_lib.heads.gpu_kernels._kernels` imports it, once
-Triton is known to be importable; the CPU path never does.
+"""The Triton kernels of :mod:`thesis_lib.heads.gpu_kernels`, which documents and launches them. Imports Triton at
+its top, so only :func:`thesis_lib.heads.gpu_kernels._kernels` imports it; the CPU path never does.
 """
 
 import triton
@@ -27,10 +25,9 @@ def _keys(scores, row, C, offs, KEY_BITS: tl.constexpr):
 
 @triton.jit
 def select_kernel(scores, top, best, P, C: tl.constexpr, KEY_BITS: tl.constexpr, CHUNK: tl.constexpr):
-    # one program per row: the P largest of C scores by a radix select, one 8-bit digit per pass from the top
-    # (a histogram of that digit among the keys that match the digits found so far), then one pass that
-    # writes the chosen indices in ascending order: every key above the threshold key, and of the keys equal
-    # to it the lowest indices. The row is read in CHUNK-wide pieces (it stays in L1/L2), so nothing spills.
+    # one program per row: the P largest of C scores by a radix select (per pass, a histogram of the next 8-bit
+    # digit among keys matching the digits found so far), then one pass writing in ascending order every index
+    # above the threshold key and the lowest ones equal to it. CHUNK-wide reads keep registers from spilling.
     row = tl.program_id(0)
     bins = tl.arange(0, 256)
     key0, _ = _keys(scores, row, C, tl.arange(0, 2), KEY_BITS)
@@ -63,8 +60,8 @@ def select_kernel(scores, top, best, P, C: tl.constexpr, KEY_BITS: tl.constexpr,
 
 @triton.jit
 def _packed(score, token):
-    # (score, token) -> int64 whose order is score's, then the LOWER token id: the argmax with ties to the
-    # lowest id becomes one integer maximum (and one atomic_max across programs)
+    # (score, token) -> int64 ordered by score, then the LOWER token id: an argmax with ties to the lowest id
+    # becomes one integer maximum (one atomic_max across programs)
     bits = score.to(tl.int32, bitcast=True)
     key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
     return (key.to(tl.int64) << 32) | (0xFFFFFFFF - token.to(tl.int64))
@@ -96,8 +93,8 @@ def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, 
 
 @triton.jit
 def count_kernel(scores, hist16, hist8, best, C: tl.constexpr, BLOCK: tl.constexpr):
-    # many programs, BLOCK scores each: every bfloat16 key into the row's 2^16-bin histogram (atomics on spread
-    # addresses) and its top byte into the row's 256-bin histogram (one atomic per bin and program)
+    # many programs, BLOCK scores each: every bfloat16 key into the row's 2^16-bin histogram, its top byte into
+    # the row's 256-bin histogram (one atomic per bin and program)
     pid = tl.program_id(0)
     row = tl.program_id(1)
     key, inside = _keys(scores, row, C, pid * BLOCK + tl.arange(0, BLOCK), 16)
@@ -174,9 +171,8 @@ def candidate_kernel(h, weight, top, bias, tokens, special_w, special_b, special
                      hist16, hist8, NS, P, NSP, C: tl.constexpr, D: tl.constexpr, B: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr):
     # programs j < P: one probed cluster each (the first P - need from ``top``, the rest the lowest-index ties),
-    # its B rows scored plus the slot bias (-inf on padding); the next NSP programs: B special tokens each.
-    # Every one of those puts its best (score, token) into the row's packed maximum. Programs after them (only
-    # after pick_kernel) zero the histograms for the next call.
+    # B rows plus slot bias; the next NSP: B special tokens each; each folds its best into the packed maximum.
+    # Programs after them (only after pick_kernel) zero the histograms for the next call.
     j = tl.program_id(0)
     row = tl.program_id(1)
     slots = tl.arange(0, B)

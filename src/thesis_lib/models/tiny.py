@@ -1,16 +1,8 @@
-"""Tiny random Qwen2/Qwen3 models and a byte-level tokenizer, built in-process (no download).
+"""Tiny random Qwen2/Qwen3 models and a byte-level tokenizer, built in-process, for tests and smoke runs.
 
-They exist for tests and smoke runs: the decoding loops, drafters and heads see the same Hugging Face
-classes as with the real models, in milliseconds. The tokenizer has the 256 byte symbols plus Qwen's
-three chat tokens (259 entries); the models' embedding matrices are padded to ``vocab_size`` rows (272 by
-default), like Qwen's 151,936 rows for a 151,665-entry tokenizer, so padding is exercised too.
-
-Weights are drawn with a larger spread than transformers' default (``init_std``), so that greedy
-continuations are not all one repeated token. A *noisy copy* of a model (its weights plus Gaussian noise)
-makes a draft that agrees with the target often but not always.
-
-The ``tiny:target`` and ``tiny:draft`` specs (the ``smoke`` parameter set) are a target and a noisy copy of it,
-written once into ``cache_dir()/tiny/`` by :func:`tiny_dir`.
+The byte tokenizer has Qwen's three chat tokens; embeddings are padded past it, as Qwen's are. Weights are drawn
+wider than transformers' default so greedy continuations vary; :func:`noisy_copy` makes a draft that often agrees
+with its target. The ``tiny:target`` and ``tiny:draft`` specs are such a pair, written once by :func:`tiny_dir`.
 """
 
 from __future__ import annotations

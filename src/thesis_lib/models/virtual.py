@@ -1,23 +1,11 @@
-"""Virtual CUDA devices on a CPU: the GPU code path rehearsed where no GPU is, with device mix-ups caught.
+"""Virtual CUDA devices on a CPU: the GPU code path rehearsed with real numbers, device mix-ups caught.
 
-Inside :func:`virtual_cuda` (or for a whole process, with ``THESIS_LIB_VIRTUAL_CUDA=<n>`` set before
-:mod:`thesis_lib` is imported), every tensor keeps its data on the CPU but carries the device it would live on:
-``tensor.device`` answers ``cuda:1`` for a tensor placed there, and every torch operation whose tensor
-arguments sit on different devices raises :class:`DeviceMismatch`, as CUDA would ("Expected all tensors to be
-on the same device"). The rules follow CUDA's: a 0-dim CPU tensor may join a CUDA operation, an index tensor
-may live on the CPU, a random generator must live on the device it draws for. ``x.to("cuda:1")``,
-``x.cuda()``, ``x.cpu()`` and factory functions with ``device=`` move the tag, not the data.
-
-``torch.cuda``'s clock calls are stood in for: :func:`torch.cuda.synchronize`, :class:`torch.cuda.Event` and
-:func:`torch.cuda.current_stream` record which device they were asked about (``calls``), so a test can check
-that a timer synchronised the device it measured; events read the host clock.
-
-Why not ``torch._subclasses.FakeTensorMode``: in a CPU-only torch build it refuses view operations on fake
-CUDA tensors ("PyTorch is not linked with support for cuda devices"), and it has no data, so decoding loops
-(which read token ids) cannot run under it. Here the loops run with real numbers, so their outputs can be
-compared with a plain CPU run.
-
-This module knows devices and nothing else; it is a rehearsal aid and never active unless asked for.
+Inside :func:`virtual_cuda` (or process-wide, with ``THESIS_LIB_VIRTUAL_CUDA=<n>`` set before import), tensors
+keep their data on the CPU but carry a device tag that moves (``.to()``, ``.cuda()``, ``device=``) copy-free; an
+operation mixing devices raises :class:`DeviceMismatch` by CUDA's rules. ``torch.cuda``'s synchronize, Event and
+current_stream record the device asked about (``calls``), so a test can check what a timer synchronised.
+Unlike ``torch._subclasses.FakeTensorMode`` (no data; no CUDA views in a CPU-only torch), decoding loops run
+here with real numbers, comparable with a plain CPU run. Never active unless asked for.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""A one-node Slurm cluster on localhost, its configuration, state and logs in one folder: the tests' real
-scheduler for a smoke sweep, and a way to try ``thesis-lib sweep run --executor slurm`` without a cluster.
-
-:class:`LocalCluster` starts MUNGE (its own key and socket), ``slurmctld`` and ``slurmd`` from Debian's
-``slurm-wlm`` with a generated ``slurm.conf`` (one node: this machine's cores and memory; one partition,
-``local``; no cgroups and no accounting database, so a finished job stays visible to ``scontrol`` for
-``MinJobAge``), waits until the node is idle, and on :meth:`stop` cancels what is left and stops all three.
-Slurm's client commands find it through ``SLURM_CONF`` (:meth:`environment`). :func:`unavailable` says why it
-cannot start here (commands not installed, not root: ``slurmd`` starts jobs as their user), or None.
+"""A one-node Slurm cluster on localhost (:class:`LocalCluster`: MUNGE, ``slurmctld`` and ``slurmd`` from Debian's
+``slurm-wlm``, all files in one folder, no accounting, so finished jobs stay visible for ``MinJobAge``): the tests'
+scheduler, and a way to try ``sweep run --executor slurm``. :func:`unavailable` says why it cannot start here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Running a sweep to its end: submit what is not done, watch with progress, report and resubmit what failed.
-
-:func:`run_sweep` checks every run cheaply (no model touched), saves the sweep (or finds it saved: a second call
-with the same grid resumes it), submits each run that is neither done nor queued nor running, and waits:
-a bar counts finished runs, its label the number queued, running, done and failed, and every change of a run's
-state is printed as it is seen. A run whose job failed, was cancelled or ran out of time is reported with its
-job id and the end of its log; with ``retries`` it is resubmitted that many times (its job resumes the run folder,
-keeping the samples already written). Finished runs are never submitted again.
+"""Running a sweep to its end (:func:`run_sweep`): submit what is not done, :func:`watch` with a progress bar and
+each state change, :func:`report` what failed with its log's end, and resubmit it (``retries``).
 """
 
 from __future__ import annotations
@@ -87,7 +81,8 @@ def report(states: list[ledger.RunState], log_lines: int = 15) -> str:
 
 def run_sweep(sweep: Sweep, executor, *, wait: bool = True, retries: int = 0, poll: float = 10.0,
               progress: bool = True) -> list[ledger.RunState]:
-    """Submit the sweep's unfinished runs and (with ``wait``) see them to their end; the runs' states."""
+    """Save (or resume) the sweep, submit its runs neither done nor active and, with ``wait``, watch them to their
+    end, resubmitting failures up to ``retries`` times (their jobs keep the samples written); the runs' states."""
     sweep.check()
     executor.check()
     with locked(sweep):

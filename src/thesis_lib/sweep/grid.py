@@ -1,18 +1,7 @@
-"""A sweep: benchmark runs named by the grid point each measures, and the folder the sweep lives in.
-
-:func:`from_grid` expands a base configuration and a grid (``{"k": [2, 4], "probes": [8, 64]}``, any
-:class:`~thesis_lib.bench.protocol.BenchConfig` parameter: K, probes, clusters, modes, models, prompt selection)
-into the Cartesian product of its values, in the grid's order, one run per point, named after its values
-(``k2-probes8``). :func:`of_runs` makes a sweep of given configurations (the book's chapter runs, which are no
-grid). The sweep's home folder holds
-
-- ``sweep.json``: its name, base and grid, and its runs in order with their grid points;
-- ``jobs/<run>.json``: each run's whole configuration, what a job executes (:func:`run_job`);
-- ``ledger.jsonl`` and ``logs/``: which job ran which run, and the jobs' output (:mod:`~thesis_lib.sweep.ledger`);
-
-and, for a grid, the run folders themselves (the usual ones of :mod:`~thesis_lib.bench.runs`: never
-overwritten, resumed where a job stopped). Saving a sweep whose home exists with other runs is refused, so a
-sweep is resumed by running the same command again, and a new grid needs a new name.
+"""A sweep: benchmark runs and the folder it lives in. :func:`from_grid` expands a base configuration and a grid
+(``{"k": [2, 4]}``) into a run per point (``k2``); :func:`of_runs` takes given configurations. Its home holds
+``sweep.json``, ``jobs/<run>.json`` (what :func:`run_job` executes), the :mod:`~thesis_lib.sweep.ledger` and, for a
+grid, the run folders; the same command resumes a sweep, a new grid needs a new name.
 """
 
 from __future__ import annotations
@@ -85,8 +74,8 @@ class Sweep:
         return doc
 
     def save(self) -> str:
-        """Write ``sweep.json`` and the job files; ``"new"`` or ``"resumed"`` (the same sweep saved before).
-        A home holding another sweep is refused and left as it is."""
+        """Write ``sweep.json`` and the job files: ``"new"``, or ``"resumed"`` if saved before; another sweep's
+        home is refused."""
         doc, file = self.document(), self.home / SWEEP
         if file.is_file():
             stored = json.loads(file.read_text(encoding="utf-8"))
@@ -128,8 +117,8 @@ def check_name(name: str) -> None:
 
 
 def from_grid(name: str, base: dict, grid: dict, out: str | Path = "runs/sweeps") -> Sweep:
-    """The sweep ``out/name`` of every point of ``grid`` over ``base`` (checked names; no model touched). Its runs'
-    folders are absolute paths, so the sweep can be watched and resumed from any folder."""
+    """The sweep ``out/name`` of every point of ``grid`` over ``base``, in the grid's order; run folders are
+    absolute, so it can be resumed from any folder."""
     check_name(name)
     known = {f.name for f in fields(protocol.BenchConfig)}
     for doc, what in ((base, "base"), (grid, "grid")):
@@ -196,8 +185,7 @@ def job_command(home: str | Path, run: str, python: str) -> list[str]:
 
 
 def run_job(home: str | Path, run: str, *, progress: bool = True):
-    """What one job does: execute the run's configuration, resuming its folder if an earlier job left it half done
-    (finished samples are kept); a finished run is not redone."""
+    """One job: execute the run, resuming a half-done folder (finished samples kept); a finished run is not redone."""
     sweep = open_sweep(home)
     cfg = sweep.config(run)
     with working_folder(sweep):

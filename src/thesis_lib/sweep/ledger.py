@@ -1,12 +1,7 @@
-"""Which job ran which run of a sweep, and the state each run is in.
-
-The sweep's ``ledger.jsonl`` is append-only: a ``submitted`` line for every job (run, executor, job id, log file,
-time) and an ``ended`` line when an executor learns how a job ended (a local job at once; a Slurm job when
-the driver sees it leave the queue, since the scheduler forgets finished jobs after a while). :func:`states`
-joins that with the run folders and the scheduler's view: a run is **done** when its folder holds the
-summary of its configuration (whatever the ledger says), **queued** or **running** while its latest job is, and
-**failed**, **cancelled** or **timeout** when that job ended without a summary; **todo** when no job was ever
-submitted for it; **unknown** while the scheduler cannot be asked (such a run is waited for, not resubmitted).
+"""Which job ran which run of a sweep (the append-only ``ledger.jsonl``: ``submitted`` lines, and ``ended`` lines as
+soon as an end is seen, since a scheduler forgets finished jobs), and each run's state (:func:`states`): **done**
+when its folder holds its configuration's summary, whatever the ledger says; else its latest job's **queued**,
+**running**, **failed**, **cancelled**, **timeout** or **unknown**; **todo** without a job.
 """
 
 from __future__ import annotations
@@ -21,8 +16,7 @@ from ..bench.runs import append_json_line
 LEDGER, LOGS = "ledger.jsonl", "logs"
 DONE, QUEUED, RUNNING, FAILED, CANCELLED, TIMEOUT, TODO = ("done", "queued", "running", "failed", "cancelled",
                                                           "timeout", "todo")
-#: A job whose state could not be learnt now (no executor asked, or the scheduler did not answer): never
-#: resubmitted, never written down as ended, waited for.
+#: A job whose state could not be learnt now: waited for, never resubmitted nor written down as ended.
 UNKNOWN = "unknown"
 ACTIVE = (QUEUED, RUNNING, UNKNOWN)
 ENDED_BADLY = (FAILED, CANCELLED, TIMEOUT)
@@ -100,10 +94,8 @@ def submissions(home: Path, run: str) -> list[str]:
 
 
 def states(sweep, executor=None) -> list[RunState]:
-    """Every run's state, in the sweep's order. ``executor.query(job_ids)`` gives the scheduler's view of jobs
-    the ledger has no end for: ``{job_id: (state, detail)}``, a job it no longer knows left out; such a job's
-    end is written to the ledger as it is seen. Without an executor those jobs are ``unknown`` and nothing is
-    written."""
+    """Every run's state in the sweep's order; jobs the ledger has no end for are asked of
+    ``executor.query(job_ids) -> {job_id: (state, detail)}`` and their ends written down (``unknown`` without one)."""
     home = sweep.home
     latest = jobs(home)
     open_ids = [j["job_id"] for j in latest.values() if "state" not in j]

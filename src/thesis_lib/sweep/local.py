@@ -1,10 +1,6 @@
-"""The local executor: a sweep's runs one after another on this machine.
-
-In this process (the default) the runs share a loaded pair where their models, devices and precision agree, so a
-sweep over K or probes loads its models once; with ``isolate=True`` each run is its own process
-(``thesis-lib sweep job``, as a Slurm job runs it) with its output in the sweep's ``logs/``. Either way a run
-that fails is recorded as failed with its error and the next run goes on; an interruption (Ctrl-C) records the
-run as cancelled and stops the sweep. Its job ids are ``local-<pid>-<n>``.
+"""The local executor: a sweep's runs one after another on this machine, in this process (sharing a loaded model
+pair where they agree on it) or, with ``isolate=True``, each as ``thesis-lib sweep job`` with its log in ``logs/``.
+A failed run is recorded and the next goes on; Ctrl-C records the run as cancelled and stops the sweep.
 """
 
 from __future__ import annotations
@@ -85,8 +81,7 @@ class LocalExecutor:
                           "cancelled, and finished runs are kept).")
 
     def query(self, job_ids: list[str]) -> dict[str, tuple[str, str]]:
-        """A local job without an end in the ledger runs while its process lives (a sweep in another shell), and
-        was interrupted with it otherwise."""
+        """A local job with no recorded end is running while its process (another shell's sweep) lives, else failed."""
         out = {}
         for job_id in job_ids:
             pid = job_id.split("-")[1] if job_id.count("-") == 2 else ""

@@ -1,16 +1,6 @@
-"""The Slurm executor: one batch job per run, through Slurm's own commands (``sbatch``, ``squeue``, ``scontrol``,
-``scancel``).
-
-Why sbatch and not submitit: a job here is a short shell script written beside its log (``jobs/<run>.sbatch``),
-which a user can read and resubmit by hand; what crosses to the node is a run's name, not pickled Python; and
-there is nothing to pin but the scheduler (the tests run Debian bookworm's ``slurm-wlm`` 22.05). What each job
-needs: the project folder and its virtual environment visible on the node at the same path (a shared file
-system, as clusters have), and the environment of the submitting shell (``sbatch`` exports it by default, so
-``THESIS_LIB_CACHE`` and ``HF_HOME`` reach the job). The job runs ``thesis-lib sweep job HOME RUN``, which
-resumes a half-done run folder; its Slurm job id is recorded in the run folder's environment.
-
-Resources (:class:`Resources`) default to what the thesis ran: a run whose target and draft sit on two GPUs
-(``cuda:0`` and ``cuda:1``) asks for two GPUs of one node, a one-GPU run for one, a CPU run for none.
+"""The Slurm executor: one batch job per run, a readable script (``jobs/<run>.sbatch``, no pickled Python) running
+``thesis-lib sweep job HOME RUN``. The node needs the project and its virtual environment at the same path; the
+submitting shell's environment (``THESIS_LIB_CACHE``, ``HF_HOME``) reaches the job through ``sbatch``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""A finished sweep as one table, and two sweeps' runs compared by what they generated.
-
-:func:`summary` has a row per run and mode: the run's grid values, decode tok/s (median), speedup over
-target-only decoding on the same prompts (median of per-prompt ratios), acceptance (accepted / drafted), tokens
-per round, how many outputs equal target-only output, and the jobs that made it (Slurm's ids, in order). :func:`compare` checks that two
-sweeps of the same grid (e.g. one through Slurm, one local) generated the same thing: per run, every sample's
-tokens and counts, which do not depend on where or how fast a run went.
+"""A finished sweep as one table (:func:`summary`), and two sweeps of one grid (e.g. Slurm and local) compared by
+what their runs generated, which does not depend on where or how fast they ran (:func:`compare`).
 """
 
 from __future__ import annotations
@@ -21,8 +16,8 @@ CONTENT = ("iteration", "question_id", "mode", "k", "tokens", "new_tokens", "fir
 
 
 def summary(sweep: Sweep | str, executor=None) -> pd.DataFrame:
-    """One row per run and mode of a sweep's finished runs (runs not done are listed with their state: as
-    ``executor`` sees their jobs, or ``unknown`` without one; nothing is written to the ledger then)."""
+    """Per run and mode: grid values, decode tok/s, speedup, acceptance, tokens per round, lossless count and the
+    jobs; runs not done get one row with their state (``unknown`` without ``executor``)."""
     sweep = open_sweep(sweep) if not isinstance(sweep, Sweep) else sweep
     rows = []
     for state in ledger.states(sweep, executor):
