@@ -60,6 +60,9 @@ def test_the_rehearsal_catches_what_a_gpu_would(pair):
     with virtual_cuda(2):
         a, b = torch.ones(3, device="cuda:0"), torch.ones(3).to("cuda:1")
         assert str(a.device) == "cuda:0" and str(b.device) == "cuda:1" and b.is_cuda
+        # every form of .cuda() lands where it says: positional, keyword, none (device 0)
+        c = torch.ones(2)
+        assert [str(x.device) for x in (c.cuda(1), c.cuda(device=1), c.cuda())] == ["cuda:1", "cuda:1", "cuda:0"]
         with pytest.raises(DeviceMismatch):
             a + b
         with pytest.raises(DeviceMismatch):

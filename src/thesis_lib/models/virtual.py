@@ -21,7 +21,6 @@ from torch.overrides import TorchFunctionMode
 CPU = torch.device("cpu")
 ENV = "THESIS_LIB_VIRTUAL_CUDA"
 _REAL_DEVICE = torch._C.TensorBase.device
-_REAL_IS_CUDA = torch._C.TensorBase.is_cuda
 
 
 class DeviceMismatch(RuntimeError):
@@ -84,9 +83,10 @@ class _Mode(TorchFunctionMode):
                 elif isinstance(a, torch.Tensor):
                     target = device_of(a)
             args = (args[0], *rest)
-        elif name == "cuda":
-            dev = args[1] if len(args) > 1 else kwargs.pop("device", 0)
-            return _tag(args[0].clone(), _device(0 if dev is None else dev))
+        elif name == "cuda":  # x.cuda(1), x.cuda(device=1) (that keyword already read above) or x.cuda()
+            if len(args) > 1 and args[1] is not None:
+                target = _device(args[1])
+            return _tag(args[0].clone(), target if target is not None else _device(0))
         elif name == "cpu":
             return _tag(args[0].clone(), CPU)
         tensors = _tensors(args, []) + _tensors(kwargs, [])
