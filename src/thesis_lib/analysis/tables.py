@@ -182,7 +182,7 @@ def table_4_8(run) -> pd.DataFrame:
 def table_4_8_evidence(run) -> pd.DataFrame:
     """Table 4.8's evidence as numbers, in the layout of ``data/thesis_reference.json``."""
     run = as_run(run)
-    dense, _, flash = _profile_modes(run)
+    flash = _profile_modes(run)[2]
     f = draft_split(run, flash)
     t = totals(samples_of(run, flash, "4.8"))
     rows = [("Base verification and finalization dominate", "FlashHead draft: share of measured time outside draft proposal",

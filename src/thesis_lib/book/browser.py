@@ -27,6 +27,13 @@ def chromium_path() -> str | None:
     return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def _chromium() -> str:
+    exe = chromium_path()
+    if exe is None:
+        raise ConfigError("No Chromium found (install Debian's `chromium`, or set CHROMIUM to its path).")
+    return exe
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     """Serves the built book silently, noting every path it could not find (``server.missing``)."""
 
@@ -78,9 +85,7 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
     """Serve ``html_dir`` on localhost and load each page (off-localhost requests, missing files, broken images
     and untypeset TeX fail it); returns ``{"pages": {...}, "ok": bool}``, written with screenshots to ``out_dir``."""
     html_dir, out_dir = Path(html_dir), Path(out_dir)
-    exe = chromium_path()
-    if exe is None:
-        raise ConfigError("No Chromium found (install Debian's `chromium`, or set CHROMIUM to its path).")
+    exe = _chromium()
     missing = [p for p in pages if not (html_dir / p).is_file()]
     if missing:
         raise ConfigError(f"Not in the built book: {', '.join(missing)}.")
@@ -165,9 +170,7 @@ def drive_live_app(notebook: str | Path, out_dir: str | Path, *, timeout_ms: int
 
     from . import live
 
-    exe = chromium_path()
-    if exe is None:
-        raise ConfigError("No Chromium found (install Debian's `chromium`, or set CHROMIUM to its path).")
+    exe = _chromium()
     from playwright.sync_api import sync_playwright
 
     out_dir = Path(out_dir)

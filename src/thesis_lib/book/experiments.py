@@ -27,10 +27,6 @@ from ..models.loading import output_rows
 from .params import ROOT, Params
 from .shared import cached_document, named, obtain, pair
 
-#: The new modes of the chapter (all deferred, the thesis' best schedule).
-BEYOND_MODES = ("baseline", "flash_deferred", "adaflash_deferred", "freq_deferred", "ngram_deferred",
-                "hybrid_deferred", "flash_deferred_hk", "flash_deferred_ck", "sample_dense", "sample_flash")
-
 
 def _calibration_cfg(p: Params):
     return p.bench(freq_calibration=p.calibration_per_category, freq_tokens_generated=p.max_new_tokens)

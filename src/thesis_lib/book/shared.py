@@ -48,15 +48,20 @@ def rows_floor_key(dtype: str, device: str) -> dict:
     return {}
 
 
+def machine_key(dtype: str, device: str, draft_device: str | None) -> dict:
+    """What a result's name adds to its parameters about this machine: the precision "auto" resolves to, whether
+    attention is row-exact and the rows floor, so that a result made another way here is not reused."""
+    key = {"dtype_resolved": loading.resolved_dtype("auto", device)} if dtype == "auto" else {}
+    if exact_attention(device, draft_device):
+        key["attention"] = "exact"
+    return {**key, **rows_floor_key(dtype, device)}
+
+
 def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
-    if cfg.dtype == "auto":  # the key names the precision "auto" resolves to on this machine
-        doc["dtype_resolved"] = loading.resolved_dtype("auto", cfg.device)
-    if exact_attention(cfg.device, cfg.draft_device):  # ... whether attention is row-exact
-        doc["attention"] = "exact"
-    doc.update(rows_floor_key(cfg.dtype, cfg.device))  # ... and the rows floor
+    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device))
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
@@ -210,11 +215,7 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     """The JSON result ``<set>-<kind>-<hash of key>`` under ``RUNS_DIR``: read back, else computed and written."""
     if p.thinking is not None:  # every document rests on prompts encoded with the template's switch
         key = {**key, "thinking": p.thinking}
-    if p.dtype == "auto":  # the key names the precision "auto" resolves to on this machine
-        key = {**key, "dtype_resolved": loading.resolved_dtype("auto", p.device)}
-    if exact_attention(p.device, p.draft_device):  # ... whether attention is row-exact
-        key = {**key, "attention": "exact"}
-    key = {**key, **rows_floor_key(p.dtype, p.device)}  # ... and the rows floor
+    key = {**key, **machine_key(p.dtype, p.device, p.draft_device)}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ import torch
 from ..errors import ClusteringAssetError
 from ..models.cache import cache_dir, sha256_file
 from ..models.cpu import fast_bf16
-from .clustering import ALGORITHM_VERSION, Clustering, capacities, check_cluster_count, spherical_kmeans
+from .clustering import ALGORITHM_VERSION, Clustering, capacities, check_cluster_count, member_means, spherical_kmeans
 
 ASSET_DIR = "flash_head_assets"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "clusterings"
@@ -168,14 +168,14 @@ def shipped_clustering(weight: torch.Tensor, weight_sha: str, key: str, n_cluste
         raise ClusteringAssetError(f"cannot read the shipped clustering {path.name}: {e}") from e
     if meta.get("head_sha256") != weight_sha:
         return None  # the same key prefix, another head: cluster it here
-    v, d = weight.shape
+    v = weight.shape[0]
     cap = capacities(v, n_clusters)
     if (assign.shape != (v,) or int(assign.min()) < 0 or int(assign.max()) >= n_clusters
             or not torch.equal(torch.bincount(assign, minlength=n_clusters), cap)):
         raise ClusteringAssetError(f"the shipped clustering {path.name} is not an equal-size partition of "
                                    f"{v} tokens into {n_clusters} clusters.")
     w = weight.detach().to(torch.float32).cpu()
-    centroids = torch.zeros(n_clusters, d).index_add_(0, assign, w) / cap.unsqueeze(1).to(w.dtype)
+    centroids = member_means(w, assign, cap)
     info = json.loads(meta.get("info", "{}"))
     info["shipped"] = f"thesis_lib/data/clusterings/{path.name}"
     return Clustering(centroids=centroids, assignments=assign, info=info)

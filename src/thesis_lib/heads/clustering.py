@@ -150,6 +150,12 @@ def balanced_assign(xn: torch.Tensor, cn: torch.Tensor, cap: torch.Tensor, *, m:
     return assign, passes
 
 
+def member_means(w: torch.Tensor, assign: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
+    """Each cluster's centroid as its members' raw mean (Embedl's format): ``[C, d]`` from rows ``w`` ``[V, d]``,
+    their clusters ``assign`` and the cluster sizes ``cap``."""
+    return torch.zeros(cap.numel(), w.shape[1]).index_add_(0, assign, w) / cap.unsqueeze(1).to(w.dtype)
+
+
 def _normalise(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
@@ -188,7 +194,7 @@ def spherical_kmeans(weight: torch.Tensor, n_clusters: int, *, iterations: int =
         if moved < tol:
             break
     bar.close()
-    means = torch.zeros(n_clusters, d).index_add_(0, assign, w) / cap.unsqueeze(1).to(w.dtype)
+    means = member_means(w, assign, cap)
     info = {
         "algorithm": "equal-size spherical k-means",
         "algorithm_version": ALGORITHM_VERSION,

@@ -141,10 +141,6 @@ def concatenate(parts: list[Path], out: Path, model: EmbeddedModel, progress: bo
                     bar.update(len(block))
 
 
-#: The precisions a conversion is stored in: the one a load asks for (bfloat16), float32 for everything else.
-STORED_DTYPES = ("float32", "bfloat16")
-
-
 def storage_dtype(dtype: str | None = None) -> str:
     """The stored precision serving a load in ``dtype`` (None: this CPU's ``DTYPE: auto``,
     :func:`thesis_lib.models.cpu.auto_dtype`): bfloat16 for bfloat16, float32 otherwise."""

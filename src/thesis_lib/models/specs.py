@@ -63,10 +63,6 @@ class ModelSpec:
     repo_id: str | None = None
     quant: str | None = None
 
-    @property
-    def label(self) -> str:
-        return self.spec
-
 
 def resolve(spec: str) -> ModelSpec:
     """Parse a spec string; raise :class:`UnknownModelError` (listing the known specs) if it is none."""
