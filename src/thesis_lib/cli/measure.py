@@ -124,6 +124,13 @@ def cmd_table(args) -> int:
     return 0
 
 
+def cmd_results(args) -> int:
+    from ..analysis import headline
+
+    print(headline.markdown(*headline.committed(args.data)))
+    return 0
+
+
 def cmd_precision_bench(args) -> int:
     from ..bench import precision
 
@@ -261,6 +268,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--against", default=None, help="a second run folder of the same configuration: print the "
                    "reproducibility table (identical tokens, acceptance, speed spread) instead")
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("results", help="the thesis' main ratios beside a build's (the README's results table)")
+    p.add_argument("--data", default=None, help="a build's run folder (default: the committed default build's, "
+                   "data/reference/book-cpu-embedded)")
+    p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("precision-bench", help="float32, bfloat16 and int4 on the CPU side by side: step and verify "
                        "cost, end-to-end speedup",
