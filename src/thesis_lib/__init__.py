@@ -5,17 +5,16 @@ Subpackages, each a layer that imports only from the layers before it:
 ``decoding`` (cache state, drafters, greedy and sampling loops, K policies, clocks) <- ``bench`` (prompts,
 modes, the protocol, run folders, model-only benchmarks) <- ``analysis`` (theory, the thesis' numbers, tables,
 co-design, lookahead, the sampling check) <- ``book`` (parameter sets, shared results, figures, widgets, the
-build) <- ``cli``. ``errors`` is shared by all.
+build) <- ``cli``. ``errors`` and ``progress`` are shared by all.
 """
 
 import os as _os
 
 __version__ = "0.1.0"
 
-if _os.environ.get("THESIS_LIB_PROGRESS"):  # a book build's kernel: progress to the build's terminal
-    import importlib as _importlib
+from .progress import quiet_known_noise as _quiet
 
-    _importlib.import_module(".progress", __name__)  # registers the kernel's peak-memory report at exit
+_quiet()  # two warnings of torchao's import nobody here can act on (progress._KnownNoise)
 
 if _os.environ.get("THESIS_LIB_VIRTUAL_CUDA"):  # a rehearsal of the GPU path on a CPU (models.virtual)
     from .models import virtual as _virtual

@@ -18,6 +18,31 @@ from pathlib import Path
 
 ENV = "THESIS_LIB_PROGRESS"
 _STREAM = None
+#: How often a bar still running is shown again where the terminal cannot redraw a line (a pipe, a log file).
+PIPE_EVERY_S = 20.0
+
+
+class _KnownNoise:
+    """A logging filter for two warnings nobody using this project can act on: torchao failing to load its CUDA
+    kernels into a torch built without CUDA, and torch deprecating a call torchao makes at import."""
+
+    def filter(self, record) -> bool:
+        msg = record.getMessage()
+        if record.name == "torchao" and msg.startswith("Failed to load") and "/torchao/_C" in msg:
+            import torch
+
+            return torch.version.cuda is not None  # a CUDA build failing to load them is worth hearing about
+        return not (record.name == "torch.utils._pytree" and "is an Enum subclass and is now natively" in msg)
+
+
+def quiet_known_noise() -> None:
+    """Install :class:`_KnownNoise` on the two loggers it concerns (before they log: at the library's import)."""
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _KnownNoise) for f in logger.filters):
+            logger.addFilter(_KnownNoise())
 
 
 def _stream():
@@ -76,13 +101,15 @@ if os.environ.get(ENV):
 class Follower:
     """The build's side: shows what the kernels write to the progress file, and collects their peak memory."""
 
-    def __init__(self, path: Path, out=sys.stderr):
+    def __init__(self, path: Path, out=sys.stderr, pipe_every: float = PIPE_EVERY_S):
         self.path, self.out, self.pos, self.peaks, self.partial = Path(path), out, 0, [], ""
+        self.pipe_every, self.shown_at, self.shown = pipe_every, time.monotonic(), ""
         self.path.write_text("")
 
     def poll(self) -> None:
-        """Show what arrived since the last poll: each finished line once (a bar's last state); on a terminal the
-        bar still running is redrawn in place. Peak-memory records are kept, not shown."""
+        """Show what arrived since the last poll: each finished line once (a bar's last state); the bar still
+        running is redrawn in place on a terminal, and elsewhere shown as a line of its own every
+        ``pipe_every`` seconds when it has moved. Peak-memory records are kept, not shown."""
         with open(self.path, encoding="utf-8", newline="") as f:  # keep the bars' \r as written
             f.seek(self.pos)
             data = f.read()
@@ -96,8 +123,13 @@ class Follower:
                 self.peaks.append(float(last.split()[2]))
             elif last.strip():
                 self.out.write(("\r\033[K" if tty else "") + last + "\n")
-        if tty and self.partial.strip():
-            self.out.write("\r\033[K" + self.partial.split("\r")[-1][:150])
+                self.shown_at = time.monotonic()
+        running = self.partial.split("\r")[-1][:150]
+        if tty and running.strip():
+            self.out.write("\r\033[K" + running)
+        elif running.strip() and running != self.shown and time.monotonic() - self.shown_at >= self.pipe_every:
+            self.out.write(running + "\n")
+            self.shown_at, self.shown = time.monotonic(), running
         self.out.flush()
 
     def follow(self, stop, interval: float = 1.0) -> None:

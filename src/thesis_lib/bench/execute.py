@@ -28,7 +28,7 @@ from .runner import Runner
 
 def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
             warmup: int = 1, warmup_tokens: int | None = None, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
-            thinking: bool | None = None,
+            thinking: bool | None = None, desc: str = "bench",
             progress: bool = True, done: dict[tuple, dict] | None = None,
             on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """The measured set, prompts x iterations, every mode on each (order alternated), after ``warmup``
@@ -61,7 +61,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     if not todo:
         return records
     n_warm = warmup * len(modes)
-    with tqdm(total=n_warm + len(todo) * len(modes), desc="bench", unit="gen", disable=not progress) as bar:
+    with tqdm(total=n_warm + len(todo) * len(modes), desc=desc, unit="gen", disable=not progress) as bar:
         measured_length = runner.max_new_tokens
         try:  # a warm-up touches every weight and makes every kernel shape; its length need not be the measured one
             runner.max_new_tokens = min(measured_length, warmup_tokens or measured_length)

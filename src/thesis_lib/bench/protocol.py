@@ -311,7 +311,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup,
             warmup_tokens=cfg.warmup_tokens, chat=cfg.chat,
             thinking=cfg.thinking, turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
-            on_record=folder.append)
+            on_record=folder.append, desc=cfg.name)
     if head is not None:  # the path actually taken is known only after the first call (compiled or eager)
         env = folder.environment
         current = env["resumed"][-1] if env.get("resumed") else env

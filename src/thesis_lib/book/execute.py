@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,26 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "ch6_beyond", "explorer")
 #: Chapter 4 runs the benchmarks the others read, so it goes first.
 RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "ch6_beyond", "explorer")
+
+
+def kernel_manager(folder: Path):
+    """A kernel manager class whose kernels talk to the build over local sockets in ``folder`` (IPC), not TCP: no
+    port is opened, and the kernel has no reason to warn that its TCP traffic is unencrypted. ``folder`` should
+    have a short path (a socket's path is limited to about 100 characters)."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _default_transport(self):
+            return "ipc"
+
+        @default("ip")
+        def _default_ip(self):
+            folder.mkdir(parents=True, exist_ok=True)
+            return str(folder / "kernel")
+
+    return IPCKernelManager
 
 
 def notebook_parameters(name: str) -> set[str]:
@@ -87,6 +108,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     values["FIG_DIR"] = str((out_dir / "figures").relative_to(ROOT))
     lib = code_digest()
     fates, report = {}, []
+    sockets = tempfile.TemporaryDirectory(prefix="thesis-kernels-")  # the kernels' IPC sockets
     order = sorted(names, key=RUN_ORDER.index)
     for i, name in enumerate(order, 1):
         src = NOTEBOOK_DIR / f"{name}.ipynb"
@@ -110,7 +132,8 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         try:
             with _environment(env):  # the kernels inherit it
                 papermill.execute_notebook(str(src), str(tmp), parameters=given, cwd=str(ROOT),
-                                           kernel_name="python3", progress_bar=False, log_output=False)
+                                           kernel_name="python3", progress_bar=False, log_output=False,
+                                           kernel_manager_class=kernel_manager(Path(sockets.name)))
         finally:
             done.set()
             watcher.join()
@@ -132,6 +155,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, dest)
         fates[name] = "executed"
+    sockets.cleanup()
     (out_dir / "execution.json").write_text(json.dumps(report, indent=1))
     return fates
 

@@ -75,6 +75,7 @@ def pair(p: Params, flash: bool = True):
     if key not in _PAIRS:
         _PAIRS.clear()
         torch.set_num_threads(protocol.available_cores())  # explicit (and recorded with every run and document)
+        note(f"loading {p.target} and {p.draft} ({loading.resolved_dtype(p.dtype, p.device)})")
         target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
                                          dtype=p.dtype, progress=p.progress)
         _PAIRS[key] = [target, draft, None]
@@ -94,11 +95,15 @@ def obtain(cfg: protocol.BenchConfig, p: Params):
         if protocol.BenchConfig.from_dict(run.config).to_dict() == json.loads(json.dumps(cfg.to_dict())):
             note(f"run folder {cfg.name}: reused ({measured_when(run.environment)})")
             return run
-    cfg.check()
+    n_prompts = len(cfg.check())
     loaded = pair(p, flash=cfg.needs_flash)
     if loaded[2] is not None and cfg.clusters is not None and loaded[2].n_clusters != cfg.clusters:
         loaded = loaded[:2]  # another clustering than the shared head's: the run builds its own
+    note(f"run folder {cfg.name}: {'resuming' if cfg.path.exists() else 'measuring'} "
+         f"({len(cfg.modes)} modes x {n_prompts} prompts x {cfg.iterations} iteration(s))")
+    t0 = time.perf_counter()
     run = protocol.run(cfg, resume=cfg.path.exists(), progress=p.progress, loaded=loaded)
+    note(f"run folder {cfg.name}: measured ({time.perf_counter() - t0:.0f} s)")
     pair(p, flash=cfg.needs_flash)  # the shared head's probe count back to these parameters'
     return run
 
@@ -222,6 +227,7 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         note(f"{path.name}: reused ({measured_when(doc.get('measured') or doc.get('environment') or {})})")
         return doc
     measured = provenance()  # the date, revision and code this document is made with, taken before the work
+    note(f"{path.name}: computing")
     t0 = time.perf_counter()
     doc = compute()
     doc["key"] = key

@@ -21,8 +21,11 @@ from . import book, decode, measure, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="thesis-lib", description="The thesis-companion command line.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="thesis-lib", description="The thesis-companion command line: speculative decoding with a dense or "
+        "FlashHead draft, measured as the thesis measured it.", epilog="Each command takes --help; the README's "
+        "table and docs/usage.md describe them.")
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for group in (decode, measure, book, sweep):
         group.add_parsers(sub)
     return parser

@@ -22,7 +22,8 @@ def models(p: argparse.ArgumentParser, *, target: bool = True) -> None:
     g.add_argument("--device", default="cpu", help="device for both models, e.g. cpu, cuda:0 (default: %(default)s)")
     if target:
         g.add_argument("--draft-device", default=None, help="device for the draft if it differs from --device")
-    g.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
+    g.add_argument("--dtype", default="auto", help="auto (bfloat16 where the CPU or GPU runs it natively, else float32), "
+                   "float32, bfloat16, float16 (default: auto)")
     g.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
 
@@ -60,7 +61,9 @@ def flash(p: argparse.ArgumentParser) -> None:
 
 
 def prompts(g, default_file: str | None = None) -> None:
-    """``--prompt-file``, ``--categories`` and ``--prompts`` (into a parser or an argument group)."""
+    """``--prompt-file``, ``--categories`` and ``--prompts`` (into an argument group, or a group of their own)."""
+    if isinstance(g, argparse.ArgumentParser):
+        g = g.add_argument_group("prompts")
     shipped = "project (default), demo" if default_file == "project" else "demo (default), project"
     g.add_argument("--prompt-file", default=default_file, help=PROMPT_FILE_HELP.format(shipped))
     g.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
