@@ -26,6 +26,9 @@ PY := $(VENV)/bin/python
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.thesis-lib-installed
 PYTEST_ARGS ?=
+# Runs a quiet command with a line every 20 s saying it goes on (pip says nothing for minutes while it downloads).
+talk = ( while sleep 20; do echo "  $(1): still working"; done ) & talker=$$!; $(2); status=$$?; \
+	kill $$talker 2>/dev/null; exit $$status
 
 .PHONY: env models book explore demo browser slurm test clean-venv
 
@@ -34,8 +37,9 @@ env: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH) $(TORCH_PIP_ARGS)
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	@echo "installing $(TORCH) and the project's dependencies into $(VENV)"
+	@$(call talk,installing $(TORCH),$(PY) -m pip install --quiet $(TORCH) $(TORCH_PIP_ARGS))
+	@$(call talk,installing '.[$(EXTRAS)]',$(PY) -m pip install --quiet -e '.[$(EXTRAS)]')
 	@touch $@
 
 models: $(STAMP)

@@ -212,6 +212,34 @@ def test_chapter_4_glue_and_tables(smoke_book):
         assert "thesis = Qwen3-32B-AWQ" in html and "(parameter set smoke, measured 20" in html and ">this run<" in html, n
 
 
+def test_the_introduction_opens_with_the_glued_strip(smoke_book):
+    """The first screen of the introduction shows the five ratios beside the thesis' (glued, not typed: the page's
+    count of findings that point the thesis' way is recounted here from the table it shows), and the facts the
+    page states about the build (precision, new tokens, prompts) are the parameter set's and the run's."""
+    from thesis_lib.analysis import headline
+    from thesis_lib.models import loading
+
+    _, html, tmp = smoke_book
+    page = (html / "intro.html").read_text(encoding="utf-8")
+    first = page[:page.index("answer, in brief")]
+    rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*\(Table [^<]*\))</td>\s*<td[^>]*>([0-9.]+)</td>\s*<td[^>]*>([0-9.]+)</td>",
+                      first)
+    assert [r[0] for r in rows] == [f"{f} (Table {t})" for f, t, _ in headline.FINDINGS]
+    same = sum((float(t) > 1) == (float(o) > 1) for _, t, o in rows)
+    g = glued("ch4_results")
+    assert g["headline_same_way"] == same and g["headline_total"] == 5
+    assert re.search(rf">{same}</span>\s*of these\s*<span[^>]*>5</span>\s*findings", first)
+    assert "a FlashHead draft step costs" in first and "headline_why" not in first
+    p = params.Params.from_namespace(params.load_parameters("smoke")).check()
+    assert g["build_new_tokens"] == p.max_new_tokens and g["build_dtype"] == loading.resolved_dtype(p.dtype, p.device)
+    runs = tmp / "runs"
+    main = next(runs.glob("smoke-bench-*"))
+    prompts = {json.loads(line)["question_id"] for line in (main / "samples.jsonl").read_text().splitlines()}
+    assert g["build_prompts"] == len(prompts)
+    for key in ("build_dtype", "build_new_tokens", "build_prompts"):
+        assert f"ch4_results.ipynb::{key}" in (params.ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+
+
 def test_chapter_5_and_explorer_glue(smoke_book):
     g = glued("ch5_conclusion")
     assert g["finding_count"] == len(reference.FINDINGS) and 0 <= g["agree_count"] <= g["finding_count"]

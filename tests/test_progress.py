@@ -85,3 +85,52 @@ def test_notebook_kernels_talk_over_local_sockets_and_do_not_warn(tmp_path):
         stderr[how] = proc.stderr
         assert "42" in (tmp_path / "out.ipynb").read_text()
     assert "without encryption" in stderr["tcp"] and "without encryption" not in stderr["ipc"]
+
+
+def test_a_bar_on_a_pipe_prints_lines_at_intervals(monkeypatch):
+    """Outside a notebook and a terminal (CI, a log file) each redraw is a line of its own, at most one per
+    interval, the last state included."""
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    for every, want in ((60.0, ["0%", "100%"]), (0.0, ["0%", "17%", "33%", "50%", "67%", "83%", "100%"])):
+        monkeypatch.setattr(progress, "PIPE_EVERY_S", every)
+        out = _Pipe()
+        for _ in progress.tqdm(range(6), desc="work", file=out, miniters=1):
+            pass
+        shown = [line.split("|")[0].split()[-1] for line in out.getvalue().splitlines()]
+        shown = [x for i, x in enumerate(shown) if i == 0 or x != shown[i - 1]]  # closing repeats the last state
+        assert shown == want and "\r" not in out.getvalue()
+
+
+def test_silent_work_still_says_it_goes_on(tmp_path, monkeypatch):
+    """A notebook step that writes nothing for 30 s (loading, a computation without a bar) gets a line naming the
+    notebook; a step that keeps writing gets none."""
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    out = _Pipe()
+    f = progress.Follower(tmp_path / "progress.log", out=out, pipe_every=20.0)
+    f.label, f.started, f.active_at = "ch4_results", 0.0, 0.0
+    for t in (10, 25, 29):
+        now[0] = t
+        f.poll()
+    assert out.getvalue() == ""
+    now[0] = 31
+    f.poll()
+    assert out.getvalue() == "  ch4_results: still working (31 s)\n"
+    now[0] = 45
+    f.poll()  # 14 s since that line: quiet again
+    assert out.getvalue().count("\n") == 1
+
+
+def test_a_heartbeat_speaks_on_a_pipe(monkeypatch, capsys):
+    import time
+
+    monkeypatch.setattr(progress, "PIPE_EVERY_S", 0.05)
+    t0 = time.monotonic()
+    with progress.heartbeat("converting x"):
+        time.sleep(0.18)
+    elapsed = time.monotonic() - t0
+    err = capsys.readouterr().err
+    # one line per interval while it lasts (none more than the time allows), then silence
+    assert err.startswith("  converting x: still working (0 s)") and 1 <= err.count("\n") <= elapsed / 0.05 + 1
+    time.sleep(0.12)
+    assert capsys.readouterr().err == ""

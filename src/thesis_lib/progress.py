@@ -55,18 +55,65 @@ def _stream():
     return _STREAM
 
 
-def tqdm(*args, **kwargs):
-    """A progress bar: ``tqdm.auto``'s, or, inside a book build's kernel, a text bar into the progress file."""
-    stream = _stream()
-    if stream is None:
-        from tqdm.auto import tqdm as auto
+class _Lines:
+    """A stream for a bar where lines cannot be redrawn (a pipe, a log file): each redraw becomes a line."""
 
-        return auto(*args, **kwargs)
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text: str) -> None:
+        for part in text.replace("\r", "\n").split("\n"):
+            if part.strip():
+                self.out.write(part + "\n")
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def tqdm(*args, **kwargs):
+    """A progress bar: ``tqdm.auto``'s on a terminal or in Jupyter; where stderr is a pipe or a file, a line every
+    :data:`PIPE_EVERY_S` seconds; inside a book build's kernel, a text bar into the progress file."""
+    stream = _stream()
     from tqdm import tqdm as text
+
+    if stream is None:
+        err = kwargs.get("file") or sys.stderr
+        if getattr(err, "isatty", lambda: False)() or "ipykernel" in sys.modules:
+            from tqdm.auto import tqdm as auto
+
+            return auto(*args, **kwargs)
+        kwargs.update(file=_Lines(err), ascii=True, dynamic_ncols=False, ncols=100)
+        kwargs["mininterval"] = max(kwargs.get("mininterval", 0.0), PIPE_EVERY_S)
+        return text(*args, **kwargs)
 
     kwargs.update(file=stream, ascii=True, dynamic_ncols=False, ncols=100)
     kwargs.setdefault("mininterval", 2.0)
     return text(*args, **kwargs)
+
+
+class heartbeat:
+    """``with heartbeat(what):`` a line every :data:`PIPE_EVERY_S` seconds on stderr saying ``what`` goes on, where
+    stderr is a pipe or a file (work whose own bar, a library's, only redraws a terminal's line)."""
+
+    def __init__(self, what: str):
+        self.what, self.done = what, None
+
+    def __enter__(self):
+        import threading
+
+        if getattr(sys.stderr, "isatty", lambda: False)() or _stream() is not None:
+            return self
+        self.done, t0 = threading.Event(), time.monotonic()
+
+        def beat():
+            while not self.done.wait(PIPE_EVERY_S):
+                print(f"  {self.what}: still working ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+        threading.Thread(target=beat, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.done is not None:
+            self.done.set()
 
 
 def note(message: str) -> None:
@@ -104,12 +151,14 @@ class Follower:
     def __init__(self, path: Path, out=sys.stderr, pipe_every: float = PIPE_EVERY_S):
         self.path, self.out, self.pos, self.peaks, self.partial = Path(path), out, 0, [], ""
         self.pipe_every, self.shown_at, self.shown = pipe_every, time.monotonic(), ""
+        self.active_at, self.started, self.label = self.shown_at, self.shown_at, "working"
         self.path.write_text("")
 
     def poll(self) -> None:
         """Show what arrived since the last poll: each finished line once (a bar's last state); the bar still
         running is redrawn in place on a terminal, and elsewhere shown as a line of its own every
-        ``pipe_every`` seconds when it has moved. Peak-memory records are kept, not shown."""
+        ``pipe_every`` seconds when it has moved; after one and a half of those with nothing to show, a line
+        says the work goes on. Peak-memory records are kept, not shown."""
         with open(self.path, encoding="utf-8", newline="") as f:  # keep the bars' \r as written
             f.seek(self.pos)
             data = f.read()
@@ -123,17 +172,27 @@ class Follower:
                 self.peaks.append(float(last.split()[2]))
             elif last.strip():
                 self.out.write(("\r\033[K" if tty else "") + last + "\n")
-                self.shown_at = time.monotonic()
+                self.shown_at = self.active_at = time.monotonic()
         running = self.partial.split("\r")[-1][:150]
+        now = time.monotonic()
         if tty and running.strip():
             self.out.write("\r\033[K" + running)
-        elif running.strip() and running != self.shown and time.monotonic() - self.shown_at >= self.pipe_every:
+            if running != self.shown:
+                self.shown, self.active_at = running, now
+        elif running.strip() and running != self.shown and now - self.shown_at >= self.pipe_every:
             self.out.write(running + "\n")
-            self.shown_at, self.shown = time.monotonic(), running
+            self.shown_at = self.active_at = now
+            self.shown = running
+        if now - self.active_at >= 1.5 * self.pipe_every:
+            self.out.write(("\r\033[K" if tty else "") + f"  {self.label}: still working ({now - self.started:.0f} s)\n")
+            self.active_at = now
         self.out.flush()
 
-    def follow(self, stop, interval: float = 1.0) -> None:
-        """Poll until ``stop()`` is true (run in a thread beside the notebook's execution)."""
+    def follow(self, stop, interval: float = 1.0, label: str = "working") -> None:
+        """Poll until ``stop()`` is true (run in a thread beside the notebook's execution), naming the work
+        ``label`` in the lines that say it goes on."""
+        self.label, self.started = label, time.monotonic()
+        self.active_at = self.started
         while not stop():
             self.poll()
             time.sleep(interval)

@@ -1,7 +1,9 @@
 """The headline: the thesis' five main ratios beside one build's (the README's results table, the book's first
 screen). :data:`FINDINGS` names each ratio and the thesis table row it comes from; :func:`strip` computes them
 from a build's main run and model-bench document; :func:`committed` finds those in a folder of run data (the
-committed default build's by default); :func:`markdown` writes the table with where the numbers come from."""
+committed default build's by default); :func:`markdown` writes the table with where the numbers come from;
+:func:`same_way` counts the findings that point the way the thesis' do, and :func:`why_differ` says, from the
+measured costs, what sets this machine apart."""
 
 from __future__ import annotations
 
@@ -70,3 +72,26 @@ def markdown(run, model_bench: dict) -> str:
                  f"{run.config.get('max_new_tokens')} new tokens, on {env.get('cpu', 'a CPU')} ({env.get('torch_threads', '?')} "
                  f"threads), {when}. Thesis: {reference.setup()['label'].removeprefix('thesis: ')}.")
     return "\n".join(lines)
+
+
+def same_way(df: pd.DataFrame) -> int:
+    """How many findings point the same way here as in the thesis (both ratios above 1, or both not)."""
+    return int(sum((t > 1) == (o > 1) for t, o in zip(df["Thesis"], df["This build"])))
+
+
+def thesis_draft_cost() -> float:
+    """The thesis' FlashHead draft step over its target step: Table 4.3's Flash model mean latency over the time per
+    token of its target-only decoding (Table 4.9's Base only)."""
+    return (reference.value("4.3", "Flash model", "Mean latency (ms)")
+            / (1000 / reference.value("4.9", "Base only", "Decode Tok/s")))
+
+
+def why_differ(c_here: float, c_thesis: float, verify_here: float, k: int) -> str:
+    """What the measured costs say about a speculative round here: the draft step's cost in target steps beside the
+    thesis', and whether a verified block of K + 1 tokens costs more than one target step."""
+    draft = (f"a FlashHead draft step costs {c_here:.2f} of a target step here, against {c_thesis:.2f} in the thesis"
+             if c_here > c_thesis else
+             f"a FlashHead draft step costs {c_here:.2f} of a target step here, no more than the thesis' {c_thesis:.2f}")
+    block = (f"verifying a block of {k + 1} tokens costs {verify_here:.2f} target steps"
+             + (", so a verified block is not free" if verify_here > 1.05 else ", about one step: nearly free"))
+    return f"{draft}, and {block}"

@@ -127,7 +127,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
             print(f"[{i}/{len(order)}] {name}: executing ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         tmp = dest.with_suffix(".partial.ipynb")
         done = threading.Event()
-        watcher = threading.Thread(target=follower.follow, args=(done.is_set,), daemon=True)
+        watcher = threading.Thread(target=follower.follow, args=(done.is_set,), kwargs={"label": name}, daemon=True)
         watcher.start()
         try:
             with _environment(env):  # the kernels inherit it

@@ -101,9 +101,7 @@ def obtain(cfg: protocol.BenchConfig, p: Params):
         loaded = loaded[:2]  # another clustering than the shared head's: the run builds its own
     note(f"run folder {cfg.name}: {'resuming' if cfg.path.exists() else 'measuring'} "
          f"({len(cfg.modes)} modes x {n_prompts} prompts x {cfg.iterations} iteration(s))")
-    t0 = time.perf_counter()
     run = protocol.run(cfg, resume=cfg.path.exists(), progress=p.progress, loaded=loaded)
-    note(f"run folder {cfg.name}: measured ({time.perf_counter() - t0:.0f} s)")
     pair(p, flash=cfg.needs_flash)  # the shared head's probe count back to these parameters'
     return run
 

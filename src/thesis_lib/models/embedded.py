@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ChecksumError, MissingPackageError
+from ..progress import heartbeat
 from .cache import cache_dir, sha256_file
 
 EMBEDDED_PREFIX = "embedded:"
@@ -188,10 +189,11 @@ def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # Loaded straight into the stored precision: transformers de-quantises each GGUF tensor to float32 and casts
-    # it as it places it, so no float32 copy of the whole model is held (same bytes as casting a float32 load).
-    lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, stored))
+    with heartbeat(f"converting {model.name}"):
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # Loaded straight into the stored precision: transformers de-quantises each GGUF tensor to float32 and
+        # casts it as it places it, so no float32 copy of the whole model is held.
+        lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, stored))
     # save_pretrained refuses GGUF-loaded models, so write the plain parts by hand.
     config = lm.config
     for attr in ("quantization_config",):
