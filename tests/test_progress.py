@@ -102,22 +102,22 @@ def test_a_bar_on_a_pipe_prints_lines_at_intervals(monkeypatch):
 
 
 def test_silent_work_still_says_it_goes_on(tmp_path, monkeypatch):
-    """A notebook step that writes nothing for 30 s (loading, a computation without a bar) gets a line naming the
+    """A notebook step that writes nothing for 25 s (loading, a computation without a bar) gets a line naming the
     notebook; a step that keeps writing gets none."""
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     out = _Pipe()
     f = progress.Follower(tmp_path / "progress.log", out=out, pipe_every=20.0)
     f.label, f.started, f.active_at = "ch4_results", 0.0, 0.0
-    for t in (10, 25, 29):
+    for t in (10, 20, 24):
         now[0] = t
         f.poll()
     assert out.getvalue() == ""
-    now[0] = 31
+    now[0] = 26
     f.poll()
-    assert out.getvalue() == "  ch4_results: still working (31 s)\n"
+    assert out.getvalue() == "  ch4_results: still working (26 s)\n"
     now[0] = 45
-    f.poll()  # 14 s since that line: quiet again
+    f.poll()  # 19 s since that line: quiet again
     assert out.getvalue().count("\n") == 1
 
 

@@ -157,8 +157,8 @@ class Follower:
     def poll(self) -> None:
         """Show what arrived since the last poll: each finished line once (a bar's last state); the bar still
         running is redrawn in place on a terminal, and elsewhere shown as a line of its own every
-        ``pipe_every`` seconds when it has moved; after one and a half of those with nothing to show, a line
-        says the work goes on. Peak-memory records are kept, not shown."""
+        ``pipe_every`` seconds when it has moved; after 1.25 of those with nothing to show (25 s), a line says
+        the work goes on. Peak-memory records are kept, not shown."""
         with open(self.path, encoding="utf-8", newline="") as f:  # keep the bars' \r as written
             f.seek(self.pos)
             data = f.read()
@@ -183,7 +183,7 @@ class Follower:
             self.out.write(running + "\n")
             self.shown_at = self.active_at = now
             self.shown = running
-        if now - self.active_at >= 1.5 * self.pipe_every:
+        if now - self.active_at >= 1.25 * self.pipe_every:
             self.out.write(("\r\033[K" if tty else "") + f"  {self.label}: still working ({now - self.started:.0f} s)\n")
             self.active_at = now
         self.out.flush()
