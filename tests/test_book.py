@@ -802,3 +802,13 @@ def test_the_environment_page_says_whether_block_rows_equal_single_rows():
     assert table(True)["target block rows as single rows"].startswith("yes (probed at load")
     assert "outputs may part at near ties" in table(False)["target block rows as single rows"]
     assert "target block rows as single rows" not in table(None)
+
+
+def test_verdicts_name_the_target_they_were_given():
+    """A verdict about reaching a target says that target, not the thesis' default one."""
+    from thesis_lib.analysis import verdicts
+
+    assert verdicts.step_reach(1.2, target=1.25).endswith("1.250x on this body")
+    assert "1.108x" in verdicts.step_reach(1.2)
+    assert "gain 25 %" in verdicts.bound_allows(1.3, target=1.25)
+    assert "room for 10 %" in verdicts.bound_allows(1.05)

@@ -85,8 +85,8 @@ def step_reach(ceiling: float, target: float = 1.108) -> str:
     if ceiling != ceiling:
         return "which was not measured"
     if ceiling < target:
-        return "so no head, however fast, can reach the thesis' 1.108x on this body"
-    return "so a faster head could still reach the thesis' 1.108x on this body"
+        return f"so no head, however fast, can reach the thesis' {target:.3f}x on this body"
+    return f"so a faster head could still reach the thesis' {target:.3f}x on this body"
 
 
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
@@ -108,9 +108,10 @@ def head_side(head_ceiling: float, target: float = 1.10) -> str:
 
 def bound_allows(oracle_ratio: float, target: float = 1.10) -> str:
     """Whether the clairvoyant block-length bound leaves room for the target."""
+    gain = f"{100 * (target - 1):.0f} %"
     if oracle_ratio >= target:
-        return "do not show that no configuration can gain 10 %: a schedule that knew which blocks fail would"
-    return "leave no room for 10 % even for a schedule that knew which blocks fail"
+        return f"do not show that no configuration can gain {gain}: a schedule that knew which blocks fail would"
+    return f"leave no room for {gain} even for a schedule that knew which blocks fail"
 
 
 def share_of_room(achieved: float, bound: float) -> str:
