@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..bench.runs import load_run
 from ..errors import ConfigError
-from . import reference, tables
+from . import reference, tables, theory
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The committed default build's run data (``make book``'s runs on the embedded pair).
@@ -54,6 +54,13 @@ def strip(run, model_bench: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def facts(run) -> dict:
+    """What a build's main run says about the build: the precision its target ran in, its prompts, new tokens."""
+    return {"build_dtype": run.environment.get("models", {}).get("target", {}).get("dtype", "?"),
+            "build_prompts": len({r["question_id"] for r in run.samples}),
+            "build_new_tokens": run.config["max_new_tokens"]}
+
+
 def markdown(run, model_bench: dict) -> str:
     """The strip as a Markdown table, with a line saying which build, revision, date and machine it shows."""
     from ..bench.environment import measured_when
@@ -61,16 +68,15 @@ def markdown(run, model_bench: dict) -> str:
     df = strip(run, model_bench)
     lines = ["| Finding | Thesis | This build |", "| --- | ---: | ---: |"]
     lines += [f"| {r.Finding} | {r.Thesis:.3f}x | {r._3:.2f}x |" for r in df.itertuples()]
-    env = run.environment
+    env, f = run.environment, facts(run)
     models = env.get("models", {})
-    target = models.get("target", {})
-    when = measured_when(env).replace("; the library's code has changed since", "")
     lines.append("")
-    lines.append(f"This build: the embedded pair ({target.get('spec', '?').split(':')[-1]} target, "
-                 f"{models.get('draft', {}).get('spec', '?').split(':')[-1]} draft) in {target.get('dtype', '?')}, "
-                 f"{run.config.get('k')} draft tokens per round, {len({r['question_id'] for r in run.samples})} prompts x "
-                 f"{run.config.get('max_new_tokens')} new tokens, on {env.get('cpu', 'a CPU')} ({env.get('torch_threads', '?')} "
-                 f"threads), {when}. Thesis: {reference.setup()['label'].removeprefix('thesis: ')}.")
+    lines.append(f"This build: the embedded pair ({models.get('target', {}).get('spec', '?').split(':')[-1]} target, "
+                 f"{models.get('draft', {}).get('spec', '?').split(':')[-1]} draft) in {f['build_dtype']}, "
+                 f"{run.config.get('k')} draft tokens per round, {f['build_prompts']} prompts x "
+                 f"{f['build_new_tokens']} new tokens, on {env.get('cpu', 'a CPU')} ({env.get('torch_threads', '?')} "
+                 f"threads), {measured_when(env, code_note=False)}. "
+                 f"Thesis: {reference.setup()['label'].removeprefix('thesis: ')}.")
     return "\n".join(lines)
 
 
@@ -95,3 +101,11 @@ def why_differ(c_here: float, c_thesis: float, verify_here: float, k: int) -> st
     block = (f"verifying a block of {k + 1} tokens costs {verify_here:.2f} target steps"
              + (", so a verified block is not free" if verify_here > 1.05 else ", about one step: nearly free"))
     return f"{draft}, and {block}"
+
+
+def glued(run, df: pd.DataFrame) -> dict:
+    """The values the book glues beside the strip ``df`` of ``run``: how many findings point the thesis' way, of
+    how many, what the measured costs say (:func:`why_differ`), and the build's :func:`facts`."""
+    costs = theory.measured_costs(run)
+    why = why_differ(costs.get("c_flash", costs["c_dense"]), thesis_draft_cost(), costs["verify_k1"], costs["k"])
+    return {"headline_same_way": same_way(df), "headline_total": len(df), "headline_why": why, **facts(run)}

@@ -89,15 +89,16 @@ def scheduler_job() -> dict | None:
     return {"system": "slurm", **{k: os.environ[v] for k, v in keys.items() if v in os.environ}}
 
 
-def measured_when(record: dict) -> str:
+def measured_when(record: dict, code_note: bool = True) -> str:
     """When and with which code a result was made, from its environment or ``measured`` record: the date, the
-    git revision (``+`` if the tree had uncommitted changes), and a note if the library's code differs now."""
+    git revision (``+`` if the tree had uncommitted changes), and (``code_note``) a note if the library's code
+    differs now."""
     if not record:
         return "date and revision not recorded"
     date = (record.get("recorded_at") or "")[:10] or "date not recorded"
     git = record.get("git") or {}
     rev = (git.get("commit") or "")[:7] + ("+" if git.get("dirty") else "") if git.get("commit") else "revision not recorded"
-    changed = record.get("library") and record["library"] != code_digest()
+    changed = code_note and record.get("library") and record["library"] != code_digest()
     return f"measured {date} at {rev}" + ("; the library's code has changed since" if changed else "")
 
 
