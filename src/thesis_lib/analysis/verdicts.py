@@ -1,9 +1,13 @@
 """The book's verdict sentences (which setting wins, whether a target was met), computed from the numbers printed
 beside them, since they differ from run to run. Each function states its rule; :data:`RULES` maps every glued
 verdict key to its function and its inputs' glued keys, so a test can check each page against its own numbers.
+The precision appendix's rules live with its tables in :mod:`~thesis_lib.analysis.precision`.
 """
 
 from __future__ import annotations
+
+from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
+                        padding_effect, unpadded_there)
 
 
 def step_vs_head(step_speedup: float, head_speedup: float) -> str:
@@ -161,147 +165,6 @@ def shared_control(body: str) -> str:
         return ("here the two bodies are one model (no FlashHead checkpoint's body was given), so the control is the "
                 "dense draft again and measures the run-to-run spread of an identical configuration")
     return f"here that body is the FlashHead checkpoint's own ({body})"
-
-
-def best_precision(speedup_float32: float, speedup_bfloat16: float) -> str:
-    """Which precision gives FlashHead deferred the larger speedup over its own target-only decoding (tie within
-    1 %)."""
-    if speedup_float32 != speedup_float32 or speedup_bfloat16 != speedup_bfloat16:
-        return "was not measured"
-    if abs(speedup_bfloat16 - speedup_float32) <= 0.01 * speedup_float32:
-        return "is about the same in both precisions"
-    return "is larger in bfloat16" if speedup_bfloat16 > speedup_float32 else "is larger in float32"
-
-
-def cost_shift(target_ratio: float, draft_ratio: float, verify5_float32: float, verify5_bfloat16: float) -> str:
-    """How bfloat16 moves the model's costs (c rises if the draft gains less than the target, v falls if
-    verify(5)/step does) and whether the two pull the speedup the same way."""
-    values = (target_ratio, draft_ratio, verify5_float32, verify5_bfloat16)
-    if any(x != x for x in values):
-        return "the costs were not measured"
-    c_up = draft_ratio < target_ratio
-    v_down = verify5_bfloat16 < verify5_float32
-    c_text = ("the draft gains less than the target, so c rises" if c_up
-              else "the draft gains no less than the target, so c does not rise")
-    v_text = "v falls" if v_down else "v does not fall"
-    pull = ("the two pull the speedup in opposite directions" if c_up == v_down
-            else "both favour bfloat16" if v_down else "both favour float32")
-    return f"{c_text} while {v_text}: {pull}"
-
-
-def memory_bound(step_gbps_float32: float, read_gbps_float32: float, step_gbps_bfloat16: float,
-                 read_gbps_bfloat16: float, bytes_ratio: float, target: float = 2.5) -> str:
-    """Each step's rate over a plain read of the same bytes (80 % or more: bound by memory), and whether bfloat16
-    at the full read rate could be ``target`` times faster than float32: ``bytes_ratio * read_bf16 / step_fp32``."""
-    if any(x != x for x in (step_gbps_float32, read_gbps_float32, step_gbps_bfloat16, read_gbps_bfloat16,
-                            bytes_ratio)):
-        return "was not measured"
-    s32, s16 = step_gbps_float32 / read_gbps_float32, step_gbps_bfloat16 / read_gbps_bfloat16
-    cap = bytes_ratio * read_gbps_bfloat16 / step_gbps_float32
-    bound = "bound by memory" if s32 >= 0.8 else "not bound by memory"
-    reach = "out of reach" if cap < target else "within reach"
-    return (f"float32 reads its weights at {100 * s32:.0f} % of that rate ({bound}) and bfloat16 at {100 * s16:.0f} %: "
-            f"a bfloat16 step reading its {bytes_ratio:.2f} times fewer bytes at the full rate would be {cap:.1f} times "
-            f"faster than the float32 one, so {target}x is {reach} by the bytes alone")
-
-
-def int4_effect(verify5_int4: float, verify5_bfloat16: float, speedup_int4: float, speedup_bfloat16: float) -> str:
-    """The 4-bit target beside bf16: does a block of five cost more of its own steps (by 5 %), and is FlashHead
-    deferred's speedup smaller or larger (tie within 1 %)."""
-    if any(x != x for x in (verify5_int4, verify5_bfloat16, speedup_int4, speedup_bfloat16)):
-        return "was not measured"
-    if verify5_int4 >= 1.05 * verify5_bfloat16:
-        v = "verification is dearer with the 4-bit target: a block of five costs more of its own steps"
-    elif verify5_int4 <= verify5_bfloat16 / 1.05:
-        v = "verification is cheaper with the 4-bit target: a block of five costs fewer of its own steps"
-    else:
-        v = "a block of five costs about as many of its own steps with the 4-bit target"
-    if abs(speedup_int4 - speedup_bfloat16) <= 0.01 * speedup_bfloat16:
-        s = "about the same"
-    else:
-        s = "smaller" if speedup_int4 < speedup_bfloat16 else "larger"
-    below = " (below 1: slower than the target alone)" if speedup_int4 < 1 else ""
-    return f"{v}, and FlashHead deferred's speedup over its own target-only decoding is {s}{below}"
-
-
-def auto_pick(auto: str, ms_float32: float, ms_bfloat16: float) -> str:
-    """Whether ``DTYPE: auto``'s pick is the one where FlashHead deferred spends fewer ms per token."""
-    if ms_float32 != ms_float32 or ms_bfloat16 != ms_bfloat16:
-        return f"DTYPE auto picks {auto} there; the document did not decode in both precisions, so the pick is untested"
-    faster, slower = ("float32", "bfloat16") if ms_float32 <= ms_bfloat16 else ("bfloat16", "float32")
-    ratio = max(ms_float32, ms_bfloat16) / min(ms_float32, ms_bfloat16)
-    verb = "is" if auto == faster else "is not"
-    return (f"DTYPE auto picks {auto} there, which {verb} the faster of the two: FlashHead deferred spends "
-            f"{ms_float32:.0f} ms per token in float32 and {ms_bfloat16:.0f} ms in bfloat16 ({slower} "
-            f"{ratio:.2f} times {faster}'s)")
-
-
-def layout_effect(step_block: float, step_row: float, v5_block: float, v5_row: float, sp_block: float,
-                  sp_row: float, ms_block: float, ms_row: float) -> str:
-    """float32's general (``block``) against one-row (``row``) layout: step ms and a block of five in steps, then
-    FlashHead deferred's speedup and ms per token in each, the latter deciding the faster layout."""
-    if any(x != x for x in (step_block, step_row, v5_block, v5_row)):
-        return "the document comparing the two layouts is missing, so this is not measured here"
-    block_ms, row_ms = v5_block * step_block, v5_row * step_row
-    cheaper = "general" if block_ms < row_ms else "one-row"
-    head = (f"a block of five costs {v5_block:.2f} steps ({block_ms:.0f} ms) in the general layout and {v5_row:.2f} "
-            f"({row_ms:.0f} ms) in the one-row layout, so verification is cheaper in the {cheaper} layout, while one "
-            f"step takes {step_block / step_row:.2f} times as long in the general layout as in the one-row one")
-    if any(x != x for x in (sp_block, sp_row, ms_block, ms_row)):
-        return head + "; the document decoded nothing end to end, so which layout decodes faster is not measured"
-    pays = {lay: ("pays" if sp > 1 else "does not pay") + f" ({sp:.2f}x)" for lay, sp in
-            (("general", sp_block), ("one-row", sp_row))}
-    faster = "general" if ms_block < ms_row else "one-row"
-    return (head + f"; FlashHead deferred {pays['general']} over target-only decoding in the general layout and "
-            f"{pays['one-row']} in the one-row layout, and spends {ms_block:.0f} against {ms_row:.0f} ms per token, "
-            f"so speculative decoding is faster in the {faster} layout here")
-
-
-def padding_effect(step_padded: float, step_unpadded: float, base_padded: float, base_unpadded: float,
-                   ms_padded: float, ms_unpadded: float) -> str:
-    """Padding bf16 products of 1-4 rows to five: the target's step and both decodings' ms per token, padded and
-    not; which decoding gains more decides whether FlashHead deferred's ratio rises or falls."""
-    def change(padded: float, unpadded: float) -> str:
-        if padded == unpadded:
-            return "the same either way"
-        return f"{unpadded / padded:.2f} times as fast" if padded < unpadded else f"slower ({padded:.0f} against {unpadded:.0f} ms)"
-
-    if step_padded != step_padded or step_unpadded != step_unpadded:
-        return "the document comparing the two is missing, so this is not measured here"
-    step = f"padding makes the target's one-token step {change(step_padded, step_unpadded)}"
-    if any(x != x for x in (base_padded, base_unpadded, ms_padded, ms_unpadded)):
-        return step + "; the document decoded nothing end to end, so its effect on decoding is not measured"
-    gain_base, gain_flash = base_unpadded / base_padded, ms_unpadded / ms_padded
-    more = ("target-only decoding gains more, so FlashHead deferred's ratio over it falls" if gain_base > gain_flash
-            else "FlashHead deferred gains at least as much, so its ratio over target-only does not fall")
-    return (f"{step}, target-only decoding {change(base_padded, base_unpadded)} per token ({base_padded:.0f} against "
-            f"{base_unpadded:.0f} ms) and FlashHead deferred {change(ms_padded, ms_unpadded)} ({ms_padded:.0f} "
-            f"against {ms_unpadded:.0f} ms): {more}")
-
-
-def unpadded_there(verify5: float) -> str:
-    """Whether float32 left unpadded fits the CPU's curve: ``verify5`` > 1 means padding to five rows costs."""
-    if verify5 != verify5:
-        return "its verify curve is not measured, so whether padding would pay there is not known"
-    if verify5 > 1:
-        return (f"there a block of five costs {verify5:.2f} of a one-token step, so a step padded to five rows would "
-                f"be longer")
-    return (f"yet there a block of five costs only {verify5:.2f} of a one-token step, so padding might pay on that CPU "
-            f"too: a rule to revisit")
-
-
-#: The settings :func:`fastest_setting` names, in its arguments' order.
-SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
-                 ("target-only decoding", "FlashHead deferred"))
-
-
-def fastest_setting(*ms_per_token: float) -> str:
-    """The setting with the fewest milliseconds per token among :data:`SETTINGS` (nan: not measured)."""
-    got = [(ms, name) for ms, name in zip(ms_per_token, SETTINGS) if ms == ms]
-    if not got:
-        return "was not measured"
-    ms, name = min(got)
-    return f"{name} ({ms:.0f} ms per token)"
 
 
 def walk_counts(modes: int, rounds: int, drafted: int, accepted: int) -> str:
