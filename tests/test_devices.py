@@ -73,15 +73,19 @@ def test_the_rehearsal_catches_what_a_gpu_would(pair):
     assert str(torch.ones(1).device) == "cpu"  # nothing left behind
 
 
-def test_greedy_loops_run_on_two_devices_with_the_cpu_result(pair, on_two_gpus):
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred", "pipelined"])
+def test_greedy_loops_run_on_two_devices_with_the_cpu_result(pair, on_two_gpus, schedule):
+    """Every schedule, the pipelined one's worker thread included (torch's function modes are per thread, so a
+    rehearsal that the worker did not enter would reach for a real GPU there)."""
     from thesis_lib.decoding.drafters import ModelDrafter
     from thesis_lib.decoding.greedy import speculative_generate
 
     target, draft, _ = pair
-    ref = speculative_generate(ModelState(target), ModelDrafter(draft), PROMPT, k=3, max_new_tokens=12, deferred=True)
+    ref = speculative_generate(ModelState(target), ModelDrafter(draft), PROMPT, k=3, max_new_tokens=12,
+                               schedule=schedule)
     t, d, _, calls = on_two_gpus
     got = speculative_generate(ModelState(t.model), ModelDrafter(d.model), PROMPT, k=3, max_new_tokens=12,
-                               deferred=True)
+                               schedule=schedule)
     assert got.tokens == ref.tokens
     synced = {dev for name, dev in calls if name == "synchronize"}
     assert synced == {torch.device("cuda", 0), torch.device("cuda", 1)}  # the phase clock syncs both sides

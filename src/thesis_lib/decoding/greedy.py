@@ -30,6 +30,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
+from ..models import virtual
 from .clocks import PhaseClock
 from .drafters import Drafter
 from .state import ModelState
@@ -91,9 +92,15 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
     if schedule != "pipelined":
         return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None, k_policy)
     # the two sides run at once, each a parallel region of all of torch's intra-op threads
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=torch.set_num_threads,
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=_worker_init,
                             initargs=(torch.get_num_threads(),)) as worker:
         return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker, k_policy)
+
+
+def _worker_init(threads: int) -> None:
+    """The append worker's thread: all of torch's intra-op threads, and a CPU rehearsal's virtual devices."""
+    torch.set_num_threads(threads)
+    virtual.enter_in_thread()
 
 
 @torch.inference_mode()

@@ -130,6 +130,16 @@ class _Stream:
         self.device = device
 
 
+_MODES: list = []  # the active rehearsal's mode: torch keeps function modes per thread, so workers enter it anew
+
+
+def enter_in_thread() -> None:
+    """Enter the active rehearsal (if any) in the calling thread, which torch starts without the caller's modes:
+    the initializer of a worker thread that runs model code."""
+    for mode in _MODES[-1:]:
+        mode.__enter__()
+
+
 @contextlib.contextmanager
 def virtual_cuda(n: int = 2) -> Iterator[list]:
     """Rehearse with ``n`` virtual CUDA devices; yields the list of recorded ``torch.cuda`` clock calls."""
@@ -144,10 +154,12 @@ def virtual_cuda(n: int = 2) -> Iterator[list]:
     torch.cuda.device_count = lambda: n
     torch.cuda.get_device_name = lambda device=None: "virtual CUDA device (CPU rehearsal)"
     mode = _Mode(calls)
+    _MODES.append(mode)
     try:
         with mode:
             yield calls
     finally:
+        _MODES.remove(mode)
         del torch.Tensor.device, torch.Tensor.is_cuda
         for k, v in saved.items():
             setattr(torch.cuda, k, v)
