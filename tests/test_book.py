@@ -150,7 +150,8 @@ def test_the_runs_a_scheduler_gets_are_the_notebooks_own(smoke_book):
     _, _, tmp = smoke_book
     p = Params.from_namespace({**load_parameters("smoke"), "SET_NAME": "smoke", "RUNS_DIR": str(tmp / "runs")}).check()
     planned = scheduled.planned_runs(p)
-    assert len(planned) == 4  # main, profiled, K sweep with the explorer grid (one run), chapter 6's K sweep
+    # main, profiled, pipelined, K sweep with the explorer grid (one run), chapter 6's K sweep
+    assert len(planned) == 5
     grid = next(c for c in planned if "-grid-" in c.name)  # every K and probe setting beside one baseline
     assert grid.modes == ("baseline", "dense_deferred@k1", "flash_deferred@k1", "dense_deferred@k3",
                           "flash_deferred@k3", "flash_deferred@k1p1", "flash_deferred@k1p8", "flash_deferred@k3p1",
@@ -184,6 +185,12 @@ def test_chapter_3_glue(smoke_book):
     assert g["example_deferred_append_calls"] <= 1 < g["example_ordinary_append_calls"]
     assert 0 <= g["example_draft_tokens"] <= g["example_tokens"] == 12
     assert 0 <= g["agreement_default"] <= 100 and g["candidates"] > 0
+    # the skip test runs only where the target's next token is known before verifying: ordinary rounds, not deferred
+    assert g["skipped_dense_deferred"] == 0 and 0 <= g["skipped_dense_ordinary"] <= g["rounds_dense_ordinary"]
+    # the pipelined run: 2 prompts x 4 speculative modes, every output target-only's; the profile's prompts the main run's
+    assert g["pipe_lossless"] == g["pipe_samples"] == 8 and g["pipe_prompts"] == 2
+    assert g["pipe_dense_lo"] <= g["pipe_dense_hi"] and g["pipe_flash_lo"] <= g["pipe_flash_hi"]
+    assert g["prof_prompts"] == glued("ch4_results")["build_prompts"] and g["prof_k"] == 3
 
 
 def test_chapter_4_glue_and_tables(smoke_book):
@@ -313,6 +320,9 @@ def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_
     assert (dense["mode"], dense["probes"], dense["k"]) == ("dense_deferred", "", "3")
     assert all(s["found"] == "yes" and "measured" in s["text"] and "smoke-" in s["text"] for s in (first, k_moved, p_moved, dense))
     assert len({s["text"] for s in (first, k_moved, p_moved, dense)}) == 4  # each move shows another run's numbers
+    # the figure beside the numbers follows the controls: the chosen draft and probes' K sweep, the chosen K marked
+    assert all(s["figure_chosen_k"] == s["k"] for s in (first, k_moved, p_moved, dense))
+    assert [s["figure_points"] for s in (first, k_moved, p_moved, dense)] == ["2", "2", "2", "2"]
     assert all(e["screenshot_bytes"] > 10_000 for e in pages.values())
 
 
@@ -517,8 +527,8 @@ def _verdicts_hold(set_name: str) -> dict:
     for nb, rules in verdicts.RULES.items():
         g = glued(nb, set_name)
         page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
-        prose = {"ch2_theory": "theory", "ch4_results": "results", "ch5_conclusion": "conclusion",
-                 "ch6_beyond": "beyond"}[nb]
+        prose = {"ch2_theory": "theory", "ch3_methods": "methods", "ch4_results": "results",
+                 "ch5_conclusion": "conclusion", "ch6_beyond": "beyond"}[nb]
         text = "".join((execute.build_dir(set_name) / "_build" / "html" / f"{page}.html").read_text()
                        for page in (prose, "machine"))  # the chapter's page and the appendix its details moved to
         text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text))).replace("\u2019", "'")
@@ -813,3 +823,88 @@ def test_verdicts_name_the_target_they_were_given():
     assert "1.108x" in verdicts.step_reach(1.2)
     assert "gain 25 %" in verdicts.bound_allows(1.3, target=1.25)
     assert "room for 10 %" in verdicts.bound_allows(1.05)
+
+
+CHAPTER_PAGES = {"2": "theory.md", "3": "methods.md", "4": "results.md", "5": "conclusion.md"}
+
+
+def _numbered_headings(name: str) -> list[tuple[int, str]]:
+    """(line, number) of every numbered heading of a book page, in order."""
+    lines = (params.ROOT / "book" / name).read_text(encoding="utf-8").splitlines()
+    return [(i, m.group(1)) for i, line in enumerate(lines) if (m := re.match(r"#{2,4} (\d+(?:\.\d+)+) ", line))]
+
+
+def test_every_section_and_table_of_the_thesis_has_its_number_in_the_book():
+    """A reader of the thesis finds its sections 2.1-5.3 under the same numbers, in the thesis' order, each in the
+    chapter of its first digit; sections of the book's own come after the thesis' ones of their chapter; and each of
+    Tables 4.1-4.11 sits under the section the thesis prints it in."""
+    thesis = list(reference.sections())
+    for chapter, name in CHAPTER_PAGES.items():
+        got = [n for _, n in _numbered_headings(name)]
+        want = [n for n in thesis if n.split(".")[0] == chapter]
+        assert got[:len(want)] == want, (name, got)
+        assert all(n.split(".")[0] == chapter for n in got), (name, got)
+    results = (params.ROOT / "book" / "results.md").read_text(encoding="utf-8").splitlines()
+    headings = _numbered_headings("results.md")
+    for n in reference.TABLE_IDS:
+        line = results.index(f"(table-{n.replace('.', '-')})=")
+        under = [num for i, num in headings if i < line][-1]
+        assert under == reference.table_info(n)["section"], (n, under)
+
+
+def test_the_conclusion_answers_the_four_research_questions_in_glued_sentences():
+    """Section 5.2 has the thesis' RQ1-RQ4 in order; each answer opens with its glued verdict and states no number
+    that is not glued (RQ numbers and the section's own aside)."""
+    from thesis_lib.analysis import verdicts
+
+    text = (params.ROOT / "book" / "conclusion.md").read_text(encoding="utf-8")
+    section = text[text.index("## 5.2 "):text.index("\n## 5.3 ")]
+    answers = re.split(r"\n(?=\*\*RQ\d\.)", section)[1:]
+    assert [a[:6] for a in answers] == ["**RQ1.", "**RQ2.", "**RQ3.", "**RQ4."]
+    for n, answer in enumerate(answers, 1):
+        answer = answer.split("\n### ")[0]
+        question, _, rest = answer.partition("**\n\n")
+        assert rest.startswith(f"{{glue:text}}`notebooks/ch5_conclusion.ipynb::rq{n}:s`"), n
+        assert f"rq{n}" in verdicts.RULES["ch5_conclusion"]
+        typed = re.sub(r"\{glue:text\}`[^`]*`", "", rest)
+        assert not re.search(r"\d", typed), (n, typed)
+
+
+def test_the_research_question_answers_read_both_ways():
+    """Each RQ rule says what its numbers say, on constructed numbers pointing either way."""
+    from thesis_lib.analysis import verdicts as v
+
+    assert v.rq_proposal(4.0, 1.1, 40.0, 36.0).startswith("It lowers it at every level measured, by far the most at the head")
+    assert v.rq_proposal(4.0, 0.98, 40.0, 36.0) == "Only locally: the head is faster, but a whole draft step not"
+    assert v.rq_proposal(0.9, 1.0, 40.0, 41.0).startswith("It does not")
+    assert v.rq_ranking(0.9, 1.2, 1.5, 1.3) == ("From fastest to slowest: the dense draft deferred, the FlashHead draft "
+                                                "deferred, the FlashHead draft, target-only decoding, then the dense draft")
+    assert "cheaper proposals" in v.rq_interplay(0.70, 0.71, 1.06, 60.0, 54.0)
+    assert "do not show" in v.rq_interplay(0.70, 0.71, 0.99, 60.0, 54.0)
+    assert "accepted less often, which costs more" in v.rq_interplay(0.70, 0.60, 0.95, 60.0, 54.0)
+    assert "accepted less often, but" in v.rq_interplay(0.70, 0.60, 1.02, 60.0, 54.0)
+    assert v.rq_end_to_end(1.01, 1.08).startswith("Yes") and v.rq_end_to_end(0.9, 0.99).startswith("No")
+    assert v.rq_end_to_end(0.98, 1.06).startswith("Cannot tell")
+    assert v.overlap_effect(0.8, 0.95, 0.85, 0.97) == "slowed both drafts down on every prompt"
+    assert v.overlap_effect(1.02, 1.1, 1.01, 1.2) == "sped both drafts up on every prompt"
+    assert v.overlap_effect(0.9, 1.05, 0.9, 0.95).endswith("cannot tell its effect")
+    assert v.overlap_cost(3700, 300, 5700, 9500) == "the append ran on the cores the draft needed"
+    assert v.overlap_cost(3700, 300, 5700, 5600) == "the wait fell without slowing the proposals"
+    assert v.overlap_cost(3700, 3800, 5700, 5600) == "the wait for the append did not fall"
+
+
+def test_the_browser_check_fails_a_page_that_leaks_progress_or_overflows(tmp_path):
+    """The page check's controls: a page with a progress bar's text fails, as does one with a table wider than the
+    text column; the same page without either passes."""
+    if browser.chromium_path() is None:
+        pytest.skip("no Chromium on this machine (make test installs Debian's chromium where it can)")
+    shell = ('<html><head><title>t</title></head><body><main><article class="bd-article" style="width:600px">'
+             '<p>{}</p></article></main></body></html>')
+    wide = "<table><tr>" + "".join(f"<td>{'x' * 30}{i}</td>" for i in range(12)) + "</tr></table>"
+    pages = {"clean.html": "measured: 1.06x", "leak.html": "bench:  45%|####5 | 9/20 [00:16<00:45,  3.25s/gen]",
+             "wide.html": wide}
+    for name, body in pages.items():
+        (tmp_path / name).write_text(shell.format(body), encoding="utf-8")
+    report = browser.check(tmp_path, tmp_path / "shots", pages=tuple(pages))
+    got = {n: (e["ok"], e["progress_leaks"] > 0, e["wide_tables"]) for n, e in report["pages"].items()}
+    assert got == {"clean.html": (True, False, 0), "leak.html": (False, True, 0), "wide.html": (False, False, 1)}

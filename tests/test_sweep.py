@@ -225,14 +225,14 @@ def test_a_smoke_sweep_through_a_real_slurm_cluster(slurm_cluster, tmp_path):
 
 
 def test_the_books_runs_go_through_slurm_before_its_notebooks(slurm_cluster, tmp_path):
-    """make book EXECUTOR=slurm's first step on the smoke set: its four planned runs finish as Slurm jobs in the
+    """make book EXECUTOR=slurm's first step on the smoke set: its five planned runs finish as Slurm jobs in the
     book's run folder (tests/test_book.py checks that these are the very runs its notebooks obtain)."""
     from thesis_lib.book import scheduled
 
     overrides = {"RUNS_DIR": str(tmp_path / "runs")}
     executor = slurm.SlurmExecutor(slurm.Resources(cpus=1, time="00:10:00"))
     states = scheduled.run_on("smoke", executor, poll=0.5, progress=False, overrides=overrides)
-    assert [s.state for s in states] == [ledger.DONE] * 4, [s.describe() for s in states]
+    assert [s.state for s in states] == [ledger.DONE] * 5, [s.describe() for s in states]
     for cfg in scheduled.book_sweep("smoke", overrides).configs:
         assert cfg.path.parent == tmp_path / "runs"
         env = json.loads((cfg.path / "environment.json").read_text())

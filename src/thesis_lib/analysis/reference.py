@@ -1,6 +1,7 @@
-"""The thesis' own numbers (Tables 4.1 to 4.11) as transcribed into ``data/thesis_reference.json``.
+"""The thesis' own numbers (Tables 4.1 to 4.11) and its section list as transcribed into
+``data/thesis_reference.json``.
 
-:func:`thesis_table` (one table as a DataFrame), :func:`values` (every number as a record), :func:`beside` (the
+:func:`sections` (number -> title), :func:`thesis_table` (one table as a DataFrame), :func:`values` (every number as a record), :func:`beside` (the
 thesis' rows interleaved with ours), :func:`verdicts` (the headline :data:`FINDINGS` against a run).
 """
 
@@ -33,6 +34,11 @@ def document() -> dict:
 def setup() -> dict:
     """The thesis' target, draft, hardware and prompts, as the thesis states them."""
     return dict(document()["setup"])
+
+
+def sections() -> dict[str, str]:
+    """The thesis' sections 2.1 to 5.3, number -> title, in the thesis' order."""
+    return dict(document()["sections"])
 
 
 def table_info(table: str) -> dict:

@@ -181,6 +181,79 @@ def walk_counts(modes: int, rounds: int, drafted: int, accepted: int) -> str:
     return f"{said[:1].upper()}{said[1:]} agree in all {modes} modes; {lead}"
 
 
+def overlap_effect(dense_lo: float, dense_hi: float, flash_lo: float, flash_hi: float) -> str:
+    """What the pipelined schedule did, from each draft's lowest and highest per-prompt ratio (pipelined over
+    ordinary): a direction only where every prompt of both drafts agrees, else that the prompts cannot tell."""
+    if max(dense_hi, flash_hi) < 1:
+        return "slowed both drafts down on every prompt"
+    if min(dense_lo, flash_lo) > 1:
+        return "sped both drafts up on every prompt"
+    return "went one way on some prompts and the other way on others, so these prompts cannot tell its effect"
+
+
+def overlap_cost(fin_ord: float, fin_pipe: float, prop_ord: float, prop_pipe: float) -> str:
+    """Where the pipelined schedule's overlapped time went, from the phase sums (ms) of the ordinary and pipelined
+    runs of one draft: the wait for the append, and the draft's proposals."""
+    if fin_pipe >= fin_ord:
+        return "the wait for the append did not fall"
+    if prop_pipe > prop_ord:
+        return "the append ran on the cores the draft needed"
+    return "the wait fell without slowing the proposals"
+
+
+def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
+    """RQ1: whether FlashHead lowers what proposing costs at each level measured (the head, a whole draft step, the
+    draft path per decoded token under deferred verification), and where the gain is largest."""
+    levels = {"the head": head_speedup, "a whole draft step": step_speedup,
+              "the draft path per decoded token": draft_ms_dense / draft_ms_flash}
+    slower = [name for name, x in levels.items() if x <= 1]
+    if head_speedup <= 1:
+        return "It does not: FlashHead's head is no faster than the dense head here"
+    if slower:
+        return f"Only locally: the head is faster, but {' and '.join(slower)} not"
+    if max(levels, key=levels.get) == "the head":
+        return "It lowers it at every level measured, by far the most at the head itself"
+    return "It lowers it at every level measured"
+
+
+def rq_ranking(ord_dense: float, ord_flash: float, def_dense: float, def_flash: float) -> str:
+    """RQ2: the five modes from fastest to slowest by pooled decode speed (target-only decoding is 1)."""
+    speed = {"target-only decoding": 1.0, "the dense draft": ord_dense, "the FlashHead draft": ord_flash,
+             "the dense draft deferred": def_dense, "the FlashHead draft deferred": def_flash}
+    order = sorted(speed, key=speed.get, reverse=True)
+    return "From fastest to slowest: " + ", ".join(order[:-1]) + ", then " + order[-1]
+
+
+def rq_interplay(acc_dense: float, acc_flash: float, flash_vs_dense: float, draft_ms_dense: float,
+                 draft_ms_flash: float, tolerance: float = 0.02) -> str:
+    """RQ3: whether FlashHead's difference in throughput comes from acceptance or from the draft's cost
+    (acceptances within ``tolerance`` count as unchanged)."""
+    cheaper = draft_ms_flash < draft_ms_dense
+    if abs(acc_dense - acc_flash) <= tolerance:
+        head = "Acceptance barely moves when FlashHead replaces the dense head"
+        if flash_vs_dense > 1 and cheaper:
+            return head + ", so FlashHead's higher throughput comes from cheaper proposals, not from longer blocks"
+        if flash_vs_dense > 1:
+            return head + ", yet FlashHead is faster without a cheaper draft path, which the costs do not explain"
+        return head + ", and FlashHead's proposals do not show as higher throughput here"
+    if acc_flash < acc_dense:
+        if flash_vs_dense > 1:
+            return "FlashHead's draft is accepted less often, but its cheaper proposals more than make up for it"
+        return "FlashHead's draft is accepted less often, which costs more than its proposals save"
+    return "FlashHead's draft is accepted more often than the dense one, which adds to its throughput"
+
+
+def rq_end_to_end(p25: float, p75: float) -> str:
+    """RQ4: whether FlashHead's saving shows end to end under deferred verification, from the P25-P75 range of
+    the per-prompt FlashHead/dense ratios: a direction only where the whole range lies on one side of 1."""
+    if p25 > 1:
+        return "Yes, with deferred verification: the FlashHead draft is faster than the dense one on most prompts"
+    if p75 < 1:
+        return "No: with deferred verification the FlashHead draft is slower than the dense one on most prompts"
+    return ("Cannot tell from this run: the per-prompt ratios of FlashHead over dense lie on both sides of 1 "
+            "between their first and third quartiles")
+
+
 #: glued verdict key -> (function, glued keys of its arguments, in order), per notebook
 RULES = {
     "ch2_theory": {
@@ -220,8 +293,17 @@ RULES = {
         "gain_source": (gain_source, ("def_flash_vs_dense", "draft_ms_tok_dense", "draft_ms_tok_flash")),
         "shared_note": (shared_control, ("flash_body",)),
     },
+    "ch3_methods": {
+        "pipe_effect": (overlap_effect, ("pipe_dense_lo", "pipe_dense_hi", "pipe_flash_lo", "pipe_flash_hi")),
+        "pipe_cost": (overlap_cost, ("pipe_fin_ord", "pipe_fin_pipe", "pipe_prop_ord", "pipe_prop_pipe")),
+    },
     "ch5_conclusion": {
         "ordinary_beats": (beats, ("ord_dense_vs_base",)),
+        "rq1": (rq_proposal, ("head_speedup", "step_speedup", "draft_ms_tok_dense", "draft_ms_tok_flash")),
+        "rq2": (rq_ranking, ("ord_dense_vs_base", "ord_flash_vs_base", "def_dense_vs_base", "def_flash_vs_base")),
+        "rq3": (rq_interplay, ("acc_dense_def", "acc_flash_def", "def_flash_vs_dense", "draft_ms_tok_dense",
+                               "draft_ms_tok_flash")),
+        "rq4": (rq_end_to_end, ("flash_dense_p25", "flash_dense_p75")),
         "acceptance_vs_thesis": (agrees_more, ("acceptance_flash", "acceptance_flash_thesis")),
         "deferred_where": (deferred_counts, ("def_flash_vs_base", "ord_flash_vs_base")),
         "ceiling_spread": (ceiling_vs_spread, ("head_ceiling", "flash_dense_p25", "flash_dense_p75")),

@@ -63,8 +63,11 @@ def _serve(root: Path):
 _PAGE_JS = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const imgs = Array.from(document.querySelectorAll('main img, article img, .bd-article img'));
-  const text = (document.querySelector('main') || document.body).innerText;
+  const main = document.querySelector('main') || document.body, text = main.innerText;
+  const article = document.querySelector('article.bd-article') || main, width = article.clientWidth;
   return {
+    wide_tables: Array.from(article.querySelectorAll('table')).filter(t => t.scrollWidth > width + 1).length,
+    progress_leaks: (text.match(/\\d+%\\||it\\/s\\]|s\\/gen|model shards|IPKernelApp|Traceback/g) || []).length,
     images: imgs.map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0})),
     formulas: document.querySelectorAll('mjx-container').length,
     raw_tex: (text.match(/\\\\\\(|\\\\\\[|\\$\\$/g) || []).length,
@@ -82,8 +85,9 @@ def _log_external(page, sink: list) -> None:
 
 
 def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: int = 30000) -> dict:
-    """Serve ``html_dir`` on localhost and load each page (off-localhost requests, missing files, broken images
-    and untypeset TeX fail it); returns ``{"pages": {...}, "ok": bool}``, written with screenshots to ``out_dir``."""
+    """Serve ``html_dir`` on localhost and load each page (off-localhost requests, missing files, broken images,
+    untypeset TeX, progress or kernel output in the text, and tables wider than the text column fail it); returns
+    ``{"pages": {...}, "ok": bool}``, written with screenshots to ``out_dir``."""
     html_dir, out_dir = Path(html_dir), Path(out_dir)
     exe = _chromium()
     missing = [p for p in pages if not (html_dir / p).is_file()]
@@ -118,10 +122,13 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
                 entry = {"title": info["title"], "external_requests": list(external), "missing_files": missing,
                          "images": len(files),
                          "bad_images": bad_images, "formulas": info["formulas"], "raw_tex": info["raw_tex"],
-                         "widgets": info["widgets"], "screenshot": shot.name, "screenshot_bytes": shot.stat().st_size}
+                         "widgets": info["widgets"], "wide_tables": info["wide_tables"],
+                         "progress_leaks": info["progress_leaks"], "screenshot": shot.name,
+                         "screenshot_bytes": shot.stat().st_size}
                 if page.locator(".tc-static-explorer").count():
                     entry["static_explorer"] = _drive_static_explorer(page)
-                entry["ok"] = not external and not missing and not bad_images and info["raw_tex"] == 0
+                entry["ok"] = (not external and not missing and not bad_images and info["raw_tex"] == 0
+                               and info["progress_leaks"] == 0 and info["wide_tables"] == 0)
                 report["ok"] &= entry["ok"]
                 report["pages"][name] = entry
             browser.close()
@@ -132,13 +139,16 @@ def check(html_dir: str | Path, out_dir: str | Path, pages=PAGES, timeout_ms: in
 
 
 def _drive_static_explorer(page) -> list[dict]:
-    """Move the static explorer's controls (last K, first probe count, dense), reading the shown state each time."""
+    """Move the static explorer's controls (last K, first probe count, dense), reading the shown state and its figure
+    (points drawn, the K marked) each time."""
     box = ".tc-static-explorer"
 
     def read() -> dict:
-        el = page.locator(".tc-static-state")
+        el, fig = page.locator(".tc-static-state"), page.locator(f"{box} .tc-static-figure")
+        chosen = fig.locator("circle.tc-chosen")
         return {**{a: el.get_attribute(f"data-{a}") for a in ("k", "probes", "mode", "found")},
-                "text": el.inner_text()[:300]}
+                "text": el.inner_text()[:300], "figure_points": fig.get_attribute("data-points"),
+                "figure_chosen_k": chosen.get_attribute("data-k") if chosen.count() else None}
 
     seen = [read()]
     page.select_option(f"{box} select[name=k]", page.locator(f"{box} select[name=k] option").all_inner_texts()[-1])

@@ -14,7 +14,8 @@ from .params import ROOT, Params, load_parameters
 
 def planned_runs(p: Params) -> list:
     """The configurations of the runs that depend on no other result, in the order the chapters need them."""
-    configs = [shared.main_config(p), shared.profile_config(p), shared.grid_config(p), experiments.k_sweep_config(p)]
+    configs = [shared.main_config(p), shared.profile_config(p), shared.pipelined_config(p), shared.grid_config(p),
+               experiments.k_sweep_config(p)]
     return list({c.name: c for c in configs}.values())
 
 

@@ -1,6 +1,6 @@
 """The chapters' shared results: run folders and JSON documents under ``RUNS_DIR`` named by a hash of their
 configuration (:func:`named`, :func:`cached_document`), so the same parameters find them, computed once, and others
-never overwrite them: :func:`main_run`, :func:`profile_run`, :func:`grid_run` (seen as :func:`sweep_runs` and
+never overwrite them: :func:`main_run`, :func:`profile_run`, :func:`pipelined_run`, :func:`grid_run` (seen as :func:`sweep_runs` and
 :func:`explorer_runs`), :func:`model_bench`. :func:`pair` loads the models once per process; the ``*_config``
 functions let :mod:`~thesis_lib.book.scheduled` run the runs before the notebooks.
 """
@@ -124,6 +124,18 @@ def profile_config(p: Params) -> protocol.BenchConfig:
 
 def profile_run(p: Params):
     return obtain(profile_config(p), p)
+
+
+def pipelined_config(p: Params) -> protocol.BenchConfig:
+    """Section 3.6.1's run on ``SWEEP_PROMPTS`` prompts: the ordinary and the pipelined schedule of both drafts,
+    interleaved, beside target-only decoding (the lossless check)."""
+    modes = ("baseline", "dense_ordinary", "dense_pipelined", "flash_ordinary", "flash_pipelined")
+    cfg = p.bench(modes=modes, prompts=p.sweep_prompts, per_category=1, iterations=1, costs=False)
+    return named(cfg, p.set_name, "pipelined")
+
+
+def pipelined_run(p: Params):
+    return obtain(pipelined_config(p), p)
 
 
 def grid_config(p: Params) -> protocol.BenchConfig:

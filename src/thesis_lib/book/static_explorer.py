@@ -1,5 +1,7 @@
 """The static book's explorer: the measured :func:`states` of the K sweep and explorer grid, switched in the page
-without a kernel by one self-contained :func:`html` block (data, controls, plain JavaScript; nothing fetched)."""
+without a kernel by one self-contained :func:`html` block (data, controls, plain JavaScript; nothing fetched). Beside
+the numbers, the script draws the chosen draft and probe count's measured speedup over K as an SVG figure, the chosen
+K marked and target-only decoding's speed as a line at 1."""
 
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ _JS = """
   var data = JSON.parse(root.querySelector('script[type="application/json"]').textContent);
   var k = root.querySelector('select[name=k]'), p = root.querySelector('select[name=probes]');
   var modes = root.querySelectorAll('input[name=%(id)s-mode]'), out = root.querySelector('.tc-static-state');
+  var fig = root.querySelector('.tc-static-figure');
   function fmt(x, d) { return (x === null || x === undefined) ? 'n/a' : x.toFixed(d); }
   function show() {
     var mode = Array.prototype.filter.call(modes, function (m) { return m.checked; })[0].value;
@@ -60,6 +63,7 @@ _JS = """
     var s = data.filter(function (d) { return d.mode === want.mode && d.k === want.k && d.probes === want.probes; })[0];
     out.setAttribute('data-k', want.k); out.setAttribute('data-probes', want.probes === null ? '' : want.probes);
     out.setAttribute('data-mode', mode);
+    plot(want);
     if (!s) { out.setAttribute('data-found', 'no');
       out.innerHTML = '<i>Not measured: no run of this combination in the book\\'s run folders.</i>'; return; }
     out.setAttribute('data-found', 'yes');
@@ -68,6 +72,40 @@ _JS = """
       ' prompts); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
       ' tokens per round; outputs equal to target-only: ' + s.equal + '/' + s.prompts + '<br><small>run folder <code>' + s.run +
       '</code>, measured ' + s.measured + '</small>';
+  }
+  function plot(want) {
+    var pts = data.filter(function (d) { return d.mode === want.mode && d.probes === want.probes; })
+                  .sort(function (a, b) { return a.k - b.k; });
+    var W = 520, H = 250, L = 52, R = 14, T = 14, B = 40, svg = [];
+    var ks = pts.map(function (d) { return d.k; }), ys = pts.map(function (d) { return d.speedup; }).concat([1]);
+    var k0 = Math.min.apply(null, ks.concat([want.k])), k1 = Math.max.apply(null, ks.concat([want.k]));
+    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys), pad = 0.1 * (y1 - y0 || 1);
+    y0 -= pad; y1 += pad; k0 -= 0.4; k1 += 0.4;
+    function x(v) { return L + (v - k0) / (k1 - k0) * (W - L - R); }
+    function y(v) { return T + (y1 - v) / (y1 - y0) * (H - T - B); }
+    svg.push('<line x1="' + L + '" y1="' + y(1) + '" x2="' + (W - R) + '" y2="' + y(1) +
+             '" stroke="#888" stroke-dasharray="4 3"/><text x="' + (W - R) + '" y="' + (y(1) - 4) +
+             '" font-size="11" text-anchor="end" fill="#666">target-only</text>');
+    svg.push('<line x1="' + L + '" y1="' + (H - B) + '" x2="' + (W - R) + '" y2="' + (H - B) + '" stroke="#333"/>' +
+             '<line x1="' + L + '" y1="' + T + '" x2="' + L + '" y2="' + (H - B) + '" stroke="#333"/>');
+    ks.forEach(function (v) { svg.push('<text x="' + x(v) + '" y="' + (H - B + 15) + '" font-size="11" text-anchor="middle">' + v + '</text>'); });
+    [y0 + pad, (y0 + y1) / 2, y1 - pad].forEach(function (v) {
+      svg.push('<text x="' + (L - 6) + '" y="' + (y(v) + 4) + '" font-size="11" text-anchor="end">' + v.toFixed(2) + 'x</text>'); });
+    svg.push('<text x="' + ((L + W - R) / 2) + '" y="' + (H - 6) + '" font-size="12" text-anchor="middle">K (draft tokens per round)</text>');
+    svg.push('<text x="12" y="' + ((T + H - B) / 2) + '" font-size="12" text-anchor="middle" transform="rotate(-90 12 ' +
+             ((T + H - B) / 2) + ')">speedup</text>');
+    if (pts.length > 1) svg.push('<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="' +
+      pts.map(function (d) { return x(d.k) + ',' + y(d.speedup); }).join(' ') + '"/>');
+    pts.forEach(function (d) {
+      var on = d.k === want.k;
+      svg.push('<circle class="' + (on ? 'tc-chosen' : 'tc-point') + '" data-k="' + d.k + '" cx="' + x(d.k) + '" cy="' +
+               y(d.speedup) + '" r="' + (on ? 7 : 4) + '" fill="' + (on ? '#d62728' : '#1f77b4') + '"/>');
+    });
+    fig.setAttribute('data-points', pts.length);
+    fig.innerHTML = '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" role="img">' +
+      svg.join('') + '</svg><div style="font-size:0.85em;color:#555">Measured speedup over K for ' +
+      (want.mode === 'flash_deferred' ? 'the FlashHead draft at ' + want.probes + ' probes' : 'the dense draft') +
+      ', deferred verification; red: the chosen K' + (pts.some(function (d) { return d.k === want.k; }) ? '' : ' (not measured)') + '.</div>';
   }
   k.addEventListener('change', show); p.addEventListener('change', show);
   Array.prototype.forEach.call(modes, function (m) { m.addEventListener('change', show); });
@@ -91,5 +129,6 @@ def html(states_: list[dict], *, element_id: str = "tc-static-explorer") -> str:
             f'<label style="margin-left:1em">probes <select name="probes">{opt(ps, first and first["probes"])}</select></label> '
             f'<span style="margin-left:1em">{radios}</span></div>'
             f'<div class="tc-static-state" data-found="no"><i>This explorer needs JavaScript.</i></div>'
+            f'<div class="tc-static-figure" style="margin-top:8px"></div>'
             f'<script type="application/json">{data}</script>'
             f'<script>{_JS % {"id": element_id}}</script></div>')
