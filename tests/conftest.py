@@ -59,3 +59,15 @@ def real_pair():
     from thesis_lib.models import loading
 
     return loading.load_pair(progress=False)
+
+
+def require_rows_exact(ok: bool, dtype: torch.dtype, what: str) -> None:
+    """Go on where the row probe holds; where it does not, fail on a kind of CPU the project has measured exact
+    (models.cpu.rows_exact_expected: a fault, not a fact of the machine), and skip elsewhere."""
+    from thesis_lib.models.cpu import rows_exact_expected
+
+    if ok:
+        return
+    if rows_exact_expected(dtype):
+        pytest.fail(f"{what}: the row probe fails on a kind of CPU where packed {dtype} was measured row-exact")
+    pytest.skip(f"{what}: this CPU's {dtype} kernels compute a block's rows unlike single rows")

@@ -11,7 +11,7 @@ from thesis_lib.errors import ConfigError
 from thesis_lib.models import attention, loading, tiny
 from thesis_lib.models.packing import pack_linears
 
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, require_rows_exact
 
 
 def _packed(arch: str, exact: bool = True, **kw):
@@ -43,8 +43,7 @@ def test_a_verified_block_equals_one_token_steps_bit_for_bit(arch, kw):
     transformers' batched SDPA instead, every one of these blocks differed in its last bits on the 2-core AVX2
     EPYC (60 of 60 random blocks, measured while writing this module)."""
     model = _packed(arch, **kw)
-    if not attention.rows_exact(model, head=False):  # hidden states: the body's layers only
-        pytest.skip("this model's float32 kernels on this CPU compute a block's rows unlike single rows")
+    require_rows_exact(attention.rows_exact(model, head=False), torch.float32, arch)  # hidden states: the body only
     gen = torch.Generator().manual_seed(1)
     for n_prompt, n_block in ((1, 2), (7, 5), (19, 9), (30, 13)):
         ids = torch.randint(0, TINY_VOCAB, (n_prompt + n_block,), generator=gen).tolist()
@@ -137,3 +136,53 @@ def test_the_loader_records_the_rows_floor(tmp_path, monkeypatch):
         lm = loading.load_model("tiny:target", progress=False, dtype=dtype)
         assert lm.info["rows_floor"] == want and (f"padded to {want}" in lm.info["cpu_kernels"]) == (want > 1)
         assert {m.min_rows for m in lm.model.modules() if isinstance(m, PackedLinear)} == {want}
+
+
+class _InexactAt(torch.nn.Module):
+    """A layer whose rows equal single rows except in a block of exactly ``n`` rows (one rounding step off)."""
+
+    def __init__(self, linear, n: int):
+        super().__init__()
+        object.__setattr__(self, "linear", linear)
+        self.in_features, self.n = linear.in_features, n
+
+    def forward(self, x):
+        y = torch.cat([self.linear(x[i:i + 1]) for i in range(x.shape[0])])
+        return torch.nextafter(y, y + 1) if x.shape[0] == self.n else y
+
+
+@pytest.mark.parametrize("n", [3, 4, 7, 12])
+def test_the_row_probe_covers_every_block_size_a_run_can_verify(n):
+    """A layer that is off at one block size only fails the probe at that size and no other; sizes 3, 4, 7 and 12
+    are blocks real runs verify (K = 4 ordinary, K sweeps, the policies' K_MAX) that a probe of 2, 5, 9 and 13
+    rows never looked at."""
+    model = tiny.tiny_model("qwen2", seed=0)
+    layer = model.model.layers[0]
+    for parent in (layer.self_attn, layer.mlp):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, name, _RowByRow(child))
+    model.lm_head = _RowByRow(model.lm_head)
+    layer.mlp.up_proj = _InexactAt(layer.mlp.up_proj.linear, n)
+    by_size = attention.rows_exact_by_size(model)
+    assert sorted(by_size) == list(range(2, attention.PROBED_BLOCK + 1))
+    assert [m for m, ok in by_size.items() if not ok] == [n]
+    assert attention.rows_exact(model) is False
+
+
+def test_a_run_records_the_probe_of_every_block_it_can_verify(tmp_path, monkeypatch):
+    """The loader probes blocks of 2 to PROBED_BLOCK rows at the current threads; a run whose K reaches further
+    probes again up to its largest verify block (K + 1, the deferred schedule's carried token)."""
+    from thesis_lib.bench import protocol
+
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    lm = loading.load_model("tiny:target", progress=False)
+    assert lm.info["rows_probed"]["sizes"] == [2, attention.PROBED_BLOCK]
+    assert lm.info["rows_probed"]["threads"] == torch.get_num_threads()
+    cfg = protocol.BenchConfig(target="tiny:target", draft="tiny:draft", modes=("baseline", "dense_deferred@k16"),
+                               k=4, k_max=12, max_new_tokens=4, prompts=1, warmup=0, out=str(tmp_path / "runs"),
+                               name="probe", costs=False)
+    run = protocol.run(cfg, progress=False)
+    for role in ("target", "draft"):
+        probed = run.environment["models"][role]["rows_probed"]
+        assert probed["sizes"] == [2, 17] and isinstance(run.environment["models"][role]["rows_exact"], bool)

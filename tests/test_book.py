@@ -813,6 +813,10 @@ def test_the_environment_page_says_whether_block_rows_equal_single_rows():
     assert table(True)["target block rows as single rows"].startswith("yes (probed at load")
     assert "outputs may part at near ties" in table(False)["target block rows as single rows"]
     assert "target block rows as single rows" not in table(None)
+    probed = {"rows_exact": False, "rows_probed": {"sizes": [2, 13], "threads": 2, "inexact": [5, 9]}}
+    said = provenance.rows_exact_said(probed)
+    assert said.startswith("no (every block of 2 to 13 rows probed at 2 threads; not at 5, 9 rows")
+    assert provenance.rows_exact_said({**probed, "rows_exact": True}).startswith("yes (every block of 2 to 13 rows")
 
 
 def test_verdicts_name_the_target_they_were_given():

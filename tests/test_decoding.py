@@ -13,7 +13,7 @@ from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
 from thesis_lib.models.attention import rows_exact
 
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, require_rows_exact
 
 #: Exact-equality tests use the float64 models and the packed float32 models with row-exact attention ("f32x",
 #: what the loader gives a CPU model: a verified block computes each position as a one-token step does). With
@@ -91,6 +91,87 @@ def test_speculative_equals_greedy_exactly_in_float64(tiny_models, prompt, k, ma
         assert s.append_calls == expected
 
 
+
+class _CheckedDrafter(ModelDrafter):
+    """A model drafter that checks, at every proposal, that its cache holds exactly the emitted prefix: its block
+    equals the block a fresh drafter (no cache history) proposes from that prefix."""
+
+    def begin(self, context):
+        super().begin(context)
+        self.prefix, self.fresh, self.checked = list(context), ModelDrafter(self.state.model, vocab_limit=TINY_VOCAB), 0
+
+    def propose(self, k):
+        y = super().propose(k)
+        self.fresh.begin(self.prefix)
+        assert self.fresh.propose(k) == y, ("the draft's cache drifted from the emitted prefix", len(self.prefix))
+        self.checked += 1
+        return y
+
+    def observe(self, accepted, final_token):
+        self.prefix += self._proposed[:accepted] + [final_token]
+        super().observe(accepted, final_token)
+
+
+def _teacher_forced_rounds(draft, prompt, out, k, max_new):
+    """The rounds a greedy chain draft must produce on the output ``out``: the draft's own greedy prediction at
+    every output position (one forward over prompt + output), walked round by round as the loop walks them
+    (blocks of min(K, left - 1), accepted while prediction == output, EOS-cut at the output's end)."""
+    with torch.inference_mode():
+        logits = draft(torch.tensor([list(prompt) + list(out)])).logits[0, :, :TINY_VOCAB]
+    pred = logits.argmax(-1).tolist()[len(prompt) - 1:]  # pred[i]: the draft's token after prompt + out[:i]
+    rounds, n, tail = [], 1, 0
+    while n < len(out):
+        kk = min(k, max_new - n - 1)
+        if kk == 0:
+            tail = 1
+            break
+        a = 0
+        while a < kk and n + a < len(out) and pred[n + a] == out[n + a]:
+            a += 1
+        emitted = min(a + 1, len(out) - n)
+        rounds.append((kk, min(a, emitted), emitted))
+        n += emitted
+    return rounds, tail
+
+
+@HYP
+@given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), draft=st.sampled_from(DRAFTS),
+       arch=st.sampled_from(("qwen2", "qwen3")), schedule=st.sampled_from(("ordinary", "deferred", "pipelined")),
+       eos_at=st.none() | st.integers(0, 39))
+def test_the_draft_side_follows_the_output_and_the_counts_follow_the_draft(tiny_models, prompt, k, max_new, draft,
+                                                                           arch, schedule, eos_at):
+    """Losslessness cannot see a drifted draft (verification corrects every wrong proposal), so the draft side is
+    pinned too: at every round the draft's cache holds exactly the emitted prefix, and each round's drafted,
+    accepted and emitted counts (and the ordinary schedule's skips) are what the draft's own predictions on the
+    output give, EOS-ended outputs included (float64 models)."""
+    target = ModelState(tiny_models[("f64", arch, "target")], vocab_limit=TINY_VOCAB)
+    eos = ()
+    if eos_at is not None:
+        plain = greedy_generate(target, prompt, max_new_tokens=max_new).tokens
+        eos = (plain[min(eos_at, len(plain) - 1)],)
+    drafter = _CheckedDrafter(tiny_models[("f64", arch, draft)], vocab_limit=TINY_VOCAB)
+    gen = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=eos, schedule=schedule)
+    s = gen.stats
+    rounds, tail = _teacher_forced_rounds(tiny_models[("f64", arch, draft)], prompt, gen.tokens, k, max_new)
+    assert list(zip(s.drafted, s.accepted, s.emitted)) == rounds and s.tail_tokens == tail
+    assert drafter.checked == len(rounds)
+    assert s.skipped == (0 if schedule == "deferred" else sum(a == 0 for _, a, _ in rounds))
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+def test_counts_stop_at_an_eos_inside_an_accepted_block(tiny_models, schedule):
+    """An identical draft proposes the EOS token and the tokens after it, and the target accepts them all: the
+    round counts the accepted tokens up to the EOS only (what was emitted), not the whole accepted block."""
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+    prompt = [5, 6, 7, 8]
+    plain = greedy_generate(target, prompt, max_new_tokens=12).tokens
+    at = next(i for i in range(2, 6) if plain[i] not in plain[:i])  # an EOS inside the first block of 6
+    drafter = ModelDrafter(tiny_models[("f64", "qwen2", "same")], vocab_limit=TINY_VOCAB)
+    gen = speculative_generate(target, drafter, prompt, k=6, max_new_tokens=12, eos_ids=(plain[at],),
+                               schedule=schedule)
+    assert gen.tokens == plain[:at + 1]
+    assert (gen.stats.drafted, gen.stats.accepted, gen.stats.emitted) == ([6], [at], [at])
+
 @HYP
 @given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), draft=st.sampled_from(DRAFTS),
        arch=st.sampled_from(("qwen2", "qwen3")), deferred=st.booleans(), bucketed=st.booleans(),
@@ -110,8 +191,7 @@ def test_float32_divergence_only_at_near_ties(tiny_models, prompt, k, max_new, d
        arch=st.sampled_from(("qwen2", "qwen3")), deferred=st.booleans())
 def test_speculative_equals_greedy_exactly_in_packed_float32_with_exact_attention(tiny_models, prompt, k, max_new,
                                                                                    draft, arch, deferred):
-    if not rows_exact(tiny_models[("f32x", arch, "target")]):
-        pytest.skip("this model's float32 kernels on this CPU compute a block's rows unlike single rows")
+    require_rows_exact(rows_exact(tiny_models[("f32x", arch, "target")]), torch.float32, arch)
     ref, spec = _run_both(tiny_models, "f32x", arch, draft, prompt, k, max_new, (), deferred)
     assert spec.tokens == ref.tokens
     check_stats(spec, k, max_new)

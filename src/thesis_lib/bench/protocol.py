@@ -149,6 +149,12 @@ class BenchConfig:
     def drafts(self) -> set[str]:
         return {split_mode(m)[0] for m in self.modes}
 
+    def largest_block(self) -> int:
+        """The most tokens one verify forward of this run can score: the largest K of any mode (``k_max`` for the
+        block-length policies and the confidence stop, which the runner bounds by it) plus the deferred schedule's
+        carried token."""
+        return max((self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k) for m in self.modes) + 1
+
     def sampler(self) -> Sampler:
         return Sampler(self.temperature, self.top_k, self.top_p)
 
@@ -295,6 +301,8 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         target, draft = loading.load_pair(cfg.target, cfg.draft, device=cfg.device, draft_device=cfg.draft_device,
                                          dtype=cfg.dtype, pack=cfg.pack, progress=progress)
         head = None
+    for lm in (target, draft):  # the exactness record covers every block this run can verify
+        loading.probe_rows(lm, cfg.largest_block())
     if head is None and cfg.needs_flash:
         head = flash_head(cfg, draft, flash_body(cfg, draft, progress=progress))
     extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})

@@ -43,6 +43,21 @@ def source_label(run_or_doc, p: Params) -> str:
     return f"this run ({p.set_name}, {measured_when(record)}): {short(p.target)} + {short(p.draft)}, {hardware(env)}"
 
 
+def rows_exact_said(model_env: dict) -> str:
+    """What a run's record of a model's row probe (:func:`thesis_lib.models.loading.probe_rows`) says, in words."""
+    probed = model_env.get("rows_probed")
+    where = (f"every block of {probed['sizes'][0]} to {probed['sizes'][1]} rows probed at {probed['threads']} "
+             "threads" if probed else "probed at load")
+    if model_env.get("rows_exact"):
+        return (f"yes ({where}: each row of a block equals that row alone, so with row-exact attention a verified "
+                "block computes what one-token steps compute)")
+    if model_env.get("rows_exact") is None:
+        return "not probed (not on a CPU)"
+    bad = f"; not at {', '.join(map(str, probed['inexact']))} rows" if probed and probed["inexact"] else ""
+    return (f"no ({where}{bad}: a block's products may round differently from one-token steps, so outputs may part "
+            "at near ties)")
+
+
 def environment_table(run, model_bench_doc: dict | None = None):
     """The environment page's table (versions, machine, models, FlashHead settings) from a run's environment."""
     env = run.environment
@@ -63,11 +78,7 @@ def environment_table(run, model_bench_doc: dict | None = None):
         if m.get("attention"):
             rows.append((f"{role} attention", m["attention"]))
         if m.get("rows_exact") is not None:
-            said = ("yes (probed at load: each row of a block equals that row alone, so with row-exact attention a "
-                    "verified block computes what one-token steps compute)" if m["rows_exact"] else
-                    "no (probed at load: a block's products may round differently from one-token steps, so outputs "
-                    "may part at near ties)")
-            rows.append((f"{role} block rows as single rows", said))
+            rows.append((f"{role} block rows as single rows", rows_exact_said(m)))
         if m.get("dtype_reason"):
             rows.append((f"{role} precision (DTYPE auto)", m["dtype_reason"]))
         q = m.get("quantization") or {}

@@ -1,5 +1,6 @@
 """This CPU's name, whether it has native bfloat16 dot products, and so the precision ``DTYPE: auto`` picks
-(:func:`auto_dtype`). The answers choose kernels and precision elsewhere and are recorded with every run.
+(:func:`auto_dtype`), and whether the project has measured a block's rows to equal single rows on this kind of CPU
+(:func:`rows_exact_expected`). The answers choose kernels and precision elsewhere and are recorded with every run.
 """
 
 from __future__ import annotations
@@ -37,3 +38,13 @@ def auto_dtype() -> tuple[torch.dtype, str]:
     if not fast_bf16():
         return torch.float32, "float32: the CPU has no native bf16 dot products (bf16 would be emulated, slower)"
     return torch.float32, "float32: this torch's oneDNN cannot pack bfloat16 layers"
+
+
+def rows_exact_expected(dtype: torch.dtype) -> bool:
+    """Whether this project has measured oneDNN-packed layers of ``dtype`` on this kind of CPU to compute every row
+    of a block as they compute it alone (at the loader's rows floor), so that a failing probe here is a fault to
+    report, not a fact of the machine: bfloat16 where the CPU has native bf16 (the AVX-512 BF16 EPYC and the AMX
+    Xeon), float32 on AVX2 (the AVX2 EPYC) and AVX-512 (the AMX Xeon) CPUs."""
+    if dtype == torch.bfloat16:
+        return fast_bf16()
+    return dtype == torch.float32 and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")

@@ -209,6 +209,28 @@ def load_tokenizer(spec: str | ModelSpec, *, progress: bool = True, dtype: str |
     return AutoTokenizer.from_pretrained(local_dir(spec, progress=progress, what="tokenizer", dtype=dtype))
 
 
+def _row_probe(model, largest: int) -> dict:
+    """The loader's record of :func:`~thesis_lib.models.attention.rows_exact_by_size` over blocks of 2 to
+    ``largest`` rows: the verdict, and the sizes, threads and any sizes that failed."""
+    import torch
+
+    by_size = attn.rows_exact_by_size(model, range(2, largest + 1))
+    return {"rows_exact": all(by_size.values()),
+            "rows_probed": {"sizes": [2, largest], "threads": torch.get_num_threads(),
+                            "inexact": [n for n, ok in by_size.items() if not ok]}}
+
+
+def probe_rows(lm: LoadedModel, largest: int) -> None:
+    """Make ``lm.info``'s row probe cover blocks of up to ``largest`` rows at the current thread count (probing
+    again only where the load's probe did not), so a run records the exactness of every block it can verify."""
+    import torch
+
+    probed = lm.info.get("rows_probed")
+    if probed is None or (probed["sizes"][1] >= largest and probed["threads"] == torch.get_num_threads()):
+        return
+    lm.info.update(_row_probe(lm.model, max(largest, probed["sizes"][1])))
+
+
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
                progress: bool = True, pack: bool | None = None) -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
@@ -216,7 +238,9 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
     (:mod:`~thesis_lib.models.packing`): the same model with faster kernels, used by every mode alike. On a CPU
     the attention is row-exact (:func:`resolved_attention`): a block of new tokens attends as one-token steps do;
-    ``info["rows_exact"]`` says whether this CPU's kernels compute a block's rows as single rows (probed).
+    ``info["rows_exact"]`` says whether this CPU's kernels compute a block's rows as single rows, probed for every
+    block of 2 to :data:`~thesis_lib.models.attention.PROBED_BLOCK` rows at the current thread count
+    (``info["rows_probed"]``; :func:`probe_rows` extends it for a run that verifies longer blocks).
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
     recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked)."""
@@ -255,12 +279,14 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
     info = {"attention": (attn.use(model) if resolved_attention(device) == "exact"
                           else str(model.config._attn_implementation)),
-            "rows_exact": attn.rows_exact(model) if device == "cpu" and not on_virtual else None,
+            "rows_exact": None,
             "load_seconds": round(time.perf_counter() - t0, 2),
             "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, block layout{padded})"
                             if packed else "stock"),
             "rows_floor": floor_rows,
             "dtype_requested": str(torch_dtype).replace("torch.", "")}
+    if device == "cpu" and not on_virtual:
+        info.update(_row_probe(model, attn.PROBED_BLOCK))
     if load_time:
         info["cpu_kernels"] = (f"int4 weight-only body ({n_quant} of {n_body} linear layers, group "
                                f"{quantized['group_size']}), " + (f"oneDNN-packed bf16 for the rest ({packed} layers, "
