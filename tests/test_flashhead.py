@@ -230,15 +230,17 @@ def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes,
 
 
 @pytest.mark.parametrize("n_probes", [2, 17])
-@pytest.mark.parametrize("path", ["eager", "compiled"])
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference"])
 def test_greedy_confidence_is_the_candidate_softmax_of_the_greedy_token(tiny_models, tiny_clusterings, n_probes, path):
+    """Whatever the path, the confidence call takes the greedy call's path and picks its token."""
     model = tiny_models[("f32", "qwen2", "target")]
     head = _head(model, tiny_clusterings[17], n_probes=n_probes, path=path, centroid_dtype="float32")
     h = torch.randn(16, 64, generator=torch.Generator().manual_seed(3)) * 3
     tokens, probs = head.greedy_confidence(h)
+    assert head.active_path == path
     assert torch.equal(tokens, head(h))
     for i in range(16):  # the softmax over this position's candidates (probed clusters + specials), by hand
-        scores, ids = head._candidate_scores(h[i], head.top_clusters(h[i : i + 1], reference=False)[0])
+        scores, ids = head._candidate_scores(h[i], head.top_clusters(h[i : i + 1], reference=path == "reference")[0])
         p = torch.softmax(scores.double(), -1)
         assert ids[p.argmax()] == tokens[i]
         assert probs[i].item() == pytest.approx(p.max().item(), rel=1e-4)

@@ -260,22 +260,34 @@ def test_bf16_packed_speculative_decoding_equals_target_only_up_to_near_ties(def
     assert equal >= 2  # a broken verification would part on every prompt, not only at a rare near tie
 
 
-@needs_bf16
-def test_refined_bf16_head_picks_the_unrounded_argmax():
-    """Two tokens whose logits round to the same bf16 value: the refined head picks the larger unrounded one,
-    where the rounded argmax takes the lower id."""
-    d = 64
+def _near_tied_bf16_head(d: int = 64):
+    """Rows of two tokens whose bf16 logits round to the same value while token 3's unrounded one is larger."""
     w = torch.zeros(5, d, dtype=torch.bfloat16)
     w[1, 0], w[3, 0] = 20.0, 20.0
     w[3, 1] = 0.0078125  # 2^-7: adds 2^-7 to token 3's logit, far below bf16's spacing of 1/8 at 20
     h = torch.zeros(1, d, dtype=torch.bfloat16)
     h[0, 0], h[0, 1] = 1.0, 1.0
+    return w, h
+
+
+def test_refined_bf16_head_picks_the_unrounded_argmax():
+    """Two tokens whose logits round to the same bf16 value: the refined head picks the larger unrounded one,
+    where the rounded argmax takes the lower id. Arithmetic, not hardware: it runs on every CPU (bf16 tensors
+    compute everywhere; only packing them needs native bf16, the next test)."""
+    w, h = _near_tied_bf16_head()
     assert float(torch.nn.functional.linear(h, w)[0, 1]) == float(torch.nn.functional.linear(h, w)[0, 3])
     rounded = DenseGreedyHead(w, refine=False)
     refined = DenseGreedyHead(w)
     assert refined.refine and int(rounded(h)) == 1 and int(refined(h)) == 3
     w[3, 1] = 0.0  # an exact tie: the lowest id, as argmax
     assert int(DenseGreedyHead(w)(h)) == 1
+
+
+@needs_bf16
+def test_the_refined_head_reads_a_packed_bf16_head():
+    w, h = _near_tied_bf16_head()
+    d = w.shape[1]
+    w[3, 1] = 0.0
     packed = torch.nn.Linear(d, 5, bias=False).to(torch.bfloat16)
     with torch.no_grad():
         packed.weight.copy_(w)

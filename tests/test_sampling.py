@@ -123,3 +123,23 @@ def test_no_rest_cell_when_nothing_is_pooled_and_power_holds_at_the_tested_cells
     n = distcheck.draws_for_power(skewed, delta=0.01)
     r = distcheck.check([(0,)] * n, skewed)  # the cells the check tests at n draws
     assert distcheck.power_at(skewed, n, delta=0.01, cells=r["cells"]) >= 0.99
+
+
+def test_a_prompt_is_warped_at_its_last_position_only(pair, monkeypatch):
+    """Sampling warps (float64 softmax, top-k/top-p sorts) the distribution it draws from and no other: one row
+    for the prompt's prefill however long the prompt, as greedy decoding scores one."""
+    target, draft, _ = pair
+    rows = []
+    real = sampling.Sampler.probs
+    monkeypatch.setattr(sampling.Sampler, "probs", lambda self, x: rows.append(x.shape[0] if x.dim() == 2 else 1)
+                        or real(self, x))
+    s = sampling.Sampler(1.0)
+    long_prompt = PROMPT * 6
+    sampling.sample_generate(ModelState(target), long_prompt, max_new_tokens=3, sampler=s,
+                             generator=torch.Generator().manual_seed(0))
+    assert rows == [1, 1, 1]  # the prefill's and two steps'
+    rows.clear()
+    d = sampling.SamplingModelDrafter(draft, s)
+    sampling.speculative_sample(ModelState(target), d, long_prompt, k=2, max_new_tokens=2, sampler=s,
+                                generator=torch.Generator().manual_seed(0), schedule="deferred")
+    assert max(rows) <= 3 and rows[0] == 1  # the target's prefill: one row; later, blocks of at most K + 1

@@ -102,7 +102,7 @@ class Runner:
         self.confident_drafters = {}
         if self.stop_below is not None:
             def confident(name, model, head=None):
-                return ModelDrafter(model, head=head, vocab_limit=limit, name=name, stop_below=self.stop_below)
+                return cls(model, head=head, vocab_limit=limit, name=name, stop_below=self.stop_below)
             self.confident_drafters["dense"] = confident("dense", dense_model)
             if self.flash_head is not None:
                 self.confident_drafters["flash"] = confident("flash", flash_model, self.flash_head)

@@ -80,37 +80,43 @@ class ModelDrafter:
 
     @torch.inference_mode()
     def propose(self, k: int) -> list[int]:
+        """Up to ``k`` greedy proposals (fewer where ``stop_below`` ends the block at an unsure token)."""
         if k <= 0:
             self._proposed = []
             return []
         # 1. feed what the draft has not seen (prompt, or the last final token), then draft greedily.
-        #    Proposals stay tensors until the block is done: one host sync per round, not per token.
+        #    Proposals stay tensors until the block is done: one host sync per round, not per token (a
+        #    confidence stop reads each token's probability as it goes: the price of deciding per token).
         feed: Sequence[int] | torch.Tensor = self.pending
         self.pending = []
         drafted = []
-        if self.stop_below is not None:
-            return self._propose_confident(feed, k)
         for _ in range(k):
-            tok = self.state.greedy(feed, last_only=True)  # [1]
+            h = self._hidden(feed)
+            if self.stop_below is None:
+                tok = self._head(h)  # [1]
+            else:
+                tok, prob = self._head_confidence(h)
             drafted.append(tok)
-            feed = tok
-        # The k-th proposal was never fed, so the cache holds the first k-1 proposals.
-        self._proposed = torch.cat(drafted).tolist()
-        return self._proposed
-
-    def _propose_confident(self, feed, k: int) -> list[int]:
-        """Draft until a token's probability is below ``stop_below`` (included) or ``k`` tokens: one host
-        read per token, the price of deciding as it goes."""
-        drafted = []
-        for _ in range(k):
-            tok, prob = self.state.head.greedy_confidence(self.state.hidden(feed)[-1:])
-            drafted.append(int(tok[0]))
-            if float(prob[0]) < self.stop_below:
+            if self.stop_below is not None and float(prob[0]) < self.stop_below:
                 break
             feed = tok
         self.stopped_early += len(drafted) < k
-        self._proposed = drafted
-        return drafted
+        # The last proposal was never fed, so the cache holds all proposals but the last.
+        self._proposed = self._materialize(drafted)
+        return self._proposed
+
+    # The steps of a proposal; the profiled drafter times each (same calls, in the same order).
+    def _hidden(self, feed) -> torch.Tensor:
+        return self.state.hidden(feed)[-1:]
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        return self.state.head(h)
+
+    def _head_confidence(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.state.head.greedy_confidence(h)
+
+    def _materialize(self, drafted: list[torch.Tensor]) -> list[int]:
+        return torch.cat(drafted).tolist()
 
     def observe(self, accepted: int, final_token: int) -> None:
         k = len(self._proposed)
@@ -127,33 +133,30 @@ class ModelDrafter:
 class ProfiledDrafter(ModelDrafter):
     """A model drafter that charges prefill, body, head, materialisation and alignment to ``clock``.
 
-    Proposes exactly the tokens of :class:`ModelDrafter` (same calls, in the same order); ``clock`` is set by
-    the caller for each generation (the loop's own clock, so the phases nest in its ``draft_propose``)."""
+    It runs :class:`ModelDrafter`'s one proposal loop (a confidence stop included) and times its steps, so it
+    proposes the same tokens; ``clock`` is set by the caller for each generation (the loop's own clock, so the
+    phases nest in its ``draft_propose``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.clock = PhaseClock([self.state.device])
 
-    @torch.inference_mode()
-    def propose(self, k: int) -> list[int]:
-        if k <= 0:
-            self._proposed = []
-            return []
-        clock, dev = self.clock, self.state.device
-        feed = self.pending
-        self.pending = []
-        drafted = []
-        for _ in range(k):
-            name = "draft_prefill" if self.state.length == 0 else "draft_body"
-            with clock.phase(name, dev):
-                h = self.state.hidden(feed)[-1:]
-            with clock.phase("draft_head", dev):
-                tok = self.state.head(h)
-            drafted.append(tok)
-            feed = tok
-        with clock.phase("draft_materialize", dev):
-            self._proposed = torch.cat(drafted).tolist()
-        return self._proposed
+    def _hidden(self, feed) -> torch.Tensor:
+        name = "draft_prefill" if self.state.length == 0 else "draft_body"
+        with self.clock.phase(name, self.state.device):
+            return super()._hidden(feed)
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        with self.clock.phase("draft_head", self.state.device):
+            return super()._head(h)
+
+    def _head_confidence(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.clock.phase("draft_head", self.state.device):
+            return super()._head_confidence(h)
+
+    def _materialize(self, drafted: list[torch.Tensor]) -> list[int]:
+        with self.clock.phase("draft_materialize", self.state.device):
+            return super()._materialize(drafted)
 
     def observe(self, accepted: int, final_token: int) -> None:
         with self.clock.phase("draft_align", self.state.device):

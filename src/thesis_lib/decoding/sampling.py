@@ -144,9 +144,13 @@ class SamplingModelDrafter(ModelDrafter):
         return tokens, qs
 
 
-def target_probs(target: ModelState, head: DenseGreedyHead, ids, sampler: Sampler) -> torch.Tensor:
-    """Feed ``ids`` to the target; ``[S, V]`` warped next-token distributions after each fed position."""
-    return sampler.probs(head.logits(target.hidden(ids)))
+def target_probs(target: ModelState, head: DenseGreedyHead, ids, sampler: Sampler,
+                 last_only: bool = False) -> torch.Tensor:
+    """Feed ``ids`` to the target; ``[S, V]`` warped next-token distributions after each fed position, or only
+    after the last (``[1, V]``: a prompt's prefill needs no other, and warping every position of a long prompt
+    would cost memory and time in proportion to it)."""
+    h = target.hidden(ids)
+    return sampler.probs(head.logits(h[-1:] if last_only else h))
 
 
 @torch.inference_mode()
@@ -157,8 +161,12 @@ def sample_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
     check_request(max_new_tokens, prompt_ids)
     sampler.check()
     head = DenseGreedyHead.from_model(target.model, getattr(target.head, "vocab_limit", None))
-    return target_only(target, prompt_ids, lambda ids: draw(target_probs(target, head, ids, sampler)[-1], generator),
-                       mode="baseline_sample", max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock)
+
+    def next_token(ids) -> int:
+        return draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator)
+
+    return target_only(target, prompt_ids, next_token, mode="baseline_sample", max_new_tokens=max_new_tokens,
+                       eos_ids=eos_ids, clock=clock)
 
 
 @torch.inference_mode()
@@ -185,7 +193,7 @@ def speculative_sample(target: ModelState, drafter: SamplingDrafter, prompt_ids:
     target.reset()
     t0 = clock.now()
     with clock.phase(PREFILL):
-        final = draw(target_probs(target, head, prompt_ids, sampler)[-1], generator)
+        final = draw(target_probs(target, head, prompt_ids, sampler, last_only=True)[0], generator)
     t1 = clock.now()
     out = [final]
     done = final in eos or max_new_tokens == 1

@@ -215,7 +215,10 @@ class FlashHead(nn.Module):
     def greedy_confidence(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden: [S, D] -> (token ids [S], probability [S])``: the greedy token and the probability the
         softmax over the candidates (probed clusters and specials) gives it. The same path as ``forward``
-        (compiled where that works), so the tokens are the greedy head's."""
+        (the reference computation for a ``reference`` head, else compiled where that works), so the tokens are
+        the greedy head's."""
+        if self.path == "reference":
+            return self.reference(hidden, confidence=True)
         return self._fast(_confidence_fused, "_compiled_conf", hidden)
 
     def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor):
@@ -293,14 +296,16 @@ class FlashHead(nn.Module):
         sp = self.special_weight.float() @ h + self.special_bias
         return torch.cat([logits, sp]), torch.cat([self.tokens.reshape(-1)[slots], self.special_ids])
 
-    def reference(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The plain computation, one position at a time, in float32: what the fast paths must reproduce."""
+    def reference(self, hidden: torch.Tensor, confidence: bool = False):
+        """The plain computation, one position at a time, in float32: what the fast paths must reproduce; with
+        ``confidence``, also each chosen token's probability among the candidates (as :meth:`greedy_confidence`)."""
         self._active_path = "reference"
-        out = []
+        out, probs = [], []
         for h in hidden.float():
             scores, ids = self._candidate_scores(h, self.top_clusters(h[None])[0])
             out.append(_select(scores[None], ids[None], self.vocab_size))
-        return torch.cat(out)
+            probs.append(top_probability(scores[None]))
+        return (torch.cat(out), torch.cat(probs)) if confidence else torch.cat(out)
 
     def candidate_ids(self, hidden: torch.Tensor, n_probes: int | None = None, *, reference: bool = False) -> torch.Tensor:
         """``[S, n_probes * b]`` token ids in the probed clusters (padding repeats ids); specials not included."""
