@@ -5,6 +5,8 @@ verdict of chapter 6's walk check."""
 from __future__ import annotations
 
 import json
+import random
+import statistics
 from collections import Counter
 
 import pytest
@@ -15,7 +17,6 @@ from thesis_lib.analysis import codesign
 from thesis_lib.heads import adaptive, clustering, truncated
 from thesis_lib.models import tiny
 from thesis_lib.errors import ConfigError
-from thesis_lib.decoding.costs import expected_emitted
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.heads.dense import DenseGreedyHead
 from thesis_lib.heads.flashhead import FlashHead
@@ -85,12 +86,52 @@ def test_teacher_forced_states_give_the_loop_s_acceptance():
     assert q["agreement"] == 1.0 and 0 <= q["alpha"] <= 1 and q["n"] == 5
 
 
-def test_predict_picks_the_k_that_maximises_tokens_per_second():
+def _round_ms(k: int, step: float, verify: dict, deferred: bool) -> float:
+    """k draft steps and the target's forward over k + 1 tokens (deferred) or over k tokens plus a one-token append."""
+    return k * step + (verify[k + 1] if deferred else verify[k] + verify[1])
+
+
+def _simulated_tokens_per_s(alpha: float, k: int, round_ms: float, rounds: int, seed: int) -> tuple[float, float]:
+    """Tokens/s of rounds whose k proposals each pass with probability alpha, in order, until the first failure (the
+    target's own token always follows), and the standard error of that mean."""
+    rng = random.Random(seed)
+    emitted = []
+    for _ in range(rounds):
+        n = 0
+        while n < k and rng.random() < alpha:
+            n += 1
+        emitted.append(n + 1)
+    scale = 1000 / round_ms
+    return scale * statistics.fmean(emitted), scale * statistics.stdev(emitted) / rounds ** 0.5
+
+
+@pytest.mark.parametrize("deferred", [True, False])
+def test_predict_picks_the_k_that_maximises_tokens_per_second(deferred):
+    """Each K's tokens/s is expected tokens (the i-th proposal emitted when the first i pass, summed term by term)
+    over K steps of body + head and the verify; the predicted K is the brute-force best, its tokens/s agrees with a
+    simulated i.i.d. acceptance process, and K never shrinks with a more accurate head nor grows with a slower one."""
     costs = {"body_ms": 10.0, "verify_ms": {n: 50.0 + 2 * n for n in range(1, 14)}, "target_step_ms": 52.0}
-    pred = codesign.predict(0.8, 1.0, costs, k_max=12)
-    best = max(range(1, 13), key=lambda k: expected_emitted(0.8, k) / (k * 11.0 + 50.0 + 2 * (k + 1)))
-    assert pred["k"] == best and pred["tokens_per_s"] == pytest.approx(1000 * expected_emitted(0.8, best) / (best * 11.0 + 52.0 + 2 * best))
-    assert codesign.predict(0.1, 1.0, costs)["k"] < pred["k"]
+    alphas, heads = (0.3, 0.6, 0.8, 0.9, 0.95), (0.5, 5.0, 20.0)
+    chosen = {}
+    for i, alpha in enumerate(alphas):
+        for j, head in enumerate(heads):
+            ms = {k: _round_ms(k, costs["body_ms"] + head, costs["verify_ms"], deferred) for k in range(1, 13)}
+            by_k = {k: 1000 * sum(alpha ** a for a in range(k + 1)) / ms[k] for k in ms}
+            pred = codesign.predict(alpha, head, costs, deferred=deferred, k_max=12)
+            assert pred["by_k"] == pytest.approx(by_k) and pred["k"] == max(by_k, key=by_k.get), (alpha, head)
+            sim, err = _simulated_tokens_per_s(alpha, pred["k"], ms[pred["k"]], 10_000, seed=10 * i + j)
+            assert abs(pred["tokens_per_s"] - sim) < 4 * err, (alpha, head, pred["tokens_per_s"], sim, err)
+            assert pred["speedup"] == pytest.approx(pred["tokens_per_s"] / (1000 / costs["target_step_ms"]))
+            chosen[alpha, head] = pred["k"]
+    assert len(set(chosen.values())) >= 4  # the grid moves K, so the orderings below say something
+    for head in heads:
+        ks = [chosen[a, head] for a in alphas]
+        assert ks == sorted(ks), (head, ks)
+    for alpha in alphas:
+        ks = [chosen[alpha, h] for h in heads]
+        assert ks == sorted(ks, reverse=True), (alpha, ks)
+    short = codesign.predict(0.95, 0.5, costs, deferred=deferred, k_max=3)
+    assert set(short["by_k"]) == {1, 2, 3} and short["k"] == 3
 
 
 def test_pareto_front_keeps_only_undominated_settings():

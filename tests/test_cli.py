@@ -100,11 +100,13 @@ def test_flash_modes_end_to_end_on_tiny_local_models(tmp_path, tok, capsys, monk
 
 
 def test_model_bench_end_to_end_on_a_tiny_model(tmp_path, tok, capsys, monkeypatch):
+    """model-bench's document: the quality curve, head and step latencies, and the head's share of a step and the
+    free-head ceiling recomputed from the dense and body-only step times it records, at the mean and at P50."""
     monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
     draft = tiny.save_tiny(tiny.tiny_model(seed=0), tok, tmp_path / "d")
     out = tmp_path / "mb.json"
     rc = cli.main(["model-bench", "--draft", str(draft), "--clusters", "17", "--kmeans-iterations", "4", "--prompts", "2",
-                   "--state-tokens", "10", "--probe-list", "1,4,17", "--head-reps", "1", "--step-reps", "1",
+                   "--state-tokens", "10", "--probe-list", "1,4,17", "--head-reps", "1", "--step-reps", "3",
                    "--flash-path", "eager", "--out", str(out)])
     assert rc == 0
     doc = json.loads(out.read_text())
@@ -118,8 +120,11 @@ def test_model_bench_end_to_end_on_a_tiny_model(tmp_path, tok, capsys, monkeypat
             assert s["p50_ms"] <= s["p95_ms"] and s["tokens_per_s"] == pytest.approx(1e3 / s["mean_ms"])
     assert set(doc["step"]["stats"]) == {"dense", "dense_shared", "flashhead", "body_only"}
     st = doc["step"]["stats"]
-    assert doc["step"]["head_only_ceiling_mean"] == pytest.approx(st["dense"]["mean_ms"] / st["body_only"]["mean_ms"])
-    assert doc["step"]["head_share_mean"] == pytest.approx(1 - 1 / doc["step"]["head_only_ceiling_mean"])
+    assert st["dense"]["n"] == st["body_only"]["n"] == 2 * 3 and st["dense"]["mean_ms"] != st["dense"]["p50_ms"]
+    for stat in ("mean", "p50"):
+        dense, body = st["dense"][f"{stat}_ms"], st["body_only"][f"{stat}_ms"]
+        assert doc["step"][f"head_share_{stat}"] == pytest.approx((dense - body) / dense, rel=1e-12, abs=1e-12)
+        assert doc["step"][f"head_only_ceiling_{stat}"] == pytest.approx(dense / body, rel=1e-12)
     assert cli.main(["model-bench", "--draft", str(draft), "--out", str(out)]) == 2  # never overwritten
 
 

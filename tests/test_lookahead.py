@@ -4,6 +4,8 @@ the loop has."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -120,12 +122,35 @@ def test_no_policy_beats_the_oracle(rows, k, tau, step, lookup):
         assert best <= la.oracle(rows, step_ms=step, verify_ms=VERIFY_MS, k_max=DEPTH)["ms"] + 1e-9
 
 
-def test_free_perfect_drafting_makes_the_oracle_draft_whole_blocks(rows):
-    # with free draft steps and verifies as cheap as one target step, the oracle's time is one verify per
-    # round, and it never takes more rounds than tokens
+def _whole_block_rounds(row: dict, k_max: int) -> int:
+    """Rounds of a walk over ``row`` that drafts the longest block allowed every round (k_max, and one token short
+    of the output's end), its accepted prefix counted token by token."""
+    out, t, rounds = row["target"], 1, 0
+    while t < len(out):
+        k, n = min(k_max, len(out) - t - 1), 0
+        while n < k and row["tokens"][t][n] == out[t + n]:
+            n += 1
+        t, rounds = t + n + 1, rounds + 1
+    return rounds
+
+
+@pytest.mark.parametrize("k_max", [1, 3, DEPTH])
+def test_free_perfect_drafting_makes_the_oracle_draft_whole_blocks(rows, k_max):
+    """Free draft steps and verifies that cost one target step whatever their size: the oracle drafts whole blocks.
+    A draft that is always right needs ceil((n - 1) / (k_max + 1)) rounds for n tokens; on the recorded drafts, the
+    oracle's time is that of a walk that always drafts the longest block allowed."""
     flat = {n: 10.0 for n in range(1, DEPTH + 2)}
-    o = la.oracle(rows, step_ms=0.0, verify_ms=flat, k_max=DEPTH)
-    assert o["ms"] < 10.0 * o["tokens"]
+    for n_tok in (1, 2, 3, k_max + 1, k_max + 2, k_max + 3, 22, 31):
+        out = list(range(100, 100 + n_tok))
+        perfect = {"target": out, "tokens": [out[t:t + DEPTH] for t in range(n_tok)],
+                   "probs": [[1.0] * DEPTH] * n_tok, "lookup": [[]] * n_tok}
+        o = la.oracle([perfect], step_ms=0.0, verify_ms=flat, k_max=k_max)
+        assert o == {"ms": 10.0 * math.ceil((n_tok - 1) / (k_max + 1)), "tokens": max(0, n_tok - 1)}, n_tok
+    whole = sum(_whole_block_rounds(r, k_max) for r in rows)
+    tokens = sum(len(r["target"]) - 1 for r in rows)
+    assert whole < tokens  # the recorded drafts get blocks accepted: one round per token would not do
+    assert la.oracle(rows, step_ms=0.0, verify_ms=flat, k_max=k_max) == {"ms": pytest.approx(10.0 * whole),
+                                                                         "tokens": tokens}
 
 
 def test_bad_policy_and_depth_are_refused(tiny_models):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
+import re
 
 import pytest
 import torch
@@ -153,15 +155,43 @@ def test_gated_repo_says_so(monkeypatch, tmp_path):
         specs.check_available("embedl/Qwen3-0.6B-FlashHead")
 
 
-def test_same_tokenizer_passes_and_padding_rows_are_fine(tok):
-    loading.check_same_tokenizer(tok, tiny.tiny_tokenizer())
+def test_same_tokenizer_passes_and_padding_rows_are_fine(tmp_path, tok):
+    """A target with 272 embedding rows and a draft with 300, saved with one 259-token tokenizer, pass the check
+    as loaded; the same draft whose tokenizer gives padding row 259 to an added token is refused, either way."""
+    a = tiny.save_tiny(tiny.tiny_model(seed=1), tok, tmp_path / "a")
+    b = tiny.save_tiny(tiny.tiny_model(seed=2, vocab_size=300), tok, tmp_path / "b")
+    extra = tiny.tiny_tokenizer()
+    extra.add_tokens(["<extra>"])
+    c = tiny.save_tiny(tiny.tiny_model(seed=2, vocab_size=300), extra, tmp_path / "c")
+    t_tok, d_tok, x_tok = (loading.load_tokenizer(str(p), progress=False) for p in (a, b, c))
+    rows = {p.name: json.loads((p / "config.json").read_text())["vocab_size"] for p in (a, b, c)}
+    assert rows == {"a": 272, "b": 300, "c": 300} and len(t_tok) == len(d_tok) == 259
+    loading.check_same_tokenizer(t_tok, d_tok)
+    loading.check_same_tokenizer(d_tok, t_tok)
+    assert x_tok.vocab_size == t_tok.vocab_size and x_tok.get_vocab()["<extra>"] == 259 < rows["c"]
+    with pytest.raises(TokenizerMismatchError, match="1 only in the draft's, e.g. '<extra>'"):
+        loading.check_same_tokenizer(t_tok, x_tok)
+    with pytest.raises(TokenizerMismatchError, match="1 only in the target's, e.g. '<extra>'"):
+        loading.check_same_tokenizer(x_tok, t_tok)
 
 
 def test_swapped_tokens_are_a_mismatch_even_at_equal_size(tok):
+    """Two ids exchanged: same size and same strings, but both tokens are reported as moved."""
     other = tiny.tiny_tokenizer(swap=(65, 66))
-    assert len(other) == len(tok)
-    with pytest.raises(TokenizerMismatchError, match="different ids"):
+    assert len(other) == len(tok) and set(other.get_vocab()) == set(tok.get_vocab())
+    moved = re.escape(f"2 tokens with different ids, e.g. {tok.convert_ids_to_tokens(65)!r}: 65 vs 66")
+    with pytest.raises(TokenizerMismatchError, match=moved):
         loading.check_same_tokenizer(tok, other)
+
+
+def test_a_different_added_token_at_the_same_id_is_a_mismatch(tok):
+    """Two tables of one size whose only difference is the added token at id 259 do not match."""
+    mine, theirs = tiny.tiny_tokenizer(), tiny.tiny_tokenizer()
+    mine.add_tokens(["<mine>"])
+    theirs.add_tokens(["<theirs>"])
+    assert len(mine) == len(theirs) == len(tok) + 1 and mine.vocab_size == theirs.vocab_size
+    with pytest.raises(TokenizerMismatchError, match="only in the target's, e.g. '<mine>'.*only in the draft's"):
+        loading.check_same_tokenizer(mine, theirs)
 
 
 def test_load_pair_checks_tokenizers_before_loading_weights(tmp_path, tok, monkeypatch):
