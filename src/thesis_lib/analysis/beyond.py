@@ -295,16 +295,3 @@ def verdict_table(category: "object", modes: "object", best_fixed_all: float):
     ratio = (speed / best_fixed_all).sort_values(ascending=False)
     return pd.DataFrame({"Configuration": ratio.index, "Speedup over target-only": speed[ratio.index].values,
                          "vs thesis-style (best fixed K)": ratio.values})
-
-
-def draft_share(run, mode: str) -> float:
-    """The draft proposal's share of a mode's decode time."""
-    t = totals(run.of(mode))
-    return t["propose_s"] / t["decode_s"]
-
-
-def head_share(run, mode: str, head_ms: float) -> float:
-    """The draft head's share of a mode's decode time: drafted tokens x one head call / decode time."""
-    rs = run.of(mode)
-    drafted = sum(r.get("drafted", 0) for r in rs)
-    return drafted * head_ms / 1000 / sum(r["decode_s"] for r in rs)
