@@ -257,6 +257,31 @@ def test_bucketed_forward_matches_plain(tiny_models):
     torch.testing.assert_close(plain.hidden([9]), padded.hidden([9]))
 
 
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred", "pipelined", None])
+def test_a_generation_says_why_it_stopped_and_how_long_it_took(tiny_models, schedule):
+    """stopped_by names the limit or the EOS that ended the output; the first token's time and the decode time are
+    parts of the call's own wall time, in order (a wrong difference of clock readings would not fit inside it)."""
+    import time
+
+    target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
+
+    def generate(eos):
+        if schedule is None:
+            return greedy_generate(target, [5, 6, 7, 8], max_new_tokens=10, eos_ids=eos)
+        drafter = ModelDrafter(tiny_models[("f64", "qwen2", "close")], vocab_limit=TINY_VOCAB)
+        return speculative_generate(target, drafter, [5, 6, 7, 8], k=3, max_new_tokens=10, eos_ids=eos,
+                                    schedule=schedule)
+
+    t0 = time.perf_counter()
+    full = generate(())
+    wall = time.perf_counter() - t0
+    assert full.stats.stopped_by == "max_new_tokens" and len(full.tokens) == 10
+    assert 0 < full.stats.ttft_s and 0 < full.stats.decode_s and full.stats.ttft_s + full.stats.decode_s <= wall
+    at = next(i for i in range(1, 10) if full.tokens[i] not in full.tokens[:i])
+    ended = generate((full.tokens[at],))
+    assert ended.stats.stopped_by == "eos" and ended.tokens == full.tokens[:at + 1]
+
+
 @pytest.mark.parametrize("bad_k", [0, -1, 2.5])
 def test_bad_k_is_rejected(tiny_models, bad_k):
     t = ModelState(tiny_models[("f32", "qwen2", "target")], vocab_limit=TINY_VOCAB)

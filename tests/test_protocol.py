@@ -105,6 +105,7 @@ def test_profiled_drafter_stops_where_the_plain_one_stops(tiny_models, stop_belo
     gen = speculative_generate(target, prof, [4, 8, 15, 16], k=6, max_new_tokens=24, clock=clock)
     assert gen.tokens == plain.tokens and gen.stats.drafted == plain.stats.drafted
     assert prof.stopped_early == plain_drafter.stopped_early > 0
+    assert clock.calls["draft_head"] == sum(gen.stats.drafted)  # the stopping head call is timed as the head
 
 
 # --- run folders -------------------------------------------------------------------------------------------
