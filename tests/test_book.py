@@ -193,10 +193,32 @@ def test_chapter_3_glue(smoke_book):
     assert g["prof_prompts"] == glued("ch4_results")["build_prompts"] and g["prof_k"] == 3
 
 
+def _pooled_speedups(folder: Path, pairs: dict) -> dict:
+    """``key -> (mode, against)`` as pooled decode speedups computed here from a run folder's raw samples: all decode
+    tokens over all decode time per mode (the first token is the prefill's)."""
+    recs = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+
+    def tps(mode):
+        rs = [r for r in recs if r["mode"] == mode]
+        assert rs, mode
+        return sum(r["new_tokens"] - r.get("first_emit", 1) for r in rs) / sum(r["decode_s"] for r in rs)
+
+    return {key: tps(a) / tps(b) for key, (a, b) in pairs.items()}
+
+
 def test_chapter_4_glue_and_tables(smoke_book):
     g = glued("ch4_results")
-    assert math.isclose(g["def_dense_vs_base"], g["def_dense_tps"] / g["def_base_tps"], rel_tol=1e-9)
-    assert g["head_speedup"] > 0 and g["step_speedup"] > 0
+    # the ratios the page prints, recomputed from the runs' raw samples and the model-bench document's latencies
+    runs = smoke_book[2] / "runs"
+    pairs = {"ord_dense_vs_base": ("dense_ordinary", "baseline"), "ord_flash_vs_base": ("flash_ordinary", "baseline"),
+             "ord_flash_vs_dense": ("flash_ordinary", "dense_ordinary"), "def_dense_vs_base": ("dense_deferred", "baseline"),
+             "def_flash_vs_base": ("flash_deferred", "baseline"), "def_flash_vs_dense": ("flash_deferred", "dense_deferred")}
+    for key, ratio in _pooled_speedups(next(runs.glob("smoke-bench-*")), pairs).items():
+        assert math.isclose(g[key], ratio, rel_tol=1e-9), key
+    mb = json.loads(next(runs.glob("smoke-model-bench-*.json")).read_text())
+    for key, part in (("head_speedup", "head"), ("step_speedup", "step")):
+        stats = mb[part]["stats"]
+        assert math.isclose(g[key], stats["dense"]["mean_ms"] / stats["flashhead"]["mean_ms"], rel_tol=1e-9), key
     assert 0 <= g["append_def"] <= 3 < g["append_base"]  # at most one standalone append per sample (3 prompts)
     assert g["head_ceiling"] >= 1 and 0 < g["outside_propose_flash"] < 100
     # the K sweep's best K and its speedup, recomputed from the sweep's own samples (one run, a variant per K)
@@ -276,9 +298,13 @@ def test_chapter_6_glue(smoke_book):
     assert 0 <= g["margin_agreement"] <= 100 and 0 <= g["fixed_agreement"] <= 100
     assert g["best_c"] in (8, 17) and 1 <= g["best_p"] <= g["best_c"] and 1 <= g["best_k"] <= 5
     assert g["best_pred"] >= g["default_pred"] > 0  # the best setting of the sweep includes the default
-    for key in ("sp_flash", "sp_adaflash", "sp_freq", "sp_ngram", "sp_hybrid", "sp_hk", "sp_ck", "sp_sample_dense",
-                "sp_sample_flash"):
-        assert g[key] > 0, key
+    pairs = {"sp_flash": "flash_deferred", "sp_adaflash": "adaflash_deferred", "sp_freq": "freq_deferred",
+             "sp_ngram": "ngram_deferred", "sp_hybrid": "hybrid_deferred", "sp_hk": "flash_deferred_hk",
+             "sp_ck": "flash_deferred_ck", "sp_sample_dense": "sample_dense", "sp_sample_flash": "sample_flash"}
+    beyond_run = next(p for p in (smoke_book[2] / "runs").glob("smoke-beyond-*") if p.is_dir() and "-ks-" not in p.name)
+    against = {key: (m, "sample_baseline" if m.startswith("sample_") else "baseline") for key, m in pairs.items()}
+    for key, ratio in _pooled_speedups(beyond_run, against).items():  # from the beyond run's raw samples
+        assert math.isclose(g[key], ratio, rel_tol=1e-9), key
     # the head's and the proposal's shares, recomputed from the profiled run's samples (one clock times both): the
     # head is nested in the proposal, which is nested in the decode, and a free head saves exactly its time
     prof = [json.loads(line) for line in next((smoke_book[2] / "runs").glob("smoke-profile-*"))
