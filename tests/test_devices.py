@@ -193,3 +193,26 @@ def test_rehearsal_uses_real_gpus_only_where_every_named_one_exists(monkeypatch)
     assert ENV not in rehearsal.environment(home, devices=("cuda:0", "cuda:0"))
     assert ENV not in rehearsal.environment(home, devices=("cuda", "cpu"))
     assert rehearsal.environment(home, gpus=2, devices=("cuda:0", "cuda:1"))[ENV] == "2"  # one GPU, two named
+
+
+def test_the_profiled_drafter_synchronises_the_draft_s_device_around_each_phase(pair, on_two_gpus):
+    """On two devices each of the profiled drafter's phases waits for the draft's device (cuda:1), so a phase's time
+    is its kernels', not their launches'."""
+    from thesis_lib.decoding.clocks import PhaseClock
+    from thesis_lib.decoding.drafters import DRAFT_PHASES, ProfiledDrafter
+    from thesis_lib.decoding.greedy import speculative_generate
+
+    t, d, _, calls = on_two_gpus
+    prof = ProfiledDrafter(d.model)
+    synced = []
+
+    class Recording(PhaseClock):
+        def phase(self, name, *devices):
+            if name in DRAFT_PHASES:
+                synced.append((name, tuple(torch.device(x) for x in devices)))
+            return super().phase(name, *devices)
+
+    prof.clock = clock = Recording([torch.device("cuda", 0), torch.device("cuda", 1)])
+    speculative_generate(ModelState(t.model), prof, PROMPT, k=3, max_new_tokens=12, clock=clock)
+    assert {name for name, _ in synced} == set(DRAFT_PHASES)
+    assert all(devices == (torch.device("cuda", 1),) for _, devices in synced), synced
