@@ -96,19 +96,24 @@ class _RowByRow(torch.nn.Module):
         return torch.cat([self.linear(x[i:i + 1]) for i in range(x.shape[0])])
 
 
+def _probed_model(wrap):
+    """A tiny model whose probed layers compute rows one by one (row-exact by construction), except its first
+    block's up projection, which ``wrap`` makes."""
+    model = tiny.tiny_model("qwen2", seed=0)
+    layer = model.model.layers[0]
+    for parent in (layer.self_attn, layer.mlp):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, name, _RowByRow(child))
+    model.lm_head = _RowByRow(model.lm_head)
+    layer.mlp.up_proj = wrap(layer.mlp.up_proj.linear)
+    return model
+
 def test_the_row_probe_passes_a_row_exact_layer_and_fails_a_batch_dependent_one():
     """Positive control: every probed layer computing rows one by one is row-exact. Negative control: one layer
     whose rows depend on the block's size makes the probe fail, whatever the others do."""
     for wrap, want in ((_RowByRow, True), (_BatchDependent, False)):
-        model = tiny.tiny_model("qwen2", seed=0)
-        layer = model.model.layers[0]
-        for parent in (layer.self_attn, layer.mlp):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, torch.nn.Linear):
-                    setattr(parent, name, _RowByRow(child))
-        model.lm_head = _RowByRow(model.lm_head)
-        layer.mlp.up_proj = wrap(layer.mlp.up_proj.linear)
-        assert attention.rows_exact(model) is want, wrap.__name__
+        assert attention.rows_exact(_probed_model(wrap)) is want, wrap.__name__
 
 
 def test_the_loader_records_the_attention_it_set(tmp_path, monkeypatch):
@@ -156,14 +161,7 @@ def test_the_row_probe_covers_every_block_size_a_run_can_verify(n):
     """A layer that is off at one block size only fails the probe at that size and no other; sizes 3, 4, 7 and 12
     are blocks real runs verify (K = 4 ordinary, K sweeps, the policies' K_MAX) that a probe of 2, 5, 9 and 13
     rows never looked at."""
-    model = tiny.tiny_model("qwen2", seed=0)
-    layer = model.model.layers[0]
-    for parent in (layer.self_attn, layer.mlp):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(parent, name, _RowByRow(child))
-    model.lm_head = _RowByRow(model.lm_head)
-    layer.mlp.up_proj = _InexactAt(layer.mlp.up_proj.linear, n)
+    model = _probed_model(lambda linear: _InexactAt(linear, n))
     by_size = attention.rows_exact_by_size(model)
     assert sorted(by_size) == list(range(2, attention.PROBED_BLOCK + 1))
     assert [m for m, ok in by_size.items() if not ok] == [n]
