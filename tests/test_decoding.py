@@ -471,3 +471,16 @@ def test_unpadded_lookup_proposes_only_what_matched():
     assert d.propose(6) == [7, 8, 1, 4, 5, 6]
     d.observe(0, 3)
     assert d.propose(4) == [3]  # no match: one guess, not a padded block
+
+
+def test_an_empty_block_is_empty_for_every_drafter(tiny_models):
+    """A request for no proposals gets none and changes nothing: the next block is what it would have been."""
+    model = tiny_models[("f64", "qwen2", "close")]
+    context = [5, 6, 7, 8, 5, 6]
+    for make in (lambda: ModelDrafter(model, vocab_limit=TINY_VOCAB), NgramDrafter,
+                 lambda: HybridDrafter(ModelDrafter(model, vocab_limit=TINY_VOCAB))):
+        fresh, probed = make(), make()
+        fresh.begin(context)
+        probed.begin(context)
+        assert probed.propose(0) == []
+        assert probed.propose(3) == fresh.propose(3), type(fresh).__name__
