@@ -30,7 +30,7 @@ PYTEST_ARGS ?=
 talk = ( while sleep 20; do echo "  $(1): still working"; done ) & talker=$$!; $(2); status=$$?; \
 	kill $$talker 2>/dev/null; exit $$status
 
-.PHONY: env models book explore demo browser slurm test clean-venv
+.PHONY: env models book explore demo browser slurm test mutation clean-venv
 
 env: $(STAMP)
 
@@ -83,6 +83,16 @@ slurm:
 
 test: models browser slurm
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Mutation testing of the decoding core with mutmut (pyproject's [tool.mutmut]: the modules and the tests); not part
+# of `make test` (it takes about an hour on two cores). One intra-op thread: mutmut forks a process per mutant.
+# The report (score per module, every mutant not killed) goes to data/reference/mutation-report.md.
+mutation: models
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS),mutation]'
+	rm -rf mutants
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run
+	$(PY) tools/mutation_report.py > data/reference/mutation-report.md
+	@echo "report: data/reference/mutation-report.md"
 
 clean-venv:
 	rm -rf $(VENV)

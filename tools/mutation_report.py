@@ -1,0 +1,104 @@
+"""Write the mutation-testing report of `make mutation` (mutmut's results in ``mutants/``) as Markdown.
+
+Per module: mutants, killed, survived, not covered by the selected tests, timed out; the score is killed over all
+mutants but those listed as equivalent in ``tools/mutation_equivalents.json`` (mutant name -> why no test can tell
+it from the original). Every survivor is listed with its diff and either that reason or "open". The report names
+the revision, date, machine, mutmut version and the tests selected, so it can be read without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from mutmut import __version__ as mutmut_version
+from mutmut.stats import status_by_exit_code
+
+ROOT = Path(__file__).resolve().parents[1]
+EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.json"
+
+
+#: mutmut's statuses as the report counts them: a type checker's catch is a kill; a child killed by its hard CPU
+#: limit shows as a "segfault", so it counts as a timeout; the rest stay as they are
+FOLD = {"caught by type check": "killed", "segfault": "timeout"}
+
+
+def results() -> dict[str, str]:
+    """Mutant name -> status (mutmut's, folded by :data:`FOLD`), from the ``.meta`` files of the last run."""
+    out = {}
+    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
+        for name, code in json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"].items():
+            status = status_by_exit_code[code]
+            out[name] = FOLD.get(status, status)
+    return out
+
+
+def diff(name: str) -> str:
+    shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=ROOT, capture_output=True, text=True)
+    return "\n".join(line for line in shown.stdout.splitlines()
+                     if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+def module_of(name: str) -> str:
+    return name.split(".x_")[0].split(".xǁ")[0]
+
+
+def report() -> str:
+    status = results()
+    if not status:
+        raise SystemExit("no mutmut results under mutants/: run `make mutation` first")
+    equivalent = json.loads(EQUIVALENTS.read_text(encoding="utf-8")) if EQUIVALENTS.is_file() else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    lines = ["# Mutation testing of the decoding core", "",
+             f"`make mutation` at revision {commit}, {time.strftime('%Y-%m-%d')}, on {cpu} ({platform.machine()}); "
+             f"mutmut {mutmut_version}. Modules mutated: {', '.join(f'`{p}`' for p in cfg['only_mutate'])}. "
+             f"Tests run against each mutant (those that cover the mutated function): "
+             f"{', '.join(f'`{t}`' for t in cfg['pytest_add_cli_args_test_selection'])}.", "",
+             "Score: killed over the mutants checked, the equivalent ones left out (listed below with the reason no "
+             "test can tell them from the original). *Not covered*: no selected test runs the mutated function. *Not "
+             "checked*: the run stopped before it reached them.", "",
+             "| Module | Mutants | Not checked | Killed | Survived | Not covered | Timeout | Other | Equivalent | Score |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    by_module: dict[str, Counter] = {}
+    for name, st in status.items():
+        c = by_module.setdefault(module_of(name), Counter())
+        c["mutants"] += 1
+        c["equivalent" if name in equivalent else st] += 1
+    total = Counter()
+    for module, c in sorted(by_module.items()):
+        total.update(c)
+        lines.append(_row(module, c))
+    lines.append(_row("**all**", total))
+    open_ = [n for n, st in status.items() if st not in ("killed", "not checked") and n not in equivalent]
+    lines += ["", f"## Equivalent mutants ({sum(n in equivalent for n in status)})", ""]
+    lines += [f"- `{n}`: {equivalent[n]}" for n in status if n in equivalent]
+    lines += ["", f"## Not killed and not equivalent ({len(open_)})", ""]
+    for n in open_:
+        lines += [f"- `{n}` ({status[n]})", "", "  ```diff", *[f"  {d}" for d in diff(n).splitlines()], "  ```"]
+    return "\n".join(lines) + "\n"
+
+
+def _row(module: str, c: Counter) -> str:
+    """A module's counts; the score is over the mutants checked (all of them, once a run has finished)."""
+    judged = c["mutants"] - c["equivalent"] - c["not checked"]
+    score = f"{100 * c['killed'] / judged:.1f} %" if judged else "–"
+    other = c["mutants"] - sum(c[k] for k in ("not checked", "killed", "survived", "no tests", "timeout", "equivalent"))
+    return (f"| {module} | {c['mutants']} | {c['not checked']} | {c['killed']} | {c['survived']} | {c['no tests']} | "
+            f"{c['timeout']} | {other} | {c['equivalent']} | {score} |")
+
+
+if __name__ == "__main__":
+    sys.stdout.write(report())
