@@ -138,6 +138,12 @@ def test_a_prompt_is_warped_at_its_last_position_only(pair, monkeypatch):
     sampling.sample_generate(ModelState(target), long_prompt, max_new_tokens=3, sampler=s,
                              generator=torch.Generator().manual_seed(0))
     assert rows == [1, 1, 1]  # the prefill's and two steps'
+    # the one row is the last position's: the distribution a full prefill gives after the prompt's last token
+    head = sampling.DenseGreedyHead.from_model(target, None)
+    one = sampling.target_probs(ModelState(target), head, long_prompt, s, last_only=True)
+    every = sampling.target_probs(ModelState(target), head, long_prompt, s)
+    assert one.shape[0] == 1 and torch.allclose(one[0], every[-1], rtol=1e-6, atol=1e-9)  # 1-row products round apart
+    assert not torch.allclose(one[0], every[0], rtol=1e-3)  # and it is not the first position's
     rows.clear()
     d = sampling.SamplingModelDrafter(draft, s)
     sampling.speculative_sample(ModelState(target), d, long_prompt, k=2, max_new_tokens=2, sampler=s,

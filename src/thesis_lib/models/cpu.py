@@ -40,11 +40,26 @@ def auto_dtype() -> tuple[torch.dtype, str]:
     return torch.float32, "float32: this torch's oneDNN cannot pack bfloat16 layers"
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; empty where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def rows_exact_expected(dtype: torch.dtype) -> bool:
-    """Whether this project has measured oneDNN-packed layers of ``dtype`` on this kind of CPU to compute every row
-    of a block as they compute it alone (at the loader's rows floor), so that a failing probe here is a fault to
-    report, not a fact of the machine: bfloat16 where the CPU has native bf16 (the AVX-512 BF16 EPYC and the AMX
-    Xeon), float32 on AVX2 (the AVX2 EPYC) and AVX-512 (the AMX Xeon) CPUs."""
+    """Whether this project has measured packed layers of ``dtype`` on this kind of CPU to compute every row of a
+    block as they compute it alone (at the loader's rows floor), so that a failing probe here is a fault to report,
+    not a fact of the machine: bfloat16 where the CPU has native bf16 (the AVX-512 BF16 EPYC, the AMX Xeon); float32
+    on AVX2-only CPUs (the AVX2 EPYC) and on CPUs with AMX (the AMX Xeon). Elsewhere (an AVX-512 CPU without AMX in
+    float32, for one) it is not known, and a failing probe is reported, not treated as a fault."""
     if dtype == torch.bfloat16:
         return fast_bf16()
-    return dtype == torch.float32 and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    if dtype != torch.float32:
+        return False
+    flags = cpu_flags()
+    return "amx_bf16" in flags or ("avx2" in flags and "avx512f" not in flags)

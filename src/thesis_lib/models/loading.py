@@ -216,7 +216,7 @@ def _row_probe(model, largest: int) -> dict:
 
     by_size = attn.rows_exact_by_size(model, range(2, largest + 1))
     return {"rows_exact": all(by_size.values()),
-            "rows_probed": {"sizes": [2, largest], "threads": torch.get_num_threads(),
+            "rows_probed": {"sizes": [min(by_size), max(by_size)], "threads": torch.get_num_threads(),
                             "inexact": [n for n, ok in by_size.items() if not ok]}}
 
 
