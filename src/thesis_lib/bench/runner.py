@@ -69,7 +69,6 @@ class Runner:
     k_costs: dict | None = None
     seed: int = 0
     stop_below: float | None = None
-    #: pipelined modes: the draft side and the target's append get half the threads each (default: both all)
 
     def __post_init__(self):
         self.eos = self.target.eos_ids

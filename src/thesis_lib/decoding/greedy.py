@@ -11,8 +11,8 @@ round ends with a token the target chose. The one caveat is floating point: the 
 tokens in one forward, and a K-token forward can round differently from K one-token forwards, so the two
 loops can part ways where the target's top two logits are (almost exactly) tied. On a CPU the loader closes
 that gap where it can: with row-exact attention (:mod:`thesis_lib.models.attention`) and linear layers whose
-rows do not depend on the block (the loader probes it: :func:`thesis_lib.models.attention.rows_exact`), a block
-computes what one-token steps do, bit for bit, and
+rows do not depend on the block (the loader probes every block size:
+:func:`thesis_lib.models.attention.rows_exact_by_size`), a block computes what one-token steps do, bit for bit, and
 the tests demand equal outputs there; elsewhere (a CPU where the probe fails, GPUs) they check that every
 divergence sits at a near-tie.
 

@@ -2,7 +2,7 @@
 
 Greedy speculative decoding is lossless in exact arithmetic; in floating point only if verifying a block of K + 1
 tokens computes each position exactly as target-only decoding computes it, one token at a time. The packed linear
-layers do on the CPUs this project measured (:func:`rows_exact` probes a loaded model's kernels), but
+layers do on the CPUs this project measured (:func:`rows_exact_by_size` probes a loaded model's kernels), but
 transformers' attention does not: a block that follows a cache goes to scaled-dot-product attention with an
 explicit causal mask (and repeated key/value heads), where a single token gets neither, so the block takes
 another kernel path and its hidden states drift from the one-token steps' (where the target's top two logits are
