@@ -197,3 +197,21 @@ def test_the_walk_count_verdict_reads_the_table_it_checks():
     every = table(("40 / 42", "160 / 163", "120 / 119"))
     assert verdicts.walk_counts(*beyond.walk_parted(every).values()) == (
         "The walk's totals part from the run's in rounds by up to 2, drafted tokens by up to 3, accepted tokens by up to 1")
+
+
+def test_tuned_margin_is_the_cheapest_within_tolerance_else_the_widest():
+    from thesis_lib.analysis.beyond import MARGIN_TOLERANCE, tuned_margin
+
+    def curve(*rows):  # (margin, agreement, mean probes); the first row is the fixed head
+        return {"rows": [dict(margin=m, agreement=a, mean_probes=p) for m, a, p in rows]}
+
+    fixed = (None, 0.90, 8.0)
+    # 0.02 is cheapest but loses too much agreement; 0.05 is within tolerance and cheaper than 0.10
+    assert tuned_margin(curve(fixed, (0.02, 0.90 - 2 * MARGIN_TOLERANCE, 2.0), (0.05, 0.90 - MARGIN_TOLERANCE / 2, 4.0),
+                              (0.10, 0.91, 6.0))) == 0.05
+    # the tolerance is inclusive: exactly the tolerance below the fixed head still counts
+    assert tuned_margin(curve(fixed, (0.02, 0.90 - MARGIN_TOLERANCE, 3.0), (0.10, 0.95, 6.0))) == 0.02
+    # no margin keeps agreement: the widest margin (the closest to probing like the fixed head) is taken, not the first
+    assert tuned_margin(curve(fixed, (0.02, 0.50, 2.0), (0.20, 0.60, 5.0), (0.10, 0.55, 4.0))) == 0.20
+    # the fixed head's own row is never a candidate, however cheap it is
+    assert tuned_margin(curve((None, 0.90, 1.0), (0.05, 0.90, 4.0))) == 0.05

@@ -110,6 +110,35 @@ def test_profiled_drafter_stops_where_the_plain_one_stops(tiny_models, stop_belo
     assert clock.calls["draft_head"] == sum(gen.stats.drafted)  # the stopping head call is timed as the head
 
 
+def test_the_largest_block_covers_every_mode_s_k_and_the_carried_token(pair_dir, tmp_path):
+    """The exactness probe's bound: the run's K, a variant's own K, and k_max for the modes whose block length
+    a policy or a confidence stop chooses, each plus the deferred schedule's carried token."""
+    cfg = lambda **kw: _config(pair_dir, tmp_path, **kw)  # noqa: E731
+    assert cfg(k=3).largest_block() == 4
+    assert cfg(k=3, modes=("baseline", "flash_deferred@k6")).largest_block() == 7
+    assert cfg(k=5, modes=("baseline", "flash_deferred@k2")).largest_block() == 3  # the variant's K, not the run's
+    assert cfg(k=3, k_max=9, modes=("baseline", "dense_deferred", "flash_deferred_ck")).largest_block() == 10
+    assert cfg(k=3, k_max=9, modes=("baseline", "dense_deferred")).largest_block() == 4  # k_max bounds no mode here
+    assert cfg(k=4, modes=("sample_baseline", "sample_flash")).largest_block() == 5  # speculative sampling: K + 1
+    assert cfg(k=4, modes=("baseline", "sample_baseline", "hf_greedy")).largest_block() == 1  # one token a step
+
+
+def test_a_profiled_hybrid_charges_its_model_rounds_to_the_generation_s_clock(tiny_models):
+    """The clock set on a hybrid drafter is the one its profiled model drafter charges (before, only the hybrid
+    object held it, and the model's phases went to the clock it was built with)."""
+    from thesis_lib.decoding.drafters import HybridDrafter
+
+    model = tiny_models[("f32", "qwen3", "close")]
+    target = ModelState(tiny_models[("f32", "qwen3", "target")])
+    hybrid = HybridDrafter(ProfiledDrafter(model))
+    hybrid.clock = clock = PhaseClock()
+    ids = [4, 8, 15, 16, 4, 8, 15, 16, 23, 42]  # a repeat, so that some rounds are lookups
+    gen = speculative_generate(target, hybrid, ids, k=3, max_new_tokens=24, clock=clock)
+    assert hybrid.model_rounds > 0
+    assert clock.calls["draft_prefill"] == 1 and clock.calls["draft_head"] >= hybrid.model_rounds
+    assert gen.stats.phase_s["draft_head"] > 0
+
+
 # --- run folders -------------------------------------------------------------------------------------------
 
 def test_bad_parameters_fail_before_any_model_loads(pair_dir, tmp_path, monkeypatch, cache):

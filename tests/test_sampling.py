@@ -149,3 +149,19 @@ def test_a_prompt_is_warped_at_its_last_position_only(pair, monkeypatch):
     sampling.speculative_sample(ModelState(target), d, long_prompt, k=2, max_new_tokens=2, sampler=s,
                                 generator=torch.Generator().manual_seed(0), schedule="deferred")
     assert max(rows) <= 3 and rows[0] == 1  # the target's prefill: one row; later, blocks of at most K + 1
+
+
+def test_an_empty_block_keeps_what_the_draft_has_not_seen(pair):
+    """propose(0) drafts nothing and leaves the prompt pending: the next block is the one a fresh draft proposes
+    (before, the pending prompt was dropped, and the next block was drafted from an empty cache)."""
+    _, draft, flash = pair
+    s = sampling.Sampler(1.0)
+    for head in (None, flash):
+        fresh = sampling.SamplingModelDrafter(draft, s, flash_head=head)
+        fresh.begin(PROMPT)
+        want = fresh.propose(3, torch.Generator().manual_seed(3))
+        d = sampling.SamplingModelDrafter(draft, s, flash_head=head)
+        d.begin(PROMPT)
+        assert d.propose(0, torch.Generator().manual_seed(3)) == ([], [])
+        got = d.propose(3, torch.Generator().manual_seed(3))
+        assert got[0] == want[0] and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))

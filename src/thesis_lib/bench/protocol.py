@@ -34,8 +34,8 @@ from .drafts import beyond_heads, flash_body, flash_head, flash_info
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
-from .modes import (THESIS_MODES, check_modes, k_policy_of, needs_flash_head, profile_modes, split_mode,
-                    variant_of)
+from .modes import (SAMPLE_MODES, SPEC_MODES, THESIS_MODES, base_mode, check_modes, k_policy_of, needs_flash_head,
+                    profile_modes, split_mode, variant_of)
 from .prompts import TURNS, Prompt, load_prompts, select
 from .runner import Runner
 from .runs import Run, check_new_run, open_run, record_environment, write_environment
@@ -152,8 +152,10 @@ class BenchConfig:
     def largest_block(self) -> int:
         """The most tokens one verify forward of this run can score: the largest K of any mode (``k_max`` for the
         block-length policies and the confidence stop, which the runner bounds by it) plus the deferred schedule's
-        carried token."""
-        return max((self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k) for m in self.modes) + 1
+        carried token; 1 (one decoded token) for a run of no mode of ours that verifies blocks."""
+        ks = [self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k
+              for m in self.modes if base_mode(m) in SPEC_MODES + SAMPLE_MODES and base_mode(m) != "sample_baseline"]
+        return max(ks, default=0) + 1
 
     def sampler(self) -> Sampler:
         return Sampler(self.temperature, self.top_k, self.top_p)

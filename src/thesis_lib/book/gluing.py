@@ -22,9 +22,11 @@ class Glue:
         from the values this notebook glued under its input names; returns them."""
         out = {}
         for key, (rule, inputs) in rules.RULES[notebook].items():
-            missing = [k for k in inputs if k not in self.values]
+            names = inputs.values() if isinstance(inputs, dict) else inputs
+            missing = [k for k in names if k not in self.values]
             if missing:
                 raise KeyError(f"verdict {key!r} needs {missing}, which {notebook} did not glue")
-            out[key] = rule(*(self.values[k] for k in inputs))
+            out[key] = (rule(**{p: self.values[k] for p, k in inputs.items()}) if isinstance(inputs, dict)
+                        else rule(*(self.values[k] for k in inputs)))
             self(key, out[key], display=False)
         return out

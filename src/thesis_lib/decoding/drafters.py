@@ -241,6 +241,15 @@ class HybridDrafter:
     def stopped_early(self) -> int:
         return self.model.stopped_early
 
+    @property
+    def clock(self) -> PhaseClock:
+        """The clock a profiled model drafter charges its phases to (the caller sets it per generation)."""
+        return self.model.clock
+
+    @clock.setter
+    def clock(self, clock: PhaseClock) -> None:
+        self.model.clock = clock
+
     def begin(self, context: Sequence[int]) -> None:
         self.model.begin(context)
         self.ngram.begin(context)

@@ -132,6 +132,9 @@ class SamplingModelDrafter(ModelDrafter):
 
     @torch.inference_mode()
     def propose(self, k: int, generator: torch.Generator | None = None) -> tuple[list[int], list[torch.Tensor]]:
+        if k <= 0:  # nothing drafted: what the draft has not seen stays pending for the next block
+            self._proposed = []
+            return [], []
         feed: Sequence[int] = self.pending
         self.pending = []
         tokens, qs = [], []
