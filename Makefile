@@ -90,7 +90,7 @@ test: models browser slurm
 mutation: models
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS),mutation]'
 	rm -rf mutants
-	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run
+	$(PY) tools/mutation_report.py --patterns | OMP_NUM_THREADS=1 xargs $(VENV)/bin/mutmut run
 	$(PY) tools/mutation_report.py > data/reference/mutation-report.md
 	@echo "report: data/reference/mutation-report.md"
 

@@ -8,6 +8,7 @@ the revision, date, machine, mutmut version and the tests selected, so it can be
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import platform
 import subprocess
@@ -22,6 +23,39 @@ from mutmut.stats import status_by_exit_code
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.json"
 
+#: What `make mutation` mutates: module -> its functions in scope (None: all of it). The sampling module's
+#: acceptance rule, the heads' greedy selection; pyproject's ``only_mutate`` names the files.
+SCOPE = {
+    "thesis_lib.decoding.greedy": None,
+    "thesis_lib.decoding.drafters": None,
+    "thesis_lib.decoding.stats": None,
+    "thesis_lib.bench.metrics": None,
+    "thesis_lib.decoding.sampling": ("accept_or_resample", "draw", "Sampler.probs", "speculative_sample"),
+    "thesis_lib.heads.dense": ("DenseGreedyHead.logits", "DenseGreedyHead.forward", "DenseGreedyHead.greedy_confidence",
+                               "DenseGreedyHead._refined", "refines", "refined_argmax", "top_probability"),
+    "thesis_lib.heads.flashhead": ("_select", "_torch_cluster_scores", "_candidates_fused", "_greedy_fused",
+                                   "_confidence_fused", "FlashHead.forward", "FlashHead.greedy_confidence",
+                                   "FlashHead._fast", "FlashHead.top_clusters", "FlashHead._candidate_scores",
+                                   "FlashHead.reference", "FlashHead.candidate_ids"),
+}
+
+
+def patterns() -> list[str]:
+    """mutmut's mutant-name patterns for :data:`SCOPE` (``mutmut run`` takes them)."""
+    out = []
+    for module, functions in SCOPE.items():
+        if functions is None:
+            out.append(f"{module}.*")
+            continue
+        for f in functions:
+            cls, _, meth = f.rpartition(".")
+            out.append(f"{module}.xǁ{cls}ǁ{meth}__mutmut_*" if cls else f"{module}.x_{f}__mutmut_*")
+    return out
+
+
+def in_scope(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns())
+
 
 #: mutmut's statuses as the report counts them: a type checker's catch is a kill; a child killed by its hard CPU
 #: limit shows as a "segfault", so it counts as a timeout; the rest stay as they are
@@ -33,8 +67,9 @@ def results() -> dict[str, str]:
     out = {}
     for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
         for name, code in json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"].items():
-            status = status_by_exit_code[code]
-            out[name] = FOLD.get(status, status)
+            if in_scope(name):
+                status = status_by_exit_code[code]
+                out[name] = FOLD.get(status, status)
     return out
 
 
@@ -101,4 +136,4 @@ def _row(module: str, c: Counter) -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(report())
+    sys.stdout.write("\n".join(patterns()) + "\n" if sys.argv[1:] == ["--patterns"] else report())
