@@ -344,6 +344,9 @@ def test_hybrid_drafter_uses_lookup_only_where_text_repeats(tiny_models):
     assert model.pending == [3, 4, 5, 6, 7, 3, 4, 5, 9]
     block = hybrid.propose(2)  # [5, 9] never seen: the model drafts
     assert hybrid.model_rounds == 1 and len(block) == 2 and model.pending == []
+    single = HybridDrafter(ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB), min_ngram=2)
+    single.begin([3, 4, 5, 6, 7, 3, 4])
+    assert single.propose(1) == [5] and single.lookup_rounds == 1  # a block of one is looked up too
 
 
 @pytest.mark.parametrize("policy", ["heuristic", "cost"])
@@ -484,3 +487,24 @@ def test_an_empty_block_is_empty_for_every_drafter(tiny_models):
         probed.begin(context)
         assert probed.propose(0) == []
         assert probed.propose(3) == fresh.propose(3), type(fresh).__name__
+
+
+def test_a_generation_s_stats_as_json_carry_its_counts_and_rates(tiny_models):
+    """``thesis-lib decode`` prints DecodeStats.to_dict(): the per-round lists, the derived counts consistent
+    with them, and the rates, all JSON-able."""
+    import json
+
+    target = ModelState(tiny_models[("f32", "qwen3", "target")])
+    gen = speculative_generate(target, ModelDrafter(tiny_models[("f32", "qwen3", "loose")]), [3, 1, 4, 1, 5],
+                               k=3, max_new_tokens=16)
+    d = json.loads(json.dumps(gen.stats.to_dict()))
+    assert d["new_tokens"] == len(gen.tokens) == 16 and d["k"] == 3 and d["mode"] == gen.stats.mode
+    assert d["rounds"] == len(d["drafted"]) == len(d["accepted"]) == len(d["emitted"]) > 1
+    assert sum(d["emitted"]) + d["first_emit"] + d["tail_tokens"] == 16
+    assert d["zero_accept_rounds"] == d["accepted"].count(0)
+    assert d["full_accept_rounds"] == sum(a == n for a, n in zip(d["accepted"], d["drafted"])) > 0
+    assert d["acceptance"] == pytest.approx(sum(d["accepted"]) / sum(d["drafted"]))
+    assert d["mean_emitted"] == pytest.approx(sum(d["emitted"]) / d["rounds"])
+    assert d["decode_tokens_per_s"] == pytest.approx((16 - d["first_emit"]) / d["decode_s"])
+    assert d["tpot_s"] == pytest.approx(d["decode_s"] / (16 - d["first_emit"]))
+    assert d["e2e_tokens_per_s"] == pytest.approx(16 / (d["ttft_s"] + d["decode_s"]))

@@ -123,6 +123,85 @@ def test_the_largest_block_covers_every_mode_s_k_and_the_carried_token(pair_dir,
     assert cfg(k=4, modes=("baseline", "sample_baseline", "hf_greedy")).largest_block() == 1  # one token a step
 
 
+def test_the_predicted_rate_charges_each_round_s_forwards_at_their_measured_costs():
+    """A sample's predicted decode tok/s, worked by hand: prefill 10 ms, 9 drafted tokens at 4 ms (FlashHead:
+    3 ms), 3 verify forwards of K (ordinary) or K+1 (deferred) rows, each ordinary round's append at 25 ms; 13
+    tokens after the first. Records the model cannot price give None."""
+    costs = {"draft_prefill_s": 0.010, "draft_step_s": 0.004, "flash_draft_step_s": 0.003,
+             "target_verify_3_s": 0.030, "target_verify_4_s": 0.032, "target_step_s": 0.025}
+    rec = dict(mode="dense_ordinary", k=3, new_tokens=14, first_emit=1, rounds=3, drafted=9, verify_calls=3,
+               append_calls=3)
+    assert metrics.predicted_tokens_per_s(rec, costs) == pytest.approx(13 / (0.010 + 9 * 0.004 + 3 * 0.030 + 3 * 0.025))
+    deferred = dict(rec, mode="flash_deferred", append_calls=0)
+    assert metrics.predicted_tokens_per_s(deferred, costs) == pytest.approx(13 / (0.010 + 9 * 0.003 + 3 * 0.032))
+    assert metrics.predicted_tokens_per_s(dict(rec, new_tokens=2), costs) == pytest.approx(1 / 0.211)  # 2 is enough
+    assert metrics.predicted_tokens_per_s(dict(rec, mode="shared_ordinary"), costs) == pytest.approx(13 / 0.211)
+    for unpriced in (dict(rec, new_tokens=1), {k: v for k, v in rec.items() if k != "rounds"},
+                     dict(rec, mode="dense_pipelined"), dict(rec, mode="flash_deferred_ck"),
+                     dict(rec, mode="sample_dense"), dict(rec, mode="ngram_deferred"), dict(rec, k=5)):
+        assert metrics.predicted_tokens_per_s(unpriced, costs) is None, unpriced
+
+
+def test_a_sample_is_keyed_by_its_iteration_prompt_and_mode():
+    """What a resumed run matches records by (a record from before iterations were kept is iteration 0)."""
+    assert metrics.sample_key(dict(iteration=2, question_id=7, mode="flash_deferred")) == (2, "7", "flash_deferred")
+    assert metrics.sample_key(dict(question_id="a", mode="baseline")) == (0, "a", "baseline")
+
+
+def test_a_sample_record_holds_what_the_generation_did(tiny_models):
+    """One record per prompt x mode: counts and rates as the generation's own lists give them, computed here from
+    the lists, and whether its tokens equal the reference."""
+    from thesis_lib.bench.prompts import Prompt
+
+    target = ModelState(tiny_models[("f32", "qwen3", "target")])
+    gen = speculative_generate(target, ModelDrafter(tiny_models[("f32", "qwen3", "loose")]), [3, 1, 4, 1, 5],
+                               k=3, max_new_tokens=16, schedule="deferred")
+    st = gen.stats
+    rec = metrics.sample_record(Prompt("q7", "coding", "x"), "dense_deferred", gen, list(gen.tokens), iteration=2)
+    assert (rec["question_id"], rec["category"], rec["mode"], rec["iteration"], rec["k"]) == (
+        "q7", "coding", "dense_deferred", 2, 3)
+    assert rec["tokens"] == gen.tokens and rec["matches_baseline"] is True
+    assert rec["new_tokens"] == 16 and rec["decode_tokens"] == 16 - rec["first_emit"] == 15
+    assert rec["drafted"] == sum(rec["drafted_per_round"]) and rec["accepted"] == sum(rec["accepted_per_round"])
+    assert rec["rounds"] == len(rec["drafted_per_round"]) and rec["emitted"] == sum(st.emitted)
+    assert rec["acceptance"] == pytest.approx(rec["accepted"] / rec["drafted"])
+    assert rec["mean_emitted"] == pytest.approx(rec["emitted"] / rec["rounds"])
+    assert rec["decode_tokens_per_s"] == pytest.approx(15 / rec["decode_s"])
+    assert rec["verify_calls"] == rec["rounds"] and rec["append_calls"] <= 1  # deferred: no append but the last
+    assert rec["stopped_by"] == "max_new_tokens" and set(rec["phase_s"]) >= {"draft_propose", "target_verify"}
+    other = metrics.sample_record(Prompt("q7", "coding", "x"), "dense_deferred", gen, gen.tokens[:-1] + [0])
+    assert other["matches_baseline"] is False and other["iteration"] == 0
+    assert metrics.sample_record(Prompt("q7", "coding", "x"), "baseline", gen, None)["matches_baseline"] is None
+
+
+def test_a_summary_pools_tokens_and_times_and_takes_the_median_ratio_per_prompt():
+    """Constructed records, worked by hand; prompt b's baseline record predates ``decode_tokens`` and
+    ``first_emit`` (its 21 new tokens count as 20 decode tokens)."""
+    common = dict(ttft_s=0.1, tpot_s=0.1, e2e_tokens_per_s=1.0)
+    records = [
+        dict(mode="baseline", question_id="a", new_tokens=11, first_emit=1, decode_tokens=10, decode_s=2.0,
+             decode_tokens_per_s=5.0, matches_baseline=True, **common),
+        dict(mode="baseline", question_id="b", new_tokens=21, decode_s=2.0, decode_tokens_per_s=10.0,
+             matches_baseline=True, **common),
+        dict(mode="dense_deferred", question_id="a", new_tokens=11, first_emit=1, decode_tokens=10, decode_s=1.0,
+             decode_tokens_per_s=10.0, drafted=8, accepted=6, emitted=10, rounds=4, matches_baseline=True,
+             predicted_tokens_per_s=12.0, **common),
+        dict(mode="dense_deferred", question_id="b", new_tokens=21, first_emit=1, decode_tokens=20, decode_s=2.5,
+             decode_tokens_per_s=8.0, drafted=16, accepted=8, emitted=20, rounds=8, matches_baseline=False,
+             **common),
+    ]
+    s = metrics.summarize(records)
+    assert s["baseline"]["decode_tokens_per_s_pooled"] == pytest.approx(30 / 4.0)
+    assert s["baseline"]["acceptance"] is None and s["baseline"]["mean_emitted"] is None
+    d = s["dense_deferred"]
+    assert d["samples"] == 2 and d["decode_tokens_per_s_pooled"] == pytest.approx(30 / 3.5)
+    assert d["decode_tokens_per_s"] == pytest.approx(9.0)  # the median sample
+    assert d["speedup_vs_baseline"] == pytest.approx((10 / 5 + 8 / 10) / 2)  # per prompt: 2.0 and 0.8
+    assert d["speedup_vs_baseline_spread"]["min"] == pytest.approx(0.8)
+    assert d["acceptance"] == pytest.approx(14 / 24) and d["mean_emitted"] == pytest.approx(30 / 12)
+    assert d["matches_baseline"] == 1 and d["predicted_over_measured"] == pytest.approx(1.2)
+
+
 def test_a_profiled_hybrid_charges_its_model_rounds_to_the_generation_s_clock(tiny_models):
     """The clock set on a hybrid drafter is the one its profiled model drafter charges (before, only the hybrid
     object held it, and the model's phases went to the clock it was built with)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
+import random
 import platform
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from mutmut.stats import status_by_exit_code
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.json"
+KILLERS = ROOT / "tools" / "mutation_killers.json"  # mutant name -> the test added to kill it
 
 #: What `make mutation` mutates: module -> its functions in scope (None: all of it). The sampling module's
 #: acceptance rule, the heads' greedy selection; pyproject's ``only_mutate`` names the files.
@@ -57,6 +60,30 @@ def in_scope(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns())
 
 
+SAMPLE = ROOT / "mutants" / "sample.json"
+
+
+def sample(n: int, seed: int = 0) -> list[str]:
+    """``n`` mutants drawn uniformly (seeded) from those in scope that mutmut generated; remembered in
+    ``mutants/sample.json`` so that the report scores that sample and says so."""
+    names = sorted(n_ for meta in (ROOT / "mutants").rglob("*.py.meta")
+                   for n_ in json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"] if in_scope(n_))
+    if not names:
+        raise SystemExit("no mutants under mutants/: let mutmut generate them first")
+    chosen = sorted(random.Random(seed).sample(names, min(n, len(names))))
+    SAMPLE.write_text(json.dumps({"seed": seed, "population": len(names), "names": chosen}, indent=1))
+    return chosen
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n (95 % by default)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    mid, half = (p + z * z / (2 * n)), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n)
+
+
 #: mutmut's statuses as the report counts them: a type checker's catch is a kill; a child killed by its hard CPU
 #: limit shows as a "segfault", so it counts as a timeout; the rest stay as they are
 FOLD = {"caught by type check": "killed", "segfault": "timeout"}
@@ -65,9 +92,10 @@ FOLD = {"caught by type check": "killed", "segfault": "timeout"}
 def results() -> dict[str, str]:
     """Mutant name -> status (mutmut's, folded by :data:`FOLD`), from the ``.meta`` files of the last run."""
     out = {}
+    chosen = set(json.loads(SAMPLE.read_text())["names"]) if SAMPLE.is_file() else None
     for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
         for name, code in json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"].items():
-            if in_scope(name):
+            if in_scope(name) and (chosen is None or name in chosen):
                 status = status_by_exit_code[code]
                 out[name] = FOLD.get(status, status)
     return out
@@ -104,7 +132,13 @@ def report() -> str:
              f"{', '.join(f'`{t}`' for t in cfg['pytest_add_cli_args_test_selection'])}.", "",
              "Score: killed over the mutants checked, the equivalent ones left out (listed below with the reason no "
              "test can tell them from the original). *Not covered*: no selected test runs the mutated function. *Not "
-             "checked*: the run stopped before it reached them.", "",
+             "checked*: the run stopped before it reached them.", ""]
+    if SAMPLE.is_file():
+        drawn = json.loads(SAMPLE.read_text())
+        lines += [f"**A sample.** The run checked a uniform random sample (seed {drawn['seed']}) of "
+                  f"{len(drawn['names'])} of the {drawn['population']} mutants in scope (the full run takes about "
+                  "ten hours on two cores); its score estimates the whole scope's, with a 95 % Wilson interval.", ""]
+    lines += [
              "| Module | Mutants | Not checked | Killed | Survived | Not covered | Timeout | Other | Equivalent | Score |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     by_module: dict[str, Counter] = {}
@@ -117,6 +151,15 @@ def report() -> str:
         total.update(c)
         lines.append(_row(module, c))
     lines.append(_row("**all**", total))
+    judged = total["mutants"] - total["equivalent"] - total["not checked"]
+    lo, hi = wilson(total["killed"], judged)
+    lines += ["", f"Killed: {total['killed']} of {judged} non-equivalent mutants checked, "
+              f"{100 * total['killed'] / max(judged, 1):.1f} % (95 % interval {100 * lo:.1f}-{100 * hi:.1f} %)."]
+    killers = json.loads(KILLERS.read_text(encoding="utf-8")) if KILLERS.is_file() else {}
+    added = [n for n in status if n in killers]
+    if added:
+        lines += ["", f"## Survivors of a first pass, killed by tests added for them ({len(added)})", ""]
+        lines += [f"- `{n}` ({status[n]} now): `{killers[n]}`" for n in added]
     open_ = [n for n, st in status.items() if st not in ("killed", "not checked") and n not in equivalent]
     lines += ["", f"## Equivalent mutants ({sum(n in equivalent for n in status)})", ""]
     lines += [f"- `{n}`: {equivalent[n]}" for n in status if n in equivalent]
@@ -136,4 +179,9 @@ def _row(module: str, c: Counter) -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write("\n".join(patterns()) + "\n" if sys.argv[1:] == ["--patterns"] else report())
+    if sys.argv[1:] == ["--patterns"]:  # mutmut run's name patterns for the whole scope
+        sys.stdout.write("\n".join(patterns()) + "\n")
+    elif sys.argv[1:2] == ["--sample"]:  # --sample N [SEED]: a seeded uniform sample of the generated mutants
+        sys.stdout.write("\n".join(sample(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)) + "\n")
+    else:
+        sys.stdout.write(report())
