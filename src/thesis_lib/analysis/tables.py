@@ -133,6 +133,10 @@ def draft_split(run, mode: str) -> dict:
     out["head_share_of_propose"] = ph["draft_head"] / propose
     out["head_share_of_decode"] = ph["draft_head"] / t["decode_s"]
     out["head_only_ceiling"] = t["decode_s"] / (t["decode_s"] - ph["draft_head"])
+    # without finalization (the appends the deferred schedule saves, and its alignment): an upper bound on a free
+    # head's gain under deferred verification, whose decode is no shorter than this
+    rest = t["decode_s"] - t["finalize_s"]
+    out["head_only_ceiling_bound"] = rest / (rest - ph["draft_head"])
     out["outside_propose_share"] = 1 - propose / t["decode_s"]
     if "target_forward" in ph:
         out["target_forward_ms"] = 1000 * ph["target_forward"]

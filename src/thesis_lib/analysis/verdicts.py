@@ -6,6 +6,7 @@ The precision appendix's rules live with its tables in :mod:`~thesis_lib.analysi
 
 from __future__ import annotations
 
+from . import uncertainty
 from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
                         padding_effect, unpadded_there)
 
@@ -103,11 +104,15 @@ def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str
     return f"picked the reference's token on {int(agree_compiled)} of {int(rows)} states, as the kernel path does"
 
 
-def head_side(head_ceiling: float, target: float = 1.10) -> str:
-    """Whether changes to the head alone could reach the target, given the free-head ceiling."""
-    if head_ceiling < target:
+def head_side(head_ceiling: float, ceiling_bound: float, target: float = 1.10) -> str:
+    """Whether changes to the head alone could reach the target, from the free-head ceiling of the profiled
+    (ordinary) run and its upper bound without finalization (what the deferred schedule's ceiling cannot exceed)."""
+    if ceiling_bound < target:
         return "The head-side ideas cannot reach the target on this machine, as the measured costs show"
-    return "The head-side ideas could reach the target on this machine in principle (the free-head ceiling allows it)"
+    if head_ceiling >= target:
+        return "The head-side ideas could reach the target on this machine in principle (the free-head ceiling allows it)"
+    return ("Whether the head-side ideas could reach the target cannot be told from the profiled run: the free-head "
+            "ceiling misses it, but its bound without finalization (the deferred schedule's) would allow it")
 
 
 def bound_allows(oracle_ratio: float, target: float = 1.10) -> str:
@@ -197,8 +202,13 @@ def overlap_cost(fin_ord: float, fin_pipe: float, prop_ord: float, prop_pipe: fl
     if fin_pipe >= fin_ord:
         return "the wait for the append did not fall"
     if prop_pipe > prop_ord:
-        return "the append ran on the cores the draft needed"
+        return "the proposals took longer while the append ran beside them, on the same hardware"
     return "the wait fell without slowing the proposals"
+
+
+def flash_vs_dense_resolved(lo: float, hi: float) -> str:
+    """Which draft is faster under deferred verification, by the interval of FlashHead's speed over dense's."""
+    return uncertainty.which_faster(lo, hi, "the FlashHead draft", "the dense draft")
 
 
 def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
@@ -212,7 +222,7 @@ def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float,
     if slower:
         return f"Only locally: the head is faster, but {' and '.join(slower)} not"
     if max(levels, key=levels.get) == "the head":
-        return "It lowers it at every level measured, by far the most at the head itself"
+        return "It lowers it at every level measured, the most at the head itself"
     return "It lowers it at every level measured"
 
 
@@ -237,21 +247,27 @@ def rq_interplay(acc_dense: float, acc_flash: float, flash_vs_dense: float, draf
             return head + ", yet FlashHead is faster without a cheaper draft path, which the costs do not explain"
         return head + ", and FlashHead's proposals do not show as higher throughput here"
     if acc_flash < acc_dense:
-        if flash_vs_dense > 1:
+        if flash_vs_dense > 1 and cheaper:
             return "FlashHead's draft is accepted less often, but its cheaper proposals more than make up for it"
+        if flash_vs_dense > 1:
+            return ("FlashHead's draft is accepted less often and its draft path is no cheaper, yet it is faster, "
+                    "which the costs do not explain")
         return "FlashHead's draft is accepted less often, which costs more than its proposals save"
-    return "FlashHead's draft is accepted more often than the dense one, which adds to its throughput"
+    if flash_vs_dense > 1:
+        return "FlashHead's draft is accepted more often than the dense one, which adds to its throughput"
+    return "FlashHead's draft is accepted more often than the dense one, yet it is not faster end to end"
 
 
-def rq_end_to_end(p25: float, p75: float) -> str:
-    """RQ4: whether FlashHead's saving shows end to end under deferred verification, from the P25-P75 range of
-    the per-prompt FlashHead/dense ratios: a direction only where the whole range lies on one side of 1."""
-    if p25 > 1:
-        return "Yes, with deferred verification: the FlashHead draft is faster than the dense one on most prompts"
-    if p75 < 1:
-        return "No: with deferred verification the FlashHead draft is slower than the dense one on most prompts"
-    return ("Cannot tell from this run: the per-prompt ratios of FlashHead over dense lie on both sides of 1 "
-            "between their first and third quartiles")
+def rq_end_to_end(lo: float, hi: float) -> str:
+    """RQ4: whether FlashHead's saving shows end to end under deferred verification, from the 95 % interval of the
+    pooled FlashHead/dense ratio (a paired bootstrap over the prompts): a direction only where it excludes 1."""
+    if lo > 1:
+        return ("Yes, with deferred verification: the FlashHead draft is faster than the dense one, the whole 95 % "
+                "interval of their ratio lying above 1")
+    if hi < 1:
+        return ("No: with deferred verification the FlashHead draft is slower than the dense one, the whole 95 % "
+                "interval of their ratio lying below 1")
+    return "Cannot tell from this run: the 95 % interval of FlashHead's speed over the dense draft's contains 1"
 
 
 #: glued verdict key -> (function, {parameter: glued key}), per notebook; a rule of ``*args`` takes a tuple of keys
@@ -307,6 +323,13 @@ RULES = {
         "gain_source": (gain_source, dict(flash_vs_dense="def_flash_vs_dense", draft_ms_dense="draft_ms_tok_dense",
                                           draft_ms_flash="draft_ms_tok_flash")),
         "shared_note": (shared_control, dict(body="flash_body")),
+        "def_fd_resolved": (flash_vs_dense_resolved, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi")),
+        "def_fd_power": (uncertainty.resolution, dict(ratio="def_flash_vs_dense", lo="def_flash_vs_dense_lo",
+                                                      hi="def_flash_vs_dense_hi", prompts="ci_prompts")),
+        "def_fd_thesis": (uncertainty.against_thesis, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi",
+                                                          thesis="thesis_def_flash_vs_dense")),
+        "def_fb_thesis": (uncertainty.against_thesis, dict(lo="def_flash_vs_base_lo", hi="def_flash_vs_base_hi",
+                                                          thesis="thesis_def_flash_vs_base")),
     },
     "ch3_methods": {
         "pipe_effect": (overlap_effect, dict(dense_lo="pipe_dense_lo", dense_hi="pipe_dense_hi",
@@ -323,7 +346,7 @@ RULES = {
         "rq3": (rq_interplay, dict(acc_dense="acc_dense_def", acc_flash="acc_flash_def",
                                    flash_vs_dense="def_flash_vs_dense", draft_ms_dense="draft_ms_tok_dense",
                                    draft_ms_flash="draft_ms_tok_flash")),
-        "rq4": (rq_end_to_end, dict(p25="flash_dense_p25", p75="flash_dense_p75")),
+        "rq4": (rq_end_to_end, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi")),
         "acceptance_vs_thesis": (agrees_more, dict(ours="acceptance_flash", theirs="acceptance_flash_thesis")),
         "deferred_where": (deferred_counts, dict(def_flash_vs_base="def_flash_vs_base",
                                                  ord_flash_vs_base="ord_flash_vs_base")),
@@ -339,7 +362,7 @@ RULES = {
     "ch6_beyond": {
         "freq_cheaper": (cheaper, dict(a_ms="freq_head_ms", b_ms="flash_head_ms_cd")),
         "target_met": (target_met, dict(ratio="winner_ratio")),
-        "head_side": (head_side, dict(head_ceiling="head_ceiling")),
+        "head_side": (head_side, dict(head_ceiling="head_ceiling", ceiling_bound="head_ceiling_bound")),
         "bound_allows": (bound_allows, dict(oracle_ratio="sim_oracle_ratio")),
         "conf_room": (share_of_room, dict(achieved="conf_side_ratio", bound="sim_oracle_ratio")),
         "stop_trade": (stop_trade, dict(kept_share="rel_lo_acc")),
