@@ -61,6 +61,12 @@ def check_stats(gen, k, max_new):
     assert s.tail_tokens <= 1
     assert s.zero_accept_rounds + s.full_accept_rounds <= s.rounds
     assert s.ttft_s > 0 and s.decode_s >= 0
+    # the target's calls: a deferred round is one verify forward, and only a last lone token needs an append; an
+    # ordinary round verifies or skips, and each emitted round's final token (and a lone last one) is appended
+    if s.mode.endswith("_deferred"):
+        assert s.verify_calls == s.rounds and s.skipped == 0 and s.append_calls == s.tail_tokens
+    else:
+        assert s.verify_calls + s.skipped == s.rounds and s.append_calls == s.rounds + s.tail_tokens
 
 
 prompts = st.lists(st.integers(0, TINY_VOCAB - 1), min_size=1, max_size=24)
@@ -349,6 +355,20 @@ def test_hybrid_drafter_uses_lookup_only_where_text_repeats(tiny_models):
     assert single.propose(1) == [5] and single.lookup_rounds == 1  # a block of one is looked up too
 
 
+def test_the_hybrid_modes_look_up_suffixes_of_two_and_three_tokens(tiny_models):
+    """The runner's hybrid drafters take the default n-gram lengths: a repeated pair is enough, and a three-token
+    match is preferred to a longer one's continuation."""
+    def hybrid():
+        return HybridDrafter(ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB))
+
+    pair = hybrid()
+    pair.begin([1, 2, 9, 5, 1, 2])  # only the pair [1, 2] occurred before
+    assert pair.propose(2) == [9, 5] and pair.lookup_rounds == 1
+    three = hybrid()
+    three.begin([7, 1, 2, 3, 8, 9, 1, 2, 3, 6, 7, 1, 2, 3])  # [7, 1, 2, 3] continues with 8, [1, 2, 3] last with 6
+    assert three.propose(3) == [6, 7, 1]
+
+
 @pytest.mark.parametrize("policy", ["heuristic", "cost"])
 def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
     from thesis_lib.decoding import policies
@@ -508,3 +528,19 @@ def test_a_generation_s_stats_as_json_carry_its_counts_and_rates(tiny_models):
     assert d["decode_tokens_per_s"] == pytest.approx((16 - d["first_emit"]) / d["decode_s"])
     assert d["tpot_s"] == pytest.approx(d["decode_s"] / (16 - d["first_emit"]))
     assert d["e2e_tokens_per_s"] == pytest.approx(16 / (d["ttft_s"] + d["decode_s"]))
+
+
+def test_a_16_bit_dense_head_with_a_bias_picks_the_exact_argmax():
+    """The bf16 head refines near-ties in float32, bias included: its tokens are the argmax of the unrounded
+    h W^T + b (a bias large enough to decide most rows)."""
+    from thesis_lib.heads.dense import DenseGreedyHead
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 16, generator=g).bfloat16()
+    b = (4 * torch.randn(64, generator=g)).bfloat16()
+    h = torch.randn(32, 16, generator=g).bfloat16()
+    head = DenseGreedyHead(w, bias=b)
+    assert head.refine
+    exact = (h.float() @ w.float().T + b.float()).argmax(-1)
+    assert torch.equal(head(h), exact)
+    assert not torch.equal(exact, (h.float() @ w.float().T - b.float()).argmax(-1))  # the bias decides rows

@@ -68,6 +68,26 @@ def test_pipelined_schedule_gives_the_ordinary_schedules_tokens_and_counts(tiny_
         assert getattr(piped.stats, field) == getattr(ordinary.stats, field), field
 
 
+def test_the_pipelined_wait_for_the_append_synchronises_the_target_only(tiny_models):
+    """On a GPU, waiting for the worker's append must not also wait for the draft's device (that would undo the
+    overlap): every finalization phase that waits on the append names the target's device, and there is one such
+    wait per append."""
+    target = ModelState(tiny_models[("f64", "qwen3", "target")])
+    seen = []
+
+    class Recording(PhaseClock):
+        def phase(self, name, *devices):
+            seen.append((name, devices))
+            return super().phase(name, *devices)
+
+    clock = Recording()
+    gen = speculative_generate(target, ModelDrafter(tiny_models[("f64", "qwen3", "loose")]), [5, 17, 99, 3],
+                               k=3, max_new_tokens=20, schedule="pipelined", clock=clock)
+    waits = [devices for name, devices in seen if name == "finalize_align" and devices]
+    assert waits and all(d == (target.device,) for d in waits)
+    assert len(waits) == gen.stats.append_calls
+
+
 def test_unknown_schedule_is_refused(tiny_models):
     target = ModelState(tiny_models[("f32", "qwen3", "target")])
     drafter = ModelDrafter(tiny_models[("f32", "qwen3", "close")])
@@ -200,6 +220,8 @@ def test_a_summary_pools_tokens_and_times_and_takes_the_median_ratio_per_prompt(
     assert d["speedup_vs_baseline_spread"]["min"] == pytest.approx(0.8)
     assert d["acceptance"] == pytest.approx(14 / 24) and d["mean_emitted"] == pytest.approx(30 / 12)
     assert d["matches_baseline"] == 1 and d["predicted_over_measured"] == pytest.approx(1.2)
+    old = dict(records[1], first_emit=3)  # an old record that kept first_emit: 21 new tokens, 18 after the first 3
+    assert metrics.summarize([old])["baseline"]["decode_tokens_per_s_pooled"] == pytest.approx(18 / 2.0)
 
 
 def test_a_profiled_hybrid_charges_its_model_rounds_to_the_generation_s_clock(tiny_models):

@@ -71,7 +71,7 @@ CASES = [
      _token_zero),
     ("tests/test_book.py::test_the_research_question_answers_read_both_ways",
      "thesis_lib.analysis.verdicts:rq_end_to_end", "constant: cannot tell",
-     lambda orig: lambda p25, p75: "Cannot tell from this run"),
+     lambda orig: lambda lo, hi: "Cannot tell from this run"),
     ("tests/test_book.py::test_the_remaining_verdict_rules_read_both_ways",
      "thesis_lib.analysis.verdicts:lift", "inverse: lowers where it lifts",
      lambda orig: lambda after, before: "lowers" if after > before else "lifts"),
