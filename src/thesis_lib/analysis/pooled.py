@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from ..bench.metrics import quantiles
+from ..bench.metrics import decode_tokens, quantiles
 from ..bench.runs import Run, load_run
 from ..errors import ConfigError
 
@@ -33,11 +33,6 @@ def samples_of(run: Run, mode: str, table: str) -> list[dict]:
         raise ConfigError(f"Run {run.name!r} has no samples of mode {mode} (Table {table} needs it; "
                           f"the run has {', '.join(run.modes()) or 'none'}).")
     return rs
-
-
-def decode_tokens(r: dict) -> int:
-    """Tokens produced after the first token of a sample (the decode phase's tokens)."""
-    return r.get("decode_tokens", r["new_tokens"] - r.get("first_emit", 1))
 
 
 def totals(rs: list[dict]) -> dict:

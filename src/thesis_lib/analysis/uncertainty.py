@@ -15,8 +15,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..bench.metrics import decode_tokens
 from ..bench.runs import Run
-from .pooled import decode_tokens
 
 #: Resamples and level of every interval the book shows.
 RESAMPLES, LEVEL = 2000, 0.95

@@ -40,6 +40,12 @@ def sample_key(rec: dict) -> tuple[int, str, str]:
     return int(rec.get("iteration", 0)), str(rec["question_id"]), str(rec["mode"])
 
 
+def decode_tokens(r: dict) -> int:
+    """Tokens a sample produced after its first (the decode phase's); a record written before ``decode_tokens``
+    was kept counts its new tokens but the first."""
+    return r.get("decode_tokens", r["new_tokens"] - r.get("first_emit", 1))
+
+
 def median(xs):
     """The median of the values that are not None (None if there are none)."""
     xs = [x for x in xs if x is not None]
@@ -73,12 +79,12 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
 
         drafted = sum(r.get("drafted", 0) for r in rs)
         decode_s = sum(r["decode_s"] for r in rs)
-        decode_tokens = sum(r.get("decode_tokens", r["new_tokens"] - r.get("first_emit", 1)) for r in rs)
+        tokens = sum(decode_tokens(r) for r in rs)
         out[mode] = {
             "samples": len(rs),
             "decode_tokens_per_s": median(r["decode_tokens_per_s"] for r in rs),
             "decode_tokens_per_s_spread": quantiles(r["decode_tokens_per_s"] for r in rs),
-            "decode_tokens_per_s_pooled": decode_tokens / decode_s if decode_s else None,
+            "decode_tokens_per_s_pooled": tokens / decode_s if decode_s else None,
             "ttft_s": median(r["ttft_s"] for r in rs),
             "tpot_s": median(r["tpot_s"] for r in rs),
             "speedup_vs_baseline": median(ratios("decode_tokens_per_s")),
