@@ -31,8 +31,8 @@ FINDINGS = (
 #: The findings measured on the main run's prompts: (mode, against), whose paired-bootstrap interval the strip shows
 #: (the head and the draft step are model-bench timings, not per-prompt runs).
 PAIRED = {"Dense draft vs. FlashHead draft": ("flash_ordinary", "dense_ordinary"),
-          "Dense deferred vs. FlashHead deferred": ("flash_deferred", "dense_deferred"),
-          "Base only vs. FlashHead deferred": ("flash_deferred", "baseline")}
+          "Dense deferred vs. FlashHead deferred": uncertainty.DEFERRED["def_flash_vs_dense"],
+          "Base only vs. FlashHead deferred": uncertainty.DEFERRED["def_flash_vs_base"]}
 
 
 def committed(folder: str | Path | None = None) -> tuple:

@@ -61,6 +61,22 @@ def ratio_interval(run: Run, mode: str, against: str = "baseline", *, resamples:
             "resamples": resamples}
 
 
+#: The deferred schedule's ratios the results and the conclusion print with an interval: glued key -> (mode, against)
+DEFERRED = {"def_dense_vs_base": ("dense_deferred", "baseline"),
+            "def_flash_vs_base": ("flash_deferred", "baseline"),
+            "def_flash_vs_dense": ("flash_deferred", "dense_deferred")}
+
+
+def glued_intervals(run: Run, keys=tuple(DEFERRED)) -> dict:
+    """``<key>_lo`` and ``<key>_hi`` of :data:`DEFERRED`'s ratios named by ``keys``, with the prompts resampled and
+    the resamples: what a page glues beside the ratios."""
+    out = {}
+    for key in keys:
+        ci = ratio_interval(run, *DEFERRED[key])
+        out[f"{key}_lo"], out[f"{key}_hi"] = ci["lo"], ci["hi"]
+    return {**out, "ci_prompts": ci["prompts"], "ci_resamples": RESAMPLES}
+
+
 def against_thesis(lo: float, hi: float, thesis: float) -> str:
     """``reproduced`` when the thesis' value lies in the interval, else ``larger``/``smaller`` here."""
     if lo <= thesis <= hi:
