@@ -86,19 +86,24 @@ test: models browser slurm
 
 # Mutation testing of the decoding core with mutmut (pyproject's [tool.mutmut]: the files and the tests;
 # tools/mutation_report.py's SCOPE: the functions); not part of `make test`: all 1,687 mutants take about ten hours
-# on two cores. MUTATION_SAMPLE=N checks a seeded uniform sample of N instead (mutmut first generates every mutant
-# and checks the first of each function of stats.py), and the report estimates the score with an interval.
-# One intra-op thread: mutmut runs a process per mutant. The report goes to data/reference/mutation-report.md.
+# on two cores. MUTATION_SAMPLE=N checks a uniform sample of N (seeded by MUTATION_SEED) of the mutants no earlier
+# sample checked instead (mutmut first generates every mutant and checks the first of each function of stats.py);
+# each run is appended to data/reference/mutation-samples.json, and the report (data/reference/mutation-report.md)
+# gives each sample's score with an interval. One intra-op thread: mutmut runs a process per mutant; Triton's
+# interpreter for the kernel checks among the tests.
 MUTATION_SAMPLE ?=
+MUTATION_SEED ?= 0
+MUTMUT_ENV = OMP_NUM_THREADS=1 TRITON_INTERPRET=1
 mutation: models
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS),mutation]'
 	rm -rf mutants
 	if [ -z "$(MUTATION_SAMPLE)" ]; then \
-	  $(PY) tools/mutation_report.py --patterns | OMP_NUM_THREADS=1 xargs $(VENV)/bin/mutmut run; \
+	  $(PY) tools/mutation_report.py --patterns | $(MUTMUT_ENV) xargs $(VENV)/bin/mutmut run; \
 	else \
-	  OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run 'thesis_lib.decoding.stats.*__mutmut_1' && \
-	  $(PY) tools/mutation_report.py --sample $(MUTATION_SAMPLE) | OMP_NUM_THREADS=1 xargs $(VENV)/bin/mutmut run; \
+	  $(MUTMUT_ENV) $(VENV)/bin/mutmut run 'thesis_lib.decoding.stats.*__mutmut_1' && \
+	  $(PY) tools/mutation_report.py --sample $(MUTATION_SAMPLE) $(MUTATION_SEED) | $(MUTMUT_ENV) xargs $(VENV)/bin/mutmut run; \
 	fi
+	$(PY) tools/mutation_report.py --record
 	$(PY) tools/mutation_report.py > data/reference/mutation-report.md
 	@echo "report: data/reference/mutation-report.md"
 

@@ -544,3 +544,14 @@ def test_a_16_bit_dense_head_with_a_bias_picks_the_exact_argmax():
     exact = (h.float() @ w.float().T + b.float()).argmax(-1)
     assert torch.equal(head(h), exact)
     assert not torch.equal(exact, (h.float() @ w.float().T - b.float()).argmax(-1))  # the bias decides rows
+
+
+def test_a_16_bit_dense_head_keeps_a_maximum_logit_of_zero():
+    """Near-ties are taken relative to the maximum logit; at a maximum of exactly zero the relative margin is
+    zero, and the rows scoring zero must still be the candidates: the lowest of them wins, not a row below."""
+    from thesis_lib.heads.dense import DenseGreedyHead
+
+    w = torch.tensor([[-0.5, 0.0], [0.0, 1.0], [0.0, 2.0], [-0.25, 3.0]]).bfloat16()
+    h = torch.tensor([[1.0, 0.0]]).bfloat16()  # logits -0.5, 0, 0, -0.25
+    head = DenseGreedyHead(w)
+    assert head.refine and head(h).tolist() == [1]

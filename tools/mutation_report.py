@@ -11,8 +11,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import random
+import os
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -61,17 +62,26 @@ def in_scope(name: str) -> bool:
 
 
 SAMPLE = ROOT / "mutants" / "sample.json"
+#: the samples checked so far, with their revision, machine and each mutant's status (``--record`` appends one)
+HISTORY = ROOT / "data" / "reference" / "mutation-samples.json"
+
+
+def history() -> dict:
+    return json.loads(HISTORY.read_text(encoding="utf-8")) if HISTORY.is_file() else {"samples": []}
 
 
 def sample(n: int, seed: int = 0) -> list[str]:
-    """``n`` mutants drawn uniformly (seeded) from those in scope that mutmut generated; remembered in
-    ``mutants/sample.json`` so that the report scores that sample and says so."""
+    """``n`` mutants drawn uniformly (seeded) from those in scope that mutmut generated and no earlier sample
+    checked (a fresh sample is not biased by tests written for an earlier one's survivors); remembered in
+    ``mutants/sample.json`` so that the report scores that sample and ``--record`` keeps it."""
+    seen = {name for past in history()["samples"] for name in past["status"]}
     names = sorted(n_ for meta in (ROOT / "mutants").rglob("*.py.meta")
                    for n_ in json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"] if in_scope(n_))
     if not names:
         raise SystemExit("no mutants under mutants/: let mutmut generate them first")
-    chosen = sorted(random.Random(seed).sample(names, min(n, len(names))))
-    SAMPLE.write_text(json.dumps({"seed": seed, "population": len(names), "names": chosen}, indent=1))
+    fresh = [n_ for n_ in names if n_ not in seen]
+    chosen = sorted(random.Random(seed).sample(fresh, min(n, len(fresh))))
+    SAMPLE.write_text(json.dumps({"seed": seed, "population": len(fresh), "names": chosen}, indent=1))
     return chosen
 
 
@@ -89,14 +99,11 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 FOLD = {"caught by type check": "killed", "segfault": "timeout"}
 
 
-CHECK = ROOT / "mutants" / "sample-check.json"  # a second, fresh sample: the suite as it is after the first's fixes
-
-
-def results(sample: Path = SAMPLE) -> dict[str, str]:
-    """Mutant name -> status (mutmut's, folded by :data:`FOLD`) of the mutants in scope (those of ``sample``
-    where it exists), from the ``.meta`` files of the last run."""
+def results() -> dict[str, str]:
+    """Mutant name -> status (mutmut's, folded by :data:`FOLD`) of the newest run's sample (all mutants in scope
+    where no sample was drawn), from the ``.meta`` files under ``mutants/``."""
     out = {}
-    chosen = set(json.loads(sample.read_text())["names"]) if sample.is_file() else None
+    chosen = set(json.loads(SAMPLE.read_text())["names"]) if SAMPLE.is_file() else None
     for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
         for name, code in json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"].items():
             if in_scope(name) and (chosen is None or name in chosen):
@@ -115,39 +122,86 @@ def module_of(name: str) -> str:
     return name.split(".x_")[0].split(".xǁ")[0]
 
 
-def report() -> str:
+def record() -> None:
+    """Append the newest run to :data:`HISTORY`: its seed, revision, date, machine, every mutant's status and the
+    diff of each one not killed."""
     status = results()
     if not status:
         raise SystemExit("no mutmut results under mutants/: run `make mutation` first")
-    equivalent = json.loads(EQUIVALENTS.read_text(encoding="utf-8")) if EQUIVALENTS.is_file() else {}
+    drawn = json.loads(SAMPLE.read_text()) if SAMPLE.is_file() else {"seed": None, "population": len(status)}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
+    flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), []))
+    kind = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2"
+    h = history()
+    h["samples"].append({
+        "name": f"seed-{drawn['seed']}" if drawn["seed"] is not None else "whole scope", "seed": drawn["seed"],
+        "revision": commit, "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{cpu}, {kind}, {os.cpu_count()} cores", "population": drawn["population"],
+        "purpose": "drawn from the mutants no earlier sample checked, with the suite as it is at this revision",
+        "status": status, "diffs": {n: diff(n) for n, st in status.items() if st not in ("killed", "not checked")}})
+    HISTORY.write_text(json.dumps(h, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _score(status: dict[str, str], equivalent: dict) -> tuple[int, int]:
+    """Killed and judged (checked, not equivalent) mutants of one sample."""
+    ok = [n for n, st in status.items() if n not in equivalent and st != "not checked"]
+    return sum(status[n] == "killed" for n in ok), len(ok)
+
+
+def _interval(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{100 * k / max(n, 1):.1f} % [{100 * lo:.1f}-{100 * hi:.1f} %]"
+
+
+def report() -> str:
+    """The report, from :data:`HISTORY` alone (committed: it reads without a run)."""
+    samples = history()["samples"]
+    if not samples:
+        raise SystemExit(f"no samples in {HISTORY.name}: run `make mutation` first")
+    equivalent = json.loads(EQUIVALENTS.read_text(encoding="utf-8")) if EQUIVALENTS.is_file() else {}
+    killers = json.loads(KILLERS.read_text(encoding="utf-8")) if KILLERS.is_file() else {}
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    newest = samples[-1]
+    k, n = _score(newest["status"], equivalent)
     lines = ["# Mutation testing of the decoding core", "",
-             f"`make mutation` at revision {commit}, {time.strftime('%Y-%m-%d')}, on {cpu} ({platform.machine()}); "
-             f"mutmut {mutmut_version}. Modules mutated: {', '.join(f'`{p}`' for p in cfg['only_mutate'])}. "
-             f"Tests run against each mutant (those that cover the mutated function): "
+             f"`make mutation` (mutmut {mutmut_version}). Modules mutated: "
+             f"{', '.join(f'`{p}`' for p in cfg['only_mutate'])} (the functions in `tools/mutation_report.py`'s "
+             f"SCOPE). Tests run against each mutant (those that cover the mutated function): "
              f"{', '.join(f'`{t}`' for t in cfg['pytest_add_cli_args_test_selection'])}.", "",
-             "Score: killed over the mutants checked, the equivalent ones left out (listed below with the reason no "
-             "test can tell them from the original). *Not covered*: no selected test runs the mutated function. *Not "
-             "checked*: the run stopped before it reached them.", ""]
-    if SAMPLE.is_file():
-        drawn = json.loads(SAMPLE.read_text())
-        lines += [f"**A sample.** The run checked a uniform random sample (seed {drawn['seed']}) of "
-                  f"{len(drawn['names'])} of the {drawn['population']} mutants in scope (the full run takes about "
-                  "ten hours on two cores); scores come with a 95 % Wilson interval (the first pass's estimates the whole "
-                  "scope's; the fresh sample below measures the tests written since).", ""]
-    lines += [
-             "| Module | Mutants | Not checked | Killed | Survived | Not covered | Timeout | Other | Equivalent | Score |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "The whole scope takes about ten hours on two cores, so each run checks a uniform random sample of the "
+             "mutants no earlier sample checked (tests written for one sample's survivors do not flatter the next). "
+             "Score: killed over the mutants checked, equivalent ones left out (listed below with the reason no test "
+             "can tell them from the original), with a 95 % Wilson interval.", "",
+             f"**Score now** (the newest sample, `{newest['name']}` at revision {newest['revision']}, "
+             f"{newest['date']}, its first pass): killed {k} of {n} non-equivalent mutants, {_interval(k, n)}.", "",
+             "First pass: killed by the suite as it was when the sample ran; the next column also counts the tests "
+             "written for its survivors afterwards (`tools/mutation_killers.json`), so only a first pass estimates "
+             "the scope.", "",
+             "| Sample | Revision, date | Machine | Drawn from | Checked | Equivalent | First pass [95 %] | "
+             "With tests added for it | What it measures |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | --- | --- |"]
+    for s in samples:
+        k, n = _score(s["status"], equivalent)
+        first = k
+        later = sum(st == "killed" or x in killers for x, st in s["status"].items()
+                    if x not in equivalent and st != "not checked")
+        checked = sum(st != "not checked" for st in s["status"].values())
+        lines.append(f"| {s['name']} (seed {s['seed']}) | {s['revision']}, {s['date']} | {s['machine']} | "
+                     f"{s['population']} | {checked} | {sum(x in equivalent for x in s['status'])} | "
+                     f"{_interval(first, n)} | {later} of {n} | {s['purpose']} |")
+    lines += ["", f"## The newest sample by module", "",
+              "| Module | Mutants | Not checked | Killed | Survived | Not covered | Timeout | Other | Equivalent | Score |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     by_module: dict[str, Counter] = {}
-    for name, st in status.items():
+    for name, st in newest["status"].items():
         c = by_module.setdefault(module_of(name), Counter())
         c["mutants"] += 1
         c["equivalent" if name in equivalent else st] += 1
@@ -156,44 +210,20 @@ def report() -> str:
         total.update(c)
         lines.append(_row(module, c))
     lines.append(_row("**all**", total))
-    judged = total["mutants"] - total["equivalent"] - total["not checked"]
-    lo, hi = wilson(total["killed"], judged)
-    lines += ["", f"Killed: {total['killed']} of {judged} non-equivalent mutants checked, "
-              f"{100 * total['killed'] / max(judged, 1):.1f} % (95 % interval {100 * lo:.1f}-{100 * hi:.1f} %)."]
-    killers = json.loads(KILLERS.read_text(encoding="utf-8")) if KILLERS.is_file() else {}
-    added = [n for n in status if n in killers]
-    if added:  # the first pass: what the suite killed before the tests written for this sample's survivors
-        first = sum(st == "killed" and n not in killers for n, st in status.items())
-        lo, hi = wilson(first, judged)
-        lines += ["", f"First pass, before the tests added for its survivors: {first} of {judged}, "
-                  f"{100 * first / max(judged, 1):.1f} % (95 % interval {100 * lo:.1f}-{100 * hi:.1f} %). That figure "
-                  "estimates the scope's score of the suite as it was; the score above does not estimate the whole "
-                  "scope, since the added tests were written for this sample's survivors."]
-    if CHECK.is_file():  # a fresh sample, drawn from the mutants not in the first, checked with the suite as it is
-        check = results(CHECK)
-        drawn = json.loads(CHECK.read_text())
-        ok = [n for n in check if n not in equivalent and check[n] != "not checked"]
-        k = sum(check[n] == "killed" for n in ok)
-        lo, hi = wilson(k, len(ok))
-        lines += ["", f"## A fresh sample, with the suite as it is now", "",
-                  f"{len(drawn['names'])} more mutants drawn uniformly (seed {drawn['seed']}) from the "
-                  f"{drawn['population']} not in the first sample: killed {k} of {len(ok)} non-equivalent, "
-                  f"{100 * k / max(len(ok), 1):.1f} % (95 % interval {100 * lo:.1f}-{100 * hi:.1f} %), "
-                  f"{sum(n in equivalent for n in check)} equivalent. This is the estimate of the whole scope's score."]
-        for n in [n for n in ok if check[n] != "killed"]:
-            after = (f"; a test added after this sample's run kills it (run against the mutant by hand): "
-                     f"`{killers[n]}`" if n in killers else "; open")
-            lines += ["", f"- `{n}` ({check[n]}{after})", "", "  ```diff",
-                      *[f"  {d}" for d in diff(n).splitlines()], "  ```"]
-    if added:
-        lines += ["", f"## Survivors of a first pass, killed by tests added for them ({len(added)})", ""]
-        lines += [f"- `{n}` ({status[n]} now): `{killers[n]}`" for n in added]
-    open_ = [n for n, st in status.items() if st not in ("killed", "not checked") and n not in equivalent]
-    lines += ["", f"## Equivalent mutants ({sum(n in equivalent for n in status)})", ""]
-    lines += [f"- `{n}`: {equivalent[n]}" for n in status if n in equivalent]
-    lines += ["", f"## Not killed and not equivalent ({len(open_)})", ""]
-    for n in open_:
-        lines += [f"- `{n}` ({status[n]})", "", "  ```diff", *[f"  {d}" for d in diff(n).splitlines()], "  ```"]
+    lines += ["", "*Not covered*: no selected test runs the mutated function. *Not checked*: the run stopped before "
+              "it reached them."]
+    for s in samples:
+        left = [x for x, st in s["status"].items() if st not in ("killed", "not checked") and x not in equivalent]
+        lines += ["", f"## Survivors of `{s['name']}` ({len(left)})", ""]
+        for x in left:
+            after = (f"killed by a test added after this sample's run (run against the mutant by hand): `{killers[x]}`"
+                     if x in killers else "open")
+            shown = s["diffs"].get(x, "").splitlines()
+            lines += [f"- `{x}` ({s['status'][x]}; {after})", ""]
+            lines += ["  ```diff", *[f"  {d}" for d in shown], "  ```", ""] if shown else []
+    seen = [x for s in samples for x in s["status"] if x in equivalent]
+    lines += ["", f"## Equivalent mutants ({len(seen)})", ""]
+    lines += [f"- `{x}`: {equivalent[x]}" for x in seen]
     return "\n".join(lines) + "\n"
 
 
@@ -209,6 +239,8 @@ def _row(module: str, c: Counter) -> str:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--patterns"]:  # mutmut run's name patterns for the whole scope
         sys.stdout.write("\n".join(patterns()) + "\n")
+    elif sys.argv[1:] == ["--record"]:  # keep the newest run's results in the history
+        record()
     elif sys.argv[1:2] == ["--sample"]:  # --sample N [SEED]: a seeded uniform sample of the generated mutants
         sys.stdout.write("\n".join(sample(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)) + "\n")
     else:

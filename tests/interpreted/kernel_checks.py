@@ -163,3 +163,40 @@ def test_minus_zero_and_plus_zero_are_one_score():
     scores = torch.tensor([[-0.0, 0.0, -1.0]], dtype=torch.bfloat16)
     assert gpu_kernels.probe(scores.float(), 1)[0].tolist() == [[0]]
     assert gpu_kernels.probe(scores, 1)[0].tolist() == [[0]]
+
+
+def test_the_triton_path_scores_the_confidence_head_in_the_kernel(monkeypatch):
+    """A "triton" head's confidence call scores the probed clusters with the Triton kernel (a head that fell back
+    to torch's scoring would be timed by gpu-check under the kernel's name) and agrees with the eager head."""
+    head = make_head(probes=6, specials=(11,), seed=4)
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(8)).bfloat16()
+    want = head.greedy_confidence(h)
+    calls = []
+    kernel = gpu_kernels.cluster_scores
+    monkeypatch.setattr(gpu_kernels, "cluster_scores", lambda *a: calls.append(1) or kernel(*a))
+    head.path = "triton"
+    got = head.greedy_confidence(h)
+    assert head.active_path == "triton" and len(calls) == 1
+    assert got[0].tolist() == want[0].tolist() == reference(h, head)
+    torch.testing.assert_close(got[1], want[1])
+
+
+def test_auto_takes_the_kernels_where_they_serve_the_head(monkeypatch):
+    """On a device the kernels serve (this interpreter stands in for a GPU), an "auto" head of a shape the kernels
+    support runs them; a cluster size they do not support (not a power of two) stays on torch's path."""
+    monkeypatch.setattr(gpu_kernels, "available", lambda device: True)
+    head = make_head(probes=5, seed=5)
+    head.path = "auto"
+    h = torch.randn(2, 64, generator=torch.Generator().manual_seed(9)).bfloat16()
+    assert head(h).tolist() == reference(h, head) and head.active_path == "triton"
+    odd = make_head(vocab=2040, clusters=170, probes=5, seed=5)  # 12 rows a cluster
+    assert odd.cluster_size == 12
+    odd.path = "auto"
+
+    def no_compiler(attr, args):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(odd, "_compiled_call", no_compiler)  # torch's path without compiling: eager, with a warning
+    with pytest.warns(RuntimeWarning):
+        assert odd(h).tolist() == reference(h, odd)
+    assert odd.active_path == "eager"
