@@ -444,6 +444,18 @@ def test_only_a_compile_failure_demotes_the_auto_path(tiny_models, tiny_clusteri
     with pytest.warns(RuntimeWarning, match="torch.compile failed"):
         assert torch.equal(fresh(h), want)
     assert fresh.path == "eager" and fresh.active_path == "eager" and "no C++ compiler" in fresh.compile_error
+
+    def silent_compiler(fn, **kw):  # a failure without a message: the head records its type and nothing invented
+        def call(*a):
+            raise MemoryError()
+        return call
+
+    monkeypatch.setattr(torch, "compile", silent_compiler)
+    quiet = _head(model, tiny_clusterings[17], n_probes=3, path="auto", centroid_dtype="float32")
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        assert torch.equal(quiet(h), want)
+    assert quiet.compile_error == "MemoryError: "
+    monkeypatch.setattr(torch, "compile", broken_compiler)
     strict = _head(model, tiny_clusterings[17], n_probes=3, path="compiled", centroid_dtype="float32")
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
         strict(h)
@@ -601,3 +613,34 @@ def test_a_bf16_flashhead_with_every_probe_is_the_refined_dense_head(tiny_models
     fast = FlashHead(w, tiny_clusterings[17], n_probes=4, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
                      path="compiled", centroid_dtype="float32")
     assert torch.equal(fast(h), fast.reference(h))
+
+
+def test_candidate_ids_are_the_clusters_the_fast_head_probes():
+    """By default the candidates are those of the fast path's (bf16) cluster ranking, so every token the fast head
+    picks is among them, also on rows where the float32 ranking probes other clusters and misses the token."""
+    from thesis_lib.bench.gpucheck import random_clustering
+
+    g = torch.Generator().manual_seed(0)
+    head = FlashHead((torch.randn(4096, 64, generator=g) * 0.1).bfloat16(), random_clustering(4096, 64, 256, seed=1),
+                     n_probes=8, path="eager")
+    h = torch.randn(64, 64, generator=g).bfloat16()
+    tokens = head(h).tolist()
+    fast, exact = head.candidate_ids(h), head.candidate_ids(h, reference=True)
+    assert all(t in set(row.tolist()) for t, row in zip(tokens, fast))
+    assert not all(t in set(row.tolist()) for t, row in zip(tokens, exact))  # the case the default must get right
+
+
+def test_a_special_token_is_scored_as_exactly_as_the_clusters_rows():
+    """Special tokens are scored in float32 like every candidate: a special whose exact logit (1 + 2^-9) beats a
+    regular token's (1 + 2^-10) by less than a bf16 rounding step wins, though rounded to bf16 it would lose."""
+    from thesis_lib.heads.clustering import Clustering
+
+    vocab, clusters = 64, 8
+    w = torch.full((vocab, 2), -1.0)
+    w[10] = torch.tensor([1.0, 2.0 ** -10])  # a regular token: 1.0009765625
+    w[20] = torch.tensor([1.0, 2.0 ** -9])  # the special token: 1.001953125, which bf16 rounds to 1.0
+    head = FlashHead(w.bfloat16(), Clustering(centroids=torch.ones(clusters, 2), assignments=torch.arange(vocab) % clusters,
+                                              info={}), n_probes=clusters, special_ids=(20,), path="eager")
+    h = torch.tensor([[1.0, 1.0]]).bfloat16()
+    assert torch.tensor(1.001953125).bfloat16().item() == 1.0  # the rounding the head must not do
+    assert head(h).tolist() == [20] and head.greedy_confidence(h)[0].tolist() == [20]
