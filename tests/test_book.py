@@ -262,13 +262,18 @@ def test_the_introduction_opens_with_the_glued_strip(smoke_book):
     _, html, tmp = smoke_book
     page = (html / "intro.html").read_text(encoding="utf-8")
     first = page[:page.index("answer, in brief")]
-    rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*\(Table [^<]*\))</td>\s*<td[^>]*>([0-9.]+)</td>\s*<td[^>]*>([0-9.]+)</td>",
-                      first)
+    rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*\(Table [^<]*\))</td>\s*<td[^>]*>([0-9.]+)</td>\s*<td[^>]*>([0-9.]+)</td>"
+                      r"\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>", first)
     assert [r[0] for r in rows] == [f"{f} (Table {t})" for f, t, _ in headline.FINDINGS]
-    same = sum((float(t) > 1) == (float(o) > 1) for _, t, o in rows)
+    for _, thesis, ours, interval, direction in rows:  # the direction follows the interval shown beside it
+        lo, hi = map(float, re.fullmatch(r"([0-9.]+)-([0-9.]+)x", interval).groups())
+        assert direction == ("cannot tell" if lo <= 1 <= hi else "yes" if (lo > 1) == (float(thesis) > 1) else "no")
+    same = sum(r[4] == "yes" for r in rows)
+    cannot = sum(r[4] == "cannot tell" for r in rows)
     g = glued("ch4_results")
-    assert g["headline_same_way"] == same and g["headline_total"] == 5
+    assert g["headline_same_way"] == same and g["headline_cannot_tell"] == cannot and g["headline_total"] == 5
     assert re.search(rf">{same}</span>\s*of these\s*<span[^>]*>5</span>\s*findings", first)
+    assert re.search(rf"and for\s*<span[^>]*>{cannot}</span>\s*the interval holds 1", first)
     assert "a FlashHead draft step costs" in first and "headline_why" not in first
     p = params.Params.from_namespace(params.load_parameters("smoke")).check()
     assert g["build_new_tokens"] == p.max_new_tokens and g["build_dtype"] == loading.resolved_dtype(p.dtype, p.device)
@@ -282,8 +287,12 @@ def test_the_introduction_opens_with_the_glued_strip(smoke_book):
 
 def test_chapter_5_and_explorer_glue(smoke_book):
     g = glued("ch5_conclusion")
-    assert g["finding_count"] == len(reference.FINDINGS) and 0 <= g["agree_count"] <= g["finding_count"]
-    assert 0 <= g["mixed_count"] <= g["finding_count"] - g["agree_count"]
+    # the counts the page states, recounted from the verdict table it shows (one direction cell per finding)
+    cells = re.findall(r"<td[^>]*>(yes|no|cannot tell)(?: \(point only\))?</td>", g["verdicts"])
+    assert g["finding_count"] == len(reference.FINDINGS) == len(cells)
+    assert g["agree_count"] == cells.count("yes") and g["cannot_tell_count"] == cells.count("cannot tell")
+    said = re.findall(r"<td[^>]*>(reproduced|larger|smaller)</td>", g["verdicts"])
+    assert g["reproduced_count"] == said.count("reproduced") and len(said) == len(cells)
     assert 0 < g["c_thesis"] < 1 and 0 <= g["acceptance_flash"] <= 1
     assert 0 < g["flash_head_share_decode"] < 100
     assert math.isclose(g["thesis_flash_head_share"], 100 * reference.value("4.8", "The head-only ceiling is low", "Value"))
@@ -370,6 +379,11 @@ def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_
     # the figure beside the numbers follows the controls: the chosen draft and probes' K sweep, the chosen K marked
     assert all(s["figure_chosen_k"] == s["k"] for s in (first, k_moved, p_moved, dense))
     assert [s["figure_points"] for s in (first, k_moved, p_moved, dense)] == ["2", "2", "2", "2"]
+    # each point with its pooled ratio's interval: a bar per point, and the shown state's interval holds its ratio
+    assert [s["figure_bars"] for s in (first, k_moved, p_moved, dense)] == [2, 2, 2, 2]
+    for s in (first, k_moved, p_moved, dense):
+        pooled, lo, hi = map(float, re.fullmatch(r"([0-9.]+)x, 95 % interval ([0-9.]+)-([0-9.]+)x", s["interval"]).groups())
+        assert lo <= pooled <= hi
     assert all(e["screenshot_bytes"] > 10_000 for e in pages.values())
 
 
@@ -432,7 +446,11 @@ def test_thesis_numbers_have_the_tables_shapes():
             "4.10": tables.table_4_10(run), "4.11": tables.table_4_11(run)}
     for n, df in ours.items():
         theirs = reference.thesis_table(n)
-        assert list(theirs.columns) == list(df.columns), n
+        mine = [c for c in df.columns if not c.endswith(reference.INTERVAL)]
+        extra = list(df.columns[len(mine):])  # the thesis' columns, then an interval's low and high where measured
+        assert list(theirs.columns) == mine, n
+        assert not extra or (len(extra) == 2 and extra[0].endswith(reference.INTERVAL[0])
+                             and extra[1].endswith(reference.INTERVAL[1])), n
         key = [theirs.columns[0]] + (["Quantity"] if "Quantity" in theirs.columns else [])
         assert sorted(map(tuple, theirs[key].values)) == sorted(map(tuple, df[key].values)), n
         both = reference.beside(df, n, ours_label="ours")
@@ -457,12 +475,22 @@ def test_thesis_numbers_are_internally_consistent():
         reference.value("4.5", "Baseline", "No such column")
 
 
-def test_verdicts_say_mixed_when_pooled_and_per_sample_disagree():
+def test_a_finding_whose_interval_holds_1_has_no_direction():
+    """The verdict table judges each finding by its interval: on the thesis' side of 1 (yes), on the other (no),
+    holding 1 (cannot tell, whatever its point says); the thesis' value reproduced when inside it. Without an
+    interval the point decides and the table says so."""
     row = "4.6|Baseline vs. dense draft"  # the thesis: 1.709x, faster
-    v = reference.verdicts({row: 0.9}, {row: 1.1}).set_index("Table").loc["4.6"].iloc[0]
-    assert v["Same direction"] == "mixed" and v["This run, per-sample median"] == 1.1
-    assert reference.verdicts({row: 1.2}, {row: 1.1})["Same direction"][2] == "yes"
-    assert reference.verdicts({row: 0.8}, {row: 0.9})["Same direction"][2] == "no"
+
+    def judged(point, lo, hi):
+        return reference.verdicts({row: point}, {row: point}, {row: (lo, hi)}).set_index("Table").loc["4.6"].iloc[0]
+
+    v = judged(1.30, 0.97, 1.62)  # a point well above 1, an interval that holds it
+    assert v["Same direction"] == "cannot tell" and v["Thesis' value"] == "smaller"  # 1.709 lies above
+    assert judged(1.30, 1.05, 1.62)["Same direction"] == "yes"
+    assert judged(0.90, 0.85, 0.95)["Same direction"] == "no"
+    assert judged(1.60, 1.50, 1.80)["Thesis' value"] == "reproduced"
+    assert reference.verdicts({row: 1.2})["Same direction"][2] == "yes (point only)"
+    assert reference.verdicts({row: 0.8})["Same direction"][2] == "no (point only)"
     assert reference.verdicts({})["Same direction"][2] == "–"
 
 
@@ -929,16 +957,28 @@ def test_the_research_question_answers_read_both_ways():
     assert v.rq_proposal(4.0, 1.1, 40.0, 36.0) == "It lowers it at every level measured, the most at the head itself"
     assert v.rq_proposal(4.0, 0.98, 40.0, 36.0) == "Only locally: the head is faster, but a whole draft step not"
     assert v.rq_proposal(0.9, 1.0, 40.0, 41.0).startswith("It does not")
-    assert v.rq_ranking(0.9, 1.2, 1.5, 1.3) == ("From fastest to slowest: the dense draft deferred, the FlashHead draft "
-                                                "deferred, the FlashHead draft, target-only decoding, then the dense draft")
-    assert "cheaper proposals" in v.rq_interplay(0.70, 0.71, 1.06, 60.0, 54.0)
-    assert "do not show" in v.rq_interplay(0.70, 0.71, 0.99, 60.0, 54.0)
-    assert "accepted less often, which costs more" in v.rq_interplay(0.70, 0.60, 0.95, 60.0, 54.0)
-    assert "accepted less often, but" in v.rq_interplay(0.70, 0.60, 1.02, 60.0, 54.0)
-    assert "the costs do not explain" in v.rq_interplay(0.70, 0.60, 1.02, 54.0, 60.0)  # faster, yet no cheaper
-    assert "the costs do not explain" in v.rq_interplay(0.70, 0.71, 1.02, 54.0, 60.0)
-    assert v.rq_interplay(0.60, 0.70, 1.02, 60.0, 54.0).endswith("adds to its throughput")
-    assert v.rq_interplay(0.60, 0.70, 0.98, 60.0, 54.0).endswith("not faster end to end")
+    bounds = dict(ord_dense_vs_base_lo=0.85, ord_dense_vs_base_hi=0.95, ord_flash_vs_base_lo=0.9,
+                  ord_flash_vs_base_hi=1.3, def_dense_vs_base_lo=1.2, def_dense_vs_base_hi=1.6,
+                  def_flash_vs_base_lo=1.1, def_flash_vs_base_hi=1.7, ord_flash_vs_dense_lo=0.98,
+                  ord_flash_vs_dense_hi=1.06, def_flash_vs_dense_lo=1.04, def_flash_vs_dense_hi=1.09)
+    assert v.rq_ranking(**bounds) == (
+        "Faster than target-only decoding: the dense draft deferred and the FlashHead draft deferred; slower than it: "
+        "the dense draft; not told apart from it at this sample size: the FlashHead draft; FlashHead against the "
+        "dense draft: not told apart under the ordinary schedule, faster under deferred verification")
+    # a mode whose point is far above 1 but whose interval holds 1 is not called faster
+    assert "faster than target-only decoding: the dense draft deferred;" in v.rq_ranking(
+        **{**bounds, "def_flash_vs_base_lo": 0.99}).lower()
+    assert "cheaper proposals" in v.rq_interplay(0.70, 0.71, 1.02, 1.10, 60.0, 54.0)
+    assert "do not show" in v.rq_interplay(0.70, 0.71, 0.95, 0.99, 60.0, 54.0)
+    assert "accepted less often, which costs more" in v.rq_interplay(0.70, 0.60, 0.90, 0.97, 60.0, 54.0)
+    assert "accepted less often, but" in v.rq_interplay(0.70, 0.60, 1.01, 1.04, 60.0, 54.0)
+    assert "the costs do not explain" in v.rq_interplay(0.70, 0.60, 1.01, 1.04, 54.0, 60.0)  # faster, yet no cheaper
+    assert "the costs do not explain" in v.rq_interplay(0.70, 0.71, 1.01, 1.04, 54.0, 60.0)
+    assert v.rq_interplay(0.60, 0.70, 1.01, 1.04, 60.0, 54.0).endswith("adds to its throughput")
+    assert v.rq_interplay(0.60, 0.70, 0.95, 0.99, 60.0, 54.0).endswith("not faster end to end")
+    for acc in (0.71, 0.60, 0.80):  # an interval holding 1 claims no throughput difference, whatever acceptance does
+        assert v.rq_interplay(0.70, acc, 0.98, 1.30, 60.0, 54.0).endswith("cannot tell FlashHead's throughput "
+                                                                          "from the dense draft's")
     assert v.rq_end_to_end(1.01, 1.08).startswith("Yes") and v.rq_end_to_end(0.9, 0.99).startswith("No")
     assert v.rq_end_to_end(0.98, 1.06).startswith("Cannot tell")  # a point of 1.02 is no answer
     assert v.rq_end_to_end(1.0, 1.3).startswith("Cannot tell")  # an interval touching 1 does not exclude it
@@ -980,8 +1020,12 @@ def test_every_verdict_binds_its_rule_s_parameters_by_name():
         for key, (rule, inputs) in rules.items():
             params = inspect.signature(rule).parameters.values()
             if isinstance(inputs, dict):
-                required = {p.name for p in params if p.default is p.empty}
-                assert required <= set(inputs) <= {p.name for p in params}, (nb, key)
+                named = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+                required = {p.name for p in params if p.default is p.empty and p.name in named}
+                if named:
+                    assert required <= set(inputs) <= named, (nb, key)
+                else:  # a rule of keywords only (rq2: each ratio's bounds): it reads what it is given, every one
+                    assert rule(**{k: 1.0 for k in inputs}), (nb, key)
                 assert len(set(inputs.values())) == len(inputs), (nb, key)
             else:
                 assert [p.kind for p in params] == [inspect.Parameter.VAR_POSITIONAL], (nb, key)
@@ -997,17 +1041,25 @@ def test_the_remaining_verdict_rules_read_both_ways():
     from thesis_lib.analysis import verdicts as v
 
     assert v.step_vs_head(1.1, 4.3).startswith("the body") and v.step_vs_head(4.4, 4.3).startswith("here the step")
-    assert (v.lift(1.3, 1.0), v.lift(0.9, 1.0)) == ("lifts", "lowers")
+    assert v.step_vs_head(1.1, 4.3, 1.0, 1.2, 3.5, 4.6).startswith("the body")
+    assert "cannot tell" in v.step_vs_head(1.1, 1.3, 0.9, 1.4, 1.2, 1.5)  # the points differ, the intervals overlap
+    assert (v.lift(1.1, 1.4), v.lift(0.8, 0.95)) == ("a gain", "a loss")
+    assert v.lift(0.95, 1.4) == "a change these prompts cannot tell from none"
     assert v.acceptance_change(0.71, 0.72) == "barely changes"
     assert v.acceptance_change(0.8, 0.7).endswith("dense draft") and v.acceptance_change(0.6, 0.7).endswith("FlashHead draft")
-    assert v.gain_source(1.06, 60.0, 54.0) == "the gain comes from the draft path"
-    assert v.gain_source(1.06, 54.0, 60.0) == "the gain does not come from a cheaper draft path"
-    assert v.gain_source(0.98, 60.0, 54.0).startswith("FlashHead gains nothing")
-    assert (v.beats(1.01), v.beats(0.99)) == ("beats", "does not beat")
+    assert v.gain_source(1.04, 1.09, 60.0, 54.0) == "the gain comes from the draft path"
+    assert v.gain_source(1.04, 1.09, 54.0, 60.0) == "the gain does not come from a cheaper draft path"
+    assert v.gain_source(0.90, 0.98, 60.0, 54.0).startswith("FlashHead is slower")
+    assert v.gain_source(0.98, 1.09, 60.0, 54.0).startswith("these prompts cannot tell")
+    assert (v.beats(1.01, 1.2), v.beats(0.8, 0.99), v.beats(0.84, 1.08)) == (
+        "beats", "is slower than", "cannot be told apart from")
     assert (v.agrees_more(0.7, 0.43), v.agrees_more(0.3, 0.43)) == ("agrees more often", "agrees less often")
-    assert v.deferred_counts(1.36, 0.98) == "on both kinds of hardware" and "not in this run" in v.deferred_counts(0.9, 1.0)
+    assert v.deferred_counts(1.1, 1.5) == "on both kinds of hardware" and "not in this run" in v.deferred_counts(0.8, 0.9)
+    assert "cannot tell" in v.deferred_counts(0.95, 1.5)
     assert (v.cheaper(1.0, 2.0), v.cheaper(2.0, 1.0)) == ("cheaper", "not cheaper here")
     assert (v.target_met(1.10), v.target_met(1.09)) == ("meets", "does not meet")
+    assert v.target_met(1.15, lo=0.98, hi=1.30) == "neither clearly meets nor clearly misses"  # the point alone meets it
+    assert (v.target_met(1.2, lo=1.11, hi=1.3), v.target_met(1.0, lo=0.9, hi=1.05)) == ("meets", "does not meet")
     assert (v.gpu_step_target(1.2), v.gpu_step_target(1.05)) == ("meets", "does not meet")
     assert v.head_side(1.05, 1.08).startswith("The head-side ideas cannot") and "in principle" in v.head_side(1.2, 1.3)
     assert v.head_side(1.05, 1.12).startswith("Whether the head-side ideas could reach the target cannot be told")

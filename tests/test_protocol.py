@@ -222,6 +222,12 @@ def test_a_summary_pools_tokens_and_times_and_takes_the_median_ratio_per_prompt(
     assert d["matches_baseline"] == 1 and d["predicted_over_measured"] == pytest.approx(1.2)
     old = dict(records[1], first_emit=3)  # an old record that kept first_emit: 21 new tokens, 18 after the first 3
     assert metrics.summarize([old])["baseline"]["decode_tokens_per_s_pooled"] == pytest.approx(18 / 2.0)
+    # two iterations: each sample is held against its own iteration's baseline, and TPOT is the median sample's
+    twice = [dict(r, iteration=i, tpot_s=t, decode_tokens_per_s=r["decode_tokens_per_s"] * (1 + i))
+             for i in (0, 1) for r, t in zip(records, (0.1, 0.2, 0.3, 0.7))]
+    d2 = metrics.summarize(twice)["dense_deferred"]
+    assert d2["speedup_vs_baseline"] == pytest.approx((2.0 + 0.8) / 2)  # the same per-prompt ratios in each iteration
+    assert d2["tpot_s"] == pytest.approx(0.5) and metrics.summarize(twice)["baseline"]["tpot_s"] == pytest.approx(0.15)
 
 
 def test_a_profiled_hybrid_charges_its_model_rounds_to_the_generation_s_clock(tiny_models):
@@ -394,7 +400,8 @@ def test_tables_have_the_thesis_layout_and_recompute_from_the_samples(thesis_run
     assert t45.loc[1, "Draft propose (ms)"] == pytest.approx(1000 * sum(r["phase_s"]["draft_propose"] for r in dense))
     assert t45.loc[1, "Acceptance"] == pytest.approx(sum(r["accepted"] for r in dense) / sum(r["drafted"] for r in dense))
     t46 = tables.table_4_6(run)
-    assert list(t46.columns) == SPEEDUPS
+    assert list(t46.columns) == SPEEDUPS + ["95 % low", "95 % high"]  # the thesis' columns, then the interval's
+    assert ((t46["95 % low"] <= t46.Speedup) & (t46.Speedup <= t46["95 % high"])).all()
     assert t46.loc[2, "Speedup"] == pytest.approx(t45.loc[2, "Decode Tok/s"] / t45.loc[1, "Decode Tok/s"])
 
     t49 = tables.table_4_9(run)
@@ -404,7 +411,7 @@ def test_tables_have_the_thesis_layout_and_recompute_from_the_samples(thesis_run
     t410 = tables.table_4_10(run)
     assert t410.loc[1, "Speedup"] == pytest.approx(t49.loc[2, "Decode Tok/s"] / t49.loc[0, "Decode Tok/s"])
     t411 = tables.table_4_11(run)
-    assert list(t411.columns) == THESIS_4_11
+    assert list(t411.columns) == THESIS_4_11 + ["Draft path share 95 % low", "Draft path share 95 % high"]
     for (_, row), mode in zip(t411.iterrows(), ("dense_deferred", "flash_deferred")):
         rs = run.of(mode)  # recomputed from the samples: proposal time over decode-phase tokens and time
         propose = sum(r["phase_s"]["draft_propose"] for r in rs)

@@ -101,3 +101,56 @@ def test_a_simulated_run_of_the_predicted_size_resolves_the_ratio():
     assert small["lo"] < 1 < small["hi"] and need > 6
     resolved = sum(u.ratio_interval(run_of(need), "m", resamples=500, seed=s)["lo"] > 1 for s in range(20))
     assert resolved >= 10
+
+
+def test_a_timing_ratio_pairs_each_item_s_repetitions():
+    """Items ten times apart in cost, the second head 4x faster on each (index rep * items + item): 4 with no
+    spread; noise on one item widens the interval around the pooled ratio; timings that do not pair are refused."""
+    items, reps = 5, 3
+    dense = [float(10 ** (i % items)) for i in range(items * reps)]
+    got = u.timing_interval(dense, [d / 4 for d in dense], items)
+    assert got["value"] == pytest.approx(4) and got["lo"] == pytest.approx(4) and got["hi"] == pytest.approx(4)
+    noisy = [d / (4 if i % items != 1 else (2, 4, 8)[i // items]) for i, d in enumerate(dense)]
+    got = u.timing_interval(dense, noisy, items)
+    assert got["clusters"] == items and got["lo"] < got["value"] < got["hi"]
+    assert got["value"] == pytest.approx(sum(dense) / sum(noisy))
+    with pytest.raises(ValueError, match="do not pair"):
+        u.timing_interval(dense, dense[:-1], items)
+    with pytest.raises(ValueError, match="do not pair"):
+        u.timing_interval(dense[:-1], dense[:-1], items)
+
+
+def test_a_share_pools_its_parts_over_the_prompts_drawn():
+    """Three prompts whose draft takes 20 %, 50 % and 80 % of decode time, with different decode times: the share
+    is the pooled one (all proposal time over all decode time), and no resample leaves the prompts' range."""
+    samples = [dict(question_id=q, iteration=0, mode="m", decode_tokens=10, new_tokens=11, first_emit=1, decode_s=s,
+                    accepted=a, drafted=8, phase_s={"draft_propose": f * s})
+               for q, (s, f, a) in enumerate([(1.0, 0.2, 2), (2.0, 0.5, 4), (4.0, 0.8, 8)])]
+    run = Run(path=None, config={}, environment={}, samples=samples)
+    got = u.share_interval(run, "m", "draft_propose")
+    assert got["value"] == pytest.approx((0.2 + 1.0 + 3.2) / 7.0) and got["prompts"] == 3
+    assert 0.2 - 1e-9 <= got["lo"] < got["value"] < got["hi"] <= 0.8 + 1e-9
+    acc = u.share_interval(run, "m", "accepted", "drafted")
+    assert acc["value"] == pytest.approx(14 / 24) and 0.25 - 1e-9 <= acc["lo"] < acc["hi"] <= 1 + 1e-9
+
+
+def test_the_speedup_tables_carry_each_ratio_s_interval_beside_the_thesis():
+    """Tables 4.6 and 4.10 of the committed book run: each measured speedup lies in its interval, the thesis'
+    rows have none, and chapter 4's glued deferred intervals are these."""
+    from pathlib import Path
+
+    from thesis_lib.analysis import reference, tables
+    from thesis_lib.bench.runs import load_run
+
+    folder = next(Path(__file__).parents[1].glob("data/reference/book-cpu-embedded/cpu-embedded-bench-*"))
+    run = load_run(folder)
+    for n, fn in (("4.6", tables.table_4_6), ("4.10", tables.table_4_10)):
+        both = reference.beside(fn(run), n)
+        ours, theirs = both[both.Source == "this run"], both[both.Source == "thesis"]
+        assert len(ours) == len(theirs) == 3
+        assert ((ours["95 % low"] < ours.Speedup) & (ours.Speedup < ours["95 % high"])).all()
+        assert theirs["95 % low"].isna().all()
+    t10 = tables.table_4_10(run)
+    glued = u.glued_intervals(run)
+    assert list(t10["95 % low"]) == [glued[f"{k}_lo"] for k in ("def_dense_vs_base", "def_flash_vs_base",
+                                                                 "def_flash_vs_dense")]

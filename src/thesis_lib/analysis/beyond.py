@@ -13,6 +13,7 @@ from ..bench.metrics import median
 from ..bench.modes import baseline_of
 from ..decoding.costs import verify_cost
 from . import lookahead as la
+from . import uncertainty
 from .pooled import totals
 
 #: Agreement an adaptive margin may lose against the fixed default, on the calibration states.
@@ -155,7 +156,9 @@ LABELS = {"flash_deferred": "FlashHead, fixed probes and K (thesis-style)", "ada
 
 
 def mode_table(run, modes=None):
-    """Per mode: decode tok/s, pooled and median speedup over its baseline, acceptance, emitted, K, probes, lookups."""
+    """Per mode: decode tok/s, pooled (with its 95 % interval over the prompts) and median speedup over its baseline
+    (target-only greedy decoding; target-only sampling for a sampling mode), acceptance, emitted, K, probes,
+    lookups."""
     rows = []
     for m in modes or run.modes():
         rs = run.of(m)
@@ -167,15 +170,24 @@ def mode_table(run, modes=None):
                if r["decode_tokens_per_s"] and base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"]]
         drafted = [d for r in rs for d in r.get("drafted_per_round", [])]
         lookups = [r.get("lookup_rounds", r.get("lookup_matched")) for r in rs]  # hybrid / prompt lookup only
-        row = {"Mode": LABELS.get(m, m), "Against": LABELS[base_mode], "Decode Tok/s": t["decode_tokens_per_s"],
+        row = {"Mode": LABELS.get(m, m), "Decode Tok/s": t["decode_tokens_per_s"],
                "Speedup (pooled)": t["decode_tokens_per_s"] / b["decode_tokens_per_s"] if m != base_mode else 1.0,
                "Speedup (median per sample)": median(per) if m != base_mode else 1.0,
+               **_interval_columns(run, m, base_mode),
                "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
                "Mean K": statistics.fmean(drafted) if drafted else None,
                "Mean probes": median(r.get("mean_probes") for r in rs),
                "Lookup rounds": sum(lookups) / sum(r["rounds"] for r in rs) if None not in lookups else None}
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _interval_columns(run, mode: str, against: str) -> dict:
+    """The pooled speedup's 95 % interval over the prompts, as one column (none for the baseline itself)."""
+    if mode == against:
+        return {"95 % interval": "–"}
+    ci = uncertainty.ratio_interval(run, mode, against)
+    return {"95 % interval": f"{ci['lo']:.2f}-{ci['hi']:.2f}"}
 
 
 def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, dict]:
@@ -242,17 +254,27 @@ def category_table(k: int, run, sweep: dict, co, conf=None):
     """Table 6.6: per-category speedups of each fixed K (``k``: the main run's), adaptive-K, lookup, co-designed
     and (with ``conf``) confidence-stopped drafts, plus a best-fixed-K row; returns it with :func:`best_fixed_k`'s."""
     fixed = {f"FlashHead, K = {kk}": r for kk, r in sorted({**sweep, k: run}.items())}
-    others = {"FlashHead, K heuristic": (run, "flash_deferred_hk"), "FlashHead, K cost model": (run, "flash_deferred_ck"),
-              "Prompt lookup": (run, "ngram_deferred"), "Prompt lookup + FlashHead": (run, "hybrid_deferred"),
-              "Co-designed FlashHead": (co, "flash_deferred")}
-    if conf is not None:
-        others.update({CONFIDENCE_ROWS["flash_deferred_sk"]: (conf, "flash_deferred_sk"),
-                       CONFIDENCE_ROWS["hybrid_deferred_sk"]: (conf, "hybrid_deferred_sk")})
+    others = configurations(run, co, conf, per_category=True)
     table = per_category_speedups({**fixed, **{k: r for k, (r, _) in others.items()}},
                                   {**{k: "flash_deferred" for k in fixed}, **{k: m for k, (_, m) in others.items()}})
     best_k, best = best_fixed_k(sweep, run)
     table = pd.concat([table, pd.DataFrame([{"Setting": BEST_FIXED_ROW, **best}])], ignore_index=True)
     return table, best_k, best
+
+
+def configurations(run, co, conf=None, per_category: bool = False) -> dict:
+    """Each adaptive or co-designed configuration of Tables 6.6 and 6.10 as ``(run, mode)``; the two measured only
+    as a mode of the main run (adaptive probes, the frequency head) unless ``per_category``."""
+    out = {"FlashHead, K heuristic": (run, "flash_deferred_hk"), "FlashHead, K cost model": (run, "flash_deferred_ck"),
+           "Prompt lookup": (run, "ngram_deferred"), "Prompt lookup + FlashHead": (run, "hybrid_deferred"),
+           "Co-designed FlashHead": (co, "flash_deferred")}
+    if conf is not None:
+        out.update({CONFIDENCE_ROWS["flash_deferred_sk"]: (conf, "flash_deferred_sk"),
+                    CONFIDENCE_ROWS["hybrid_deferred_sk"]: (conf, "hybrid_deferred_sk")})
+    if not per_category:
+        out.update({"FlashHead, adaptive probes": (run, "adaflash_deferred"),
+                    "Frequency-truncated head": (run, "freq_deferred")})
+    return out
 
 
 BEST_FIXED_ROW = "best fixed K (per column)"
@@ -285,13 +307,21 @@ def _sim_cols(r: dict, best: float) -> dict:
             "Mean block": r.get("mean_block"), "Accepted share": r.get("accepted_share")}
 
 
-def verdict_table(category: "object", modes: "object", best_fixed_all: float):
-    """Table 6.10: each adaptive or co-designed configuration's speedup and ratio to the best fixed K, best first."""
+def verdict_table(category: "object", modes: "object", best_fixed_all: float, sources: dict | None = None,
+                  best_source: tuple | None = None):
+    """Table 6.10: each adaptive or co-designed configuration's speedup and ratio to the best fixed K, best first;
+    with ``sources`` (:func:`configurations`) and the best fixed K's ``(run, mode)``, the ratio's 95 % interval
+    over the prompts (each speedup against its own run's baseline)."""
     rows = category[~category.Setting.str.startswith("FlashHead, K =") & (category.Setting != BEST_FIXED_ROW)]
     speed = rows.set_index("Setting")["all"]
     pooled = modes.set_index("Mode")["Speedup (pooled)"]
     speed = pd.concat([speed, pd.Series({"FlashHead, adaptive probes": float(pooled[LABELS["adaflash_deferred"]]),
                                          "Frequency-truncated head": float(pooled[LABELS["freq_deferred"]])})])
     ratio = (speed / best_fixed_all).sort_values(ascending=False)
-    return pd.DataFrame({"Configuration": ratio.index, "Speedup over target-only": speed[ratio.index].values,
-                         "vs thesis-style (best fixed K)": ratio.values})
+    out = pd.DataFrame({"Configuration": ratio.index, "Speedup over target-only": speed[ratio.index].values,
+                        "vs thesis-style (best fixed K)": ratio.values})
+    if sources and best_source:
+        cis = [uncertainty.speedup_ratio_interval(sources[c], best_source) for c in out.Configuration]
+        out["vs best fixed K 95 % low"] = [ci["lo"] for ci in cis]
+        out["vs best fixed K 95 % high"] = [ci["hi"] for ci in cis]
+    return out

@@ -14,6 +14,21 @@ from ..errors import ConfigError
 from .pooled import LABELS, as_run, per_sample_ratios, quartiles3, samples_of, totals
 
 
+def category_ratios(run, pairs: dict[str, tuple[str, str]]) -> pd.DataFrame:
+    """Per prompt category: each pair's (label -> ``(mode, against)``) pooled decode speed ratio over the category's
+    prompts, and how many prompts it has: where a ratio depends on the category, the spread the intervals hide."""
+    run = as_run(run)
+    rows = []
+    for category in sorted({r.get("category", "?") for r in run.samples}):
+        row = {"Category": category.replace("_", " "),
+               "Prompts": len({r["question_id"] for r in run.samples if r.get("category", "?") == category})}
+        for label, (mode, against) in pairs.items():
+            a, b = ([r for r in run.of(m) if r.get("category", "?") == category] for m in (mode, against))
+            row[label] = (totals(a)["decode_tokens_per_s"] / totals(b)["decode_tokens_per_s"]) if a and b else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def ratio_table(run, against: str = "baseline") -> pd.DataFrame:
     """Per mode: median decode tok/s and the per-sample ratio to ``against`` with quartiles (robust to noise)."""
     run = as_run(run)

@@ -28,8 +28,9 @@ def styled(df: pd.DataFrame, digits: int = 3, caption: str | None = None):
     if {"Value", "Unit"} <= set(df.columns) and (df["Unit"] == "fraction").any():
         df = df.copy()
         frac = df["Unit"] == "fraction"
-        df["Value"] = [f"{100 * v:.1f}%" if f else (f"{v:,.{digits}f}" if isinstance(v, float) else v)
-                       for v, f in zip(df["Value"], frac)]
+        for col in [c for c in df.columns if c == "Value" or str(c).endswith(("95 % low", "95 % high"))]:
+            df[col] = ["–" if v is None or (isinstance(v, float) and v != v) else f"{100 * v:.1f}%" if f else
+                       (f"{v:,.{digits}f}" if isinstance(v, float) else v) for v, f in zip(df[col], frac)]
         df.loc[frac, "Unit"] = "share"
     fmt = {}
     for c in df.columns:

@@ -2,7 +2,8 @@
 screen). :data:`FINDINGS` names each ratio and the thesis table row it comes from; :func:`strip` computes them
 from a build's main run and model-bench document; :func:`committed` finds those in a folder of run data (the
 committed default build's by default); :func:`markdown` writes the table with where the numbers come from;
-:func:`same_way` counts the findings that point the way the thesis' do, and :func:`why_differ` says, from the
+:func:`same_way` counts the findings that point the way the thesis' do (:func:`cannot_tell` those whose
+interval holds 1), and :func:`why_differ` says, from the
 measured costs, what sets this machine apart."""
 
 from __future__ import annotations
@@ -28,13 +29,6 @@ FINDINGS = (
     ("FlashHead deferred over target-only decoding", "4.10", "Base only vs. FlashHead deferred"),
 )
 
-#: The findings measured on the main run's prompts: (mode, against), whose paired-bootstrap interval the strip shows
-#: (the head and the draft step are model-bench timings, not per-prompt runs).
-PAIRED = {"Dense draft vs. FlashHead draft": ("flash_ordinary", "dense_ordinary"),
-          "Dense deferred vs. FlashHead deferred": uncertainty.DEFERRED["def_flash_vs_dense"],
-          "Base only vs. FlashHead deferred": uncertainty.DEFERRED["def_flash_vs_base"]}
-
-
 def committed(folder: str | Path | None = None) -> tuple:
     """The main run (``*-bench-*``) and the model-bench document (``*-model-bench-*.json``) of a build's run data
     (default: the committed default build's)."""
@@ -49,17 +43,18 @@ def committed(folder: str | Path | None = None) -> tuple:
 
 
 def strip(run, model_bench: dict) -> pd.DataFrame:
-    """One row per finding: the thesis' ratio and this build's."""
+    """One row per finding: the thesis' ratio, this build's with its 95 % interval (over the prompts for the runs,
+    over the timed states and contexts for the head and the draft step), and whether it points the thesis' way
+    (:func:`~thesis_lib.analysis.uncertainty.direction`)."""
     ours = {"4.2": tables.table_4_2(model_bench), "4.4": tables.table_4_4(model_bench),
             "4.6": tables.table_4_6(run), "4.10": tables.table_4_10(run)}
     rows = []
     for finding, table, row in FINDINGS:
-        mine = ours[table].set_index("Comparison").loc[row, "Speedup"]
-        pair = PAIRED.get(row)
-        ci = uncertainty.ratio_interval(run, *pair) if pair else None
-        rows.append({"Finding": f"{finding} (Table {table})", "Thesis": reference.value(table, row, "Speedup"),
-                     "This build": float(mine),
-                     "95 % interval": f"{ci['lo']:.2f}-{ci['hi']:.2f}x" if ci else "timed, not per prompt"})
+        mine = ours[table].set_index("Comparison").loc[row]
+        lo, hi, thesis = float(mine[tables.LOW]), float(mine[tables.HIGH]), reference.value(table, row, "Speedup")
+        rows.append({"Finding": f"{finding} (Table {table})", "Thesis": thesis, "This build": float(mine["Speedup"]),
+                     "95 % interval": f"{lo:.2f}-{hi:.2f}x" if lo == lo else "not recorded",
+                     "Same direction": uncertainty.direction(thesis, float(mine["Speedup"]), lo, hi)})
     return pd.DataFrame(rows)
 
 
@@ -75,9 +70,9 @@ def markdown(run, model_bench: dict) -> str:
     from ..bench.environment import measured_when
 
     df = strip(run, model_bench)
-    lines = ["| Finding | Thesis | This build | 95 % interval |", "| --- | ---: | ---: | ---: |"]
-    lines += [f"| {r['Finding']} | {r['Thesis']:.3f}x | {r['This build']:.2f}x | {r['95 % interval']} |"
-              for _, r in df.iterrows()]
+    lines = ["| Finding | Thesis | This build | 95 % interval | Same direction |", "| --- | ---: | ---: | ---: | --- |"]
+    lines += [f"| {r['Finding']} | {r['Thesis']:.3f}x | {r['This build']:.2f}x | {r['95 % interval']} | "
+              f"{r['Same direction']} |" for _, r in df.iterrows()]
     env, f = run.environment, facts(run)
     models = env.get("models", {})
     lines.append("")
@@ -87,13 +82,19 @@ def markdown(run, model_bench: dict) -> str:
                  f"{f['build_new_tokens']} new tokens, on {env.get('cpu', 'a CPU')} ({env.get('torch_threads', '?')} "
                  f"threads), {measured_when(env, code_note=False)}. "
                  f"Thesis: {reference.setup()['label'].removeprefix('thesis: ')}. Intervals: a paired bootstrap "
-                 f"over the prompts ({uncertainty.RESAMPLES:,} resamples, percentile).")
+                 f"over the prompts, or over the timed states for the head and the step "
+                 f"({uncertainty.RESAMPLES:,} resamples, percentile); *cannot tell*: the interval holds 1.")
     return "\n".join(lines)
 
 
 def same_way(df: pd.DataFrame) -> int:
-    """How many findings point the same way here as in the thesis (both ratios above 1, or both not)."""
-    return int(sum((t > 1) == (o > 1) for t, o in zip(df["Thesis"], df["This build"])))
+    """How many findings point the same way here as in the thesis (the strip's *Same direction* is yes)."""
+    return int(df["Same direction"].str.startswith("yes").sum())
+
+
+def cannot_tell(df: pd.DataFrame) -> int:
+    """How many findings' intervals hold 1: this build cannot tell their direction."""
+    return int((df["Same direction"] == "cannot tell").sum())
 
 
 def thesis_draft_cost() -> float:
@@ -119,4 +120,5 @@ def glued(run, df: pd.DataFrame) -> dict:
     how many, what the measured costs say (:func:`why_differ`), and the build's :func:`facts`."""
     costs = theory.measured_costs(run)
     why = why_differ(costs.get("c_flash", costs["c_dense"]), thesis_draft_cost(), costs["verify_k1"], costs["k"])
-    return {"headline_same_way": same_way(df), "headline_total": len(df), "headline_why": why, **facts(run)}
+    return {"headline_same_way": same_way(df), "headline_cannot_tell": cannot_tell(df), "headline_total": len(df),
+            "headline_why": why, **facts(run)}

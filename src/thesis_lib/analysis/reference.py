@@ -85,21 +85,27 @@ def value(table: str, row: str, column: str) -> float:
     return float(hit.value.iloc[0])
 
 
+#: The endings of the columns of a measured value's 95 % interval, which the thesis' tables do not have.
+INTERVAL = ("95 % low", "95 % high")
+
+
 def beside(ours: pd.DataFrame, table: str, *, ours_label: str = "this run", thesis_label: str = "thesis") -> pd.DataFrame:
-    """The thesis' rows and ours (same columns, as :mod:`thesis_lib.analysis.tables` makes them) interleaved,
-    thesis first, with a ``Source`` column; :func:`sources` is its caption."""
+    """The thesis' rows and ours (the thesis' columns, as :mod:`thesis_lib.analysis.tables` makes them, then
+    ours alone may add interval columns, named to end as :data:`INTERVAL`) interleaved, thesis first, with a ``Source``
+    column; :func:`sources` is its caption."""
     theirs = thesis_table(table)
     index = theirs.columns[0]
-    if list(ours.columns) != list(theirs.columns):
+    extra = [c for c in ours.columns if str(c).endswith(INTERVAL)]
+    if [c for c in ours.columns if c not in extra] != list(theirs.columns):
         raise ConfigError(f"Table {table}: our columns {list(ours.columns)} differ from the thesis' {list(theirs.columns)}.")
     keys = [index] + (["Quantity"] if "Quantity" in theirs.columns else [])
-    rest = [c for c in theirs.columns if c not in keys]
+    rest = [c for c in theirs.columns if c not in keys] + extra
     rows = []
     for key in dict.fromkeys([*theirs[keys].itertuples(index=False), *ours[keys].itertuples(index=False)]):
         for label, df in ((thesis_label, theirs), (ours_label, ours)):
             hit = (df[keys] == pd.Series(tuple(key), index=keys)).all(axis=1)
             for _, r in df[hit].iterrows():
-                rows.append({**{k: r[k] for k in keys}, "Source": label, **{c: r[c] for c in rest}})
+                rows.append({**{k: r[k] for k in keys}, "Source": label, **{c: r.get(c) for c in rest}})
     return pd.DataFrame(rows)
 
 
@@ -124,16 +130,22 @@ FINDINGS = (
 )
 
 
-def verdicts(ours: dict[str, float], per_sample: dict[str, float] | None = None) -> pd.DataFrame:
-    """Per finding: the thesis' speedup, this run's pooled and per-sample-median ones (dicts keyed
-    ``"<table>|<row>"``), and whether the direction agrees: *yes*, *no*, or *mixed* between the two."""
-    per_sample = per_sample or {}
+def verdicts(ours: dict[str, float], per_sample: dict[str, float] | None = None,
+             intervals: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+    """Per finding: the thesis' speedup, this run's pooled one with its 95 % interval and its per-sample median
+    (dicts keyed ``"<table>|<row>"``), whether the direction agrees (*yes*, *no*, *cannot tell* when the interval
+    holds 1; :func:`~thesis_lib.analysis.uncertainty.direction`) and whether the thesis' value is reproduced
+    (inside the interval), or lies below or above it."""
+    from .uncertainty import against_thesis, direction
+
+    per_sample, intervals = per_sample or {}, intervals or {}
     rows = []
     for claim, table, row, column in FINDINGS:
-        theirs = value(table, row, column)
-        mine, median = ours.get(f"{table}|{row}"), per_sample.get(f"{table}|{row}")
-        signs = {(v > 1.0) == (theirs > 1.0) for v in (mine, median) if v is not None and v == v}
-        agrees = "–" if not signs else ("mixed" if len(signs) == 2 else ("yes" if signs.pop() else "no"))
-        rows.append({"Finding": claim, "Table": table, "Thesis": theirs, "This run": mine,
-                     "This run, per-sample median": median, "Same direction": agrees})
+        key = f"{table}|{row}"
+        theirs, mine = value(table, row, column), ours.get(key)
+        lo, hi = intervals.get(key, (float("nan"), float("nan")))
+        rows.append({"Finding": claim, "Table": table, "Thesis": theirs, "This run": mine, "95 % low": lo,
+                     "95 % high": hi, "This run, per-sample median": per_sample.get(key),
+                     "Same direction": direction(theirs, mine, lo, hi) if mine is not None else "–",
+                     "Thesis' value": against_thesis(lo, hi, theirs) if lo == lo else "–"})
     return pd.DataFrame(rows)

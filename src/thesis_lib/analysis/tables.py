@@ -5,12 +5,23 @@ is every table ``thesis-lib table`` knows, :mod:`~thesis_lib.analysis.diagnostic
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
 from ..bench.runs import Run
 from ..errors import ConfigError
-from . import diagnostics
+from . import diagnostics, uncertainty
 from .pooled import LABELS, as_run, per_sample_ratios, quartiles3, samples_of, totals
+
+
+LOW, HIGH = "95 % low", "95 % high"
+
+
+def _bounds(ci: dict | None, of: str = "") -> dict:
+    """A 95 % interval's columns, named after the column ``of`` (missing values where there is none)."""
+    of = f"{of} " if of else ""
+    return {of + LOW: ci["lo"] if ci else float("nan"), of + HIGH: ci["hi"] if ci else float("nan")}
 
 
 def _speedups(run: Run, pairs: list[tuple[str, str, str]], table: str) -> pd.DataFrame:
@@ -18,7 +29,8 @@ def _speedups(run: Run, pairs: list[tuple[str, str, str]], table: str) -> pd.Dat
     for label, a, b in pairs:
         ta, tb = totals(samples_of(run, a, table)), totals(samples_of(run, b, table))
         rows.append({"Comparison": label, "Metric": "Decode Tok/s", "A": ta["decode_tokens_per_s"],
-                     "B": tb["decode_tokens_per_s"], "Speedup": tb["decode_tokens_per_s"] / ta["decode_tokens_per_s"]})
+                     "B": tb["decode_tokens_per_s"], "Speedup": tb["decode_tokens_per_s"] / ta["decode_tokens_per_s"],
+                     **_bounds(uncertainty.ratio_interval(run, b, a))})
     return pd.DataFrame(rows)
 
 
@@ -43,7 +55,10 @@ def table_4_1(doc: dict) -> pd.DataFrame:
 def _mean_speedup(doc: dict, part: str, table: str, comparison: str, metric: str, cols: tuple[str, str]) -> pd.DataFrame:
     st = _model_bench_part(doc, part, table)
     d, f = st["dense"]["mean_ms"], st["flashhead"]["mean_ms"]
-    return pd.DataFrame([{"Comparison": comparison, "Metric": metric, cols[0]: d, cols[1]: f, "Speedup": d / f}])
+    raw = doc[part].get("times_ms")  # a document measured before the raw timings were kept has no interval
+    ci = uncertainty.timing_interval(raw["dense"], raw["flashhead"], doc[part]["items"]) if raw else None
+    return pd.DataFrame([{"Comparison": comparison, "Metric": metric, cols[0]: d, cols[1]: f, "Speedup": d / f,
+                          **_bounds(ci)}])
 
 
 def table_4_2(doc: dict) -> pd.DataFrame:
@@ -184,21 +199,30 @@ def table_4_8(run) -> pd.DataFrame:
 
 
 def table_4_8_evidence(run) -> pd.DataFrame:
-    """Table 4.8's evidence as numbers, in the layout of ``data/thesis_reference.json``."""
+    """Table 4.8's evidence as numbers, in the layout of ``data/thesis_reference.json``, each with its 95 %
+    interval over the prompts."""
     run = as_run(run)
     flash = _profile_modes(run)[2]
     f = draft_split(run, flash)
     t = totals(samples_of(run, flash, "4.8"))
+    share = functools.partial(uncertainty.share_interval, run, flash)
+    inside = share("draft_propose")
+    outside = {"lo": 1 - inside["hi"], "hi": 1 - inside["lo"]}
+    propose = ("draft_propose",)
     rows = [("Base verification and finalization dominate", "FlashHead draft: share of measured time outside draft proposal",
-             f["outside_propose_share"], "fraction"),
-            ("The head-only ceiling is low", "FlashHead draft: proposal head share of decode wall time", f["head_share_of_decode"], "fraction"),
+             f["outside_propose_share"], "fraction", outside),
+            ("The head-only ceiling is low", "FlashHead draft: proposal head share of decode wall time",
+             f["head_share_of_decode"], "fraction", share("draft_head")),
             ("The draft body dominates proposal", "FlashHead draft: draft body share of proposal wall time",
-             f["body_share_of_propose"], "fraction"),
+             f["body_share_of_propose"], "fraction", share(("draft_prefill", "draft_body"), propose)),
             ("The draft body dominates proposal", "FlashHead draft: proposal head share of proposal wall time",
-             f["head_share_of_propose"], "fraction"),
-            ("Acceptance is low", "FlashHead draft: acceptance", t["acceptance"], "fraction"),
-            ("Acceptance is low", "FlashHead draft: mean emitted tokens per round", t["mean_emitted"], "tokens/round")]
-    return pd.DataFrame(rows, columns=["Diagnosis", "Quantity", "Value", "Unit"])
+             f["head_share_of_propose"], "fraction", share("draft_head", propose)),
+            ("Acceptance is low", "FlashHead draft: acceptance", t["acceptance"], "fraction",
+             share("accepted", "drafted")),
+            ("Acceptance is low", "FlashHead draft: mean emitted tokens per round", t["mean_emitted"], "tokens/round",
+             share("emitted", "rounds"))]
+    return pd.DataFrame([(*r[:4], *_bounds(r[4]).values()) for r in rows],
+                        columns=["Diagnosis", "Quantity", "Value", "Unit", LOW, HIGH])
 
 
 def table_4_9(run) -> pd.DataFrame:
@@ -241,7 +265,8 @@ def table_4_11(run) -> pd.DataFrame:
         path_ms = 1000 * t["propose_s"]
         rows.append({"Mode": LABELS[mode], "Draft path (ms)": path_ms, "Draft path share": t["propose_s"] / t["decode_s"],
                      "Draft ms/decode tok": path_ms / t["decode_tokens"],
-                     "Draft path Tok/s": t["decode_tokens"] / t["propose_s"]})
+                     "Draft path Tok/s": t["decode_tokens"] / t["propose_s"],
+                     **_bounds(uncertainty.share_interval(run, mode, "draft_propose"), "Draft path share")})
     return pd.DataFrame(rows)
 
 

@@ -92,6 +92,20 @@ def measured_costs(run) -> dict:
     return out
 
 
+def sweep_intervals(sweeps: dict) -> dict:
+    """Per deferred mode (labelled) and K, the 95 % interval ``(lo, hi)`` of the sweep's speedup over its
+    target-only baseline."""
+    from .uncertainty import ratio_interval
+
+    out = {}
+    for m in ("dense_deferred", "flash_deferred"):
+        out[LABELS[m]] = {}
+        for k, r in sorted(sweeps.items()):
+            ci = ratio_interval(r, m, "baseline")
+            out[LABELS[m]][k] = (ci["lo"], ci["hi"])
+    return out
+
+
 def sweep_speedups(sweeps: dict, run) -> tuple[dict, dict]:
     """Figure 4.4: per deferred mode and K, the sweep's pooled speedup and the model's at the main run's costs."""
     measured, model = {}, {}

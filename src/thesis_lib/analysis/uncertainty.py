@@ -1,9 +1,10 @@
-"""How sure a measured ratio is: a paired bootstrap over prompts of the ratio of two modes' pooled decode speeds
-(:func:`ratio_interval`), and the words a verdict may use given that interval (:func:`against_thesis`,
-:func:`which_faster`).
+"""How sure a measured number is: a paired bootstrap over prompts of any pooled quantity of a run
+(:func:`run_interval`; the ratio of two modes' decode speeds, :func:`ratio_interval`; a share of decode time,
+:func:`share_interval`), of a ratio of two interleaved timings (:func:`timing_interval`), and the words a verdict
+may use given an interval (:func:`against_thesis`, :func:`which_faster`).
 
-The two modes ran on the same prompts, so a prompt's draw keeps both modes' samples of it together (paired); where
-a prompt ran several iterations they are resampled within it. The ratio is the thesis' pooled one (all decode
+Modes ran on the same prompts, so a prompt's draw keeps every mode's samples of it together (paired); where a
+prompt ran several iterations they are resampled within it. Quantities are the thesis' pooled ones (all decode
 tokens over all decode time, per mode), recomputed for every resample; the interval is the resamples' percentile
 interval.
 """
@@ -22,15 +23,71 @@ from ..bench.runs import Run
 RESAMPLES, LEVEL = 2000, 0.95
 
 
-def _pairs(run: Run, mode: str, against: str) -> dict[str, list[tuple[dict, dict]]]:
-    """prompt -> [(sample of ``mode``, sample of ``against``)] for every iteration both modes have."""
-    base = {(r.get("iteration", 0), r["question_id"]): r for r in run.of(against)}
+#: A sample's quantities the intervals pool (summed over the resampled prompts and iterations, per mode).
+FIELDS = {"tokens": decode_tokens, "decode_s": lambda r: r["decode_s"],
+          "accepted": lambda r: r.get("accepted", 0), "drafted": lambda r: r.get("drafted", 0),
+          "emitted": lambda r: r.get("emitted", 0), "rounds": lambda r: r.get("rounds", 0),
+          **{name: (lambda r, n=name: r.get("phase_s", {}).get(n, 0.0))
+             for name in ("draft_propose", "target_verify", "finalize_align", "draft_prefill", "draft_body",
+                          "draft_head")}}
+
+
+def _units(run: Run, modes: tuple[str, ...]) -> list[np.ndarray]:
+    """Per prompt: an array [iterations, modes x fields] of the iterations every mode ran (paired by iteration)."""
+    by = [{(r.get("iteration", 0), r["question_id"]): r for r in run.of(m)} for m in modes]
     out: dict[str, list] = defaultdict(list)
-    for r in run.of(mode):
-        b = base.get((r.get("iteration", 0), r["question_id"]))
-        if b is not None:
-            out[str(r["question_id"])].append((r, b))
-    return dict(out)
+    for key in by[0]:  # in the first mode's order of samples
+        if all(key in b for b in by[1:]):
+            out[str(key[1])].append([f(b[key]) for b in by for f in FIELDS.values()])
+    if not out:
+        raise ValueError(f"no prompt has samples of {'both ' if len(modes) == 2 else ''}{' and '.join(modes)}")
+    return [np.array(v, float) for v in out.values()]
+
+
+def bootstrap(cells: list[np.ndarray], statistic, *, resamples: int = RESAMPLES, level: float = LEVEL,
+              seed: int = 0) -> dict:
+    """``statistic`` of the column sums of ``cells`` (one array [units, columns] per cluster), and its percentile
+    interval over ``resamples`` draws that take clusters with replacement and, within a drawn cluster of several
+    units, its units with replacement. Draws where the statistic is undefined (NaN) are left out."""
+    point = statistic(np.sum([c.sum(axis=0) for c in cells], axis=0))
+    rng = np.random.default_rng(seed)
+    n = len(cells)
+    draws = np.empty(resamples)
+    for i in range(resamples):
+        acc = np.zeros(cells[0].shape[1])
+        for j in rng.integers(0, n, n):
+            c = cells[j]
+            acc += c[rng.integers(0, len(c), len(c))].sum(axis=0) if len(c) > 1 else c[0]
+        draws[i] = statistic(acc)
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.nanpercentile(draws, [tail, 100 - tail]) if np.isfinite(draws).any() else (np.nan, np.nan)
+    return {"value": float(point), "lo": float(lo), "hi": float(hi), "clusters": n, "level": level,
+            "resamples": resamples}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def run_interval(run: Run, modes, statistic, **kw) -> dict:
+    """``statistic(sums)`` over the prompts every mode of ``modes`` ran, where ``sums[mode][field]`` pools
+    :data:`FIELDS` over the prompts and iterations drawn, with its paired bootstrap interval (``value``, ``lo``,
+    ``hi``, ``prompts``)."""
+    modes = tuple(modes)
+    names = list(FIELDS)
+
+    def stat(v: np.ndarray) -> float:
+        sums = {m: dict(zip(names, v[i * len(names):(i + 1) * len(names)])) for i, m in enumerate(modes)}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(statistic(sums))
+
+    out = bootstrap(_units(run, modes), stat, **kw)
+    return {**out, "prompts": out["clusters"]}
+
+
+def speed(s: dict) -> float:
+    """A mode's pooled decode tokens per second from its sums."""
+    return _ratio(s["tokens"], s["decode_s"])
 
 
 def ratio_interval(run: Run, mode: str, against: str = "baseline", *, resamples: int = RESAMPLES,
@@ -38,43 +95,93 @@ def ratio_interval(run: Run, mode: str, against: str = "baseline", *, resamples:
     """``mode``'s pooled decode tok/s over ``against``'s on the prompts both ran: the point estimate and the
     paired bootstrap's percentile interval at ``level`` (``lo``, ``hi``), with the number of prompts (one prompt
     of one iteration leaves nothing to resample: the interval is the point; none is a ValueError)."""
-    pairs = _pairs(run, mode, against)
-    if not pairs:
-        raise ValueError(f"no prompt has samples of both {mode} and {against}")
-    # per prompt and iteration: [tokens, seconds] of each mode
-    cells = [np.array([[decode_tokens(r), r["decode_s"], decode_tokens(b), b["decode_s"]] for r, b in its], float)
-             for its in pairs.values()]
-    total = np.sum([c.sum(axis=0) for c in cells], axis=0)
-    point = (total[0] / total[1]) / (total[2] / total[3])
-    rng = np.random.default_rng(seed)
-    n = len(cells)
-    draws = np.empty(resamples)
-    for i in range(resamples):
-        acc = np.zeros(4)
-        for j in rng.integers(0, n, n):
-            c = cells[j]
-            acc += c[rng.integers(0, len(c), len(c))].sum(axis=0) if len(c) > 1 else c[0]
-        draws[i] = (acc[0] / acc[1]) / (acc[2] / acc[3])
-    tail = 100 * (1 - level) / 2
-    lo, hi = np.percentile(draws, [tail, 100 - tail])
-    return {"ratio": float(point), "lo": float(lo), "hi": float(hi), "prompts": n, "level": level,
-            "resamples": resamples}
+    out = run_interval(run, (mode, against), lambda s: _ratio(speed(s[mode]), speed(s[against])),
+                       resamples=resamples, level=level, seed=seed)
+    return {**out, "ratio": out["value"]}
 
 
-#: The deferred schedule's ratios the results and the conclusion print with an interval: glued key -> (mode, against)
-DEFERRED = {"def_dense_vs_base": ("dense_deferred", "baseline"),
-            "def_flash_vs_base": ("flash_deferred", "baseline"),
-            "def_flash_vs_dense": ("flash_deferred", "dense_deferred")}
+def share_interval(run: Run, mode: str, part, whole="decode_s", **kw) -> dict:
+    """The pooled share ``sum(part) / sum(whole)`` of one mode (fields of :data:`FIELDS`, or tuples of them
+    summed), with its bootstrap interval over prompts."""
+    def total(s, f):
+        return sum(s[x] for x in ((f,) if isinstance(f, str) else f))
+
+    return run_interval(run, (mode,), lambda s: _ratio(total(s[mode], part), total(s[mode], whole)), **kw)
 
 
-def glued_intervals(run: Run, keys=tuple(DEFERRED)) -> dict:
-    """``<key>_lo`` and ``<key>_hi`` of :data:`DEFERRED`'s ratios named by ``keys``, with the prompts resampled and
-    the resamples: what a page glues beside the ratios."""
-    out = {}
+def timing_interval(times_a, times_b, items: int, **kw) -> dict:
+    """The ratio of the mean of ``times_a`` to that of ``times_b``, timed interleaved over ``items`` items for
+    several repetitions (index ``rep * items + item``, as :func:`thesis_lib.bench.timing.interleaved` records),
+    with a bootstrap interval that resamples items, and repetitions within each."""
+    a, b = np.asarray(times_a, float), np.asarray(times_b, float)
+    if len(a) != len(b) or len(a) % items:
+        raise ValueError(f"{len(a)} and {len(b)} timings do not pair over {items} items")
+    cells = [np.stack([a[i::items], b[i::items]], axis=1) for i in range(items)]
+    return bootstrap(cells, lambda v: _ratio(v[0], v[1]), **kw)
+
+
+def cross_ratio_interval(a: tuple[Run, str], b: tuple[Run, str], **kw) -> dict:
+    """:func:`ratio_interval` of ``a``'s mode over ``b``'s, each ``(run, mode)``, the runs possibly different
+    (paired by prompt and iteration as within one run)."""
+    samples = [{**r, "mode": "a"} for r in a[0].of(a[1])] + [{**r, "mode": "b"} for r in b[0].of(b[1])]
+    return ratio_interval(Run(path=None, config={}, environment={}, samples=samples), "a", "b", **kw)
+
+
+def speedup_ratio_interval(a: tuple[Run, str], b: tuple[Run, str], against: str = "baseline", **kw) -> dict:
+    """The ratio of two speedups, each ``(run, mode)``'s pooled speed over its own run's ``against`` (the runs may
+    differ: a configuration against the best fixed K), with a bootstrap over the prompts all four ran."""
+    parts = {"a": (a[0], a[1]), "a0": (a[0], against), "b": (b[0], b[1]), "b0": (b[0], against)}
+    samples = [{**r, "mode": name} for name, (run, mode) in parts.items() for r in run.of(mode)]
+    joint = Run(path=None, config={}, environment={}, samples=samples)
+    out = run_interval(joint, tuple(parts), lambda s: _ratio(_ratio(speed(s["a"]), speed(s["a0"])),
+                                                             _ratio(speed(s["b"]), speed(s["b0"]))), **kw)
+    return {**out, "ratio": out["value"]}
+
+
+def fastest(candidates: dict) -> tuple:
+    """The fastest of ``candidates`` (name -> ``(run, mode)``) by pooled decode speed, and the names the prompts
+    cannot tell apart from it (the interval of its speed over theirs holds 1)."""
+    def rate(c):
+        rs = c[0].of(c[1])
+        return sum(decode_tokens(r) for r in rs) / sum(r["decode_s"] for r in rs)
+
+    best = max(candidates, key=lambda n: rate(candidates[n]))
+    tied = [n for n in candidates if n != best and cross_ratio_interval(candidates[best], candidates[n])["lo"] <= 1]
+    return best, tied
+
+
+#: The ratios of the main run the pages print with an interval: glued key -> (mode, against)
+RATIOS = {"ord_dense_vs_base": ("dense_ordinary", "baseline"),
+          "ord_flash_vs_base": ("flash_ordinary", "baseline"),
+          "ord_flash_vs_dense": ("flash_ordinary", "dense_ordinary"),
+          "def_dense_vs_base": ("dense_deferred", "baseline"),
+          "def_flash_vs_base": ("flash_deferred", "baseline"),
+          "def_flash_vs_dense": ("flash_deferred", "dense_deferred"),
+          "def_vs_ord_dense": ("dense_deferred", "dense_ordinary"),
+          "def_vs_ord_flash": ("flash_deferred", "flash_ordinary")}
+
+
+def glued_intervals(run: Run, keys=tuple(RATIOS)) -> dict:
+    """``<key>_lo`` and ``<key>_hi`` of :data:`RATIOS` named by ``keys`` (those whose modes the run has), with
+    the prompts resampled and the resamples: what a page glues beside the ratios."""
+    out, prompts = {}, 0
     for key in keys:
-        ci = ratio_interval(run, *DEFERRED[key])
-        out[f"{key}_lo"], out[f"{key}_hi"] = ci["lo"], ci["hi"]
-    return {**out, "ci_prompts": ci["prompts"], "ci_resamples": RESAMPLES}
+        if not all(run.of(m) for m in RATIOS[key]):
+            continue
+        ci = ratio_interval(run, *RATIOS[key])
+        out[f"{key}_lo"], out[f"{key}_hi"], prompts = ci["lo"], ci["hi"], max(prompts, ci["prompts"])
+    return {**out, "ci_prompts": prompts, "ci_resamples": RESAMPLES}
+
+
+def direction(thesis: float, value: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
+    """Whether a measured ratio points the thesis' way (both above 1, or both not): ``yes`` or ``no`` when its
+    interval lies on one side of 1, ``cannot tell`` when it holds 1; without an interval (NaN) the point
+    decides, and the answer says so."""
+    if lo != lo or hi != hi:
+        return ("yes" if (value > 1) == (thesis > 1) else "no") + " (point only)"
+    if lo <= 1 <= hi:
+        return "cannot tell"
+    return "yes" if (lo > 1) == (thesis > 1) else "no"
 
 
 def against_thesis(lo: float, hi: float, thesis: float) -> str:

@@ -11,17 +11,34 @@ from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, 
                         padding_effect, unpadded_there)
 
 
-def step_vs_head(step_speedup: float, head_speedup: float) -> str:
-    """Whether a whole draft step gains less than its head alone (the body dilutes the head's gain)."""
-    if step_speedup < head_speedup:
+def _or_point(lo: float, hi: float, point: float) -> tuple[float, float]:
+    """An interval, or the point itself where none was recorded (a document measured before intervals)."""
+    return (point, point) if lo != lo or hi != hi else (lo, hi)
+
+
+def step_vs_head(step_speedup: float, head_speedup: float, step_lo: float = float("nan"),
+                 step_hi: float = float("nan"), head_lo: float = float("nan"), head_hi: float = float("nan")) -> str:
+    """Whether a whole draft step gains less than its head alone (the body dilutes the head's gain), by their
+    intervals: a side only where they do not overlap."""
+    step_lo, step_hi = _or_point(step_lo, step_hi, step_speedup)
+    head_lo, head_hi = _or_point(head_lo, head_hi, head_speedup)
+    if step_hi < head_lo:
         return ("the body, which FlashHead does not touch, dilutes the head's gain, as chapter 2's head-share table "
                 "predicts")
-    return "here the step gained no less than the head alone, which chapter 2's head-share table does not predict"
+    if step_lo > head_hi:
+        return "here the step gained more than the head alone, which chapter 2's head-share table does not predict"
+    return ("the step's and the head's intervals overlap, so these timings cannot tell whether the body dilutes the "
+            "head's gain")
 
 
-def lift(after: float, before: float) -> str:
-    """``lifts`` when a ratio rose from ``before`` to ``after``, else ``lowers``."""
-    return "lifts" if after > before else "lowers"
+def lift(lo: float, hi: float) -> str:
+    """What deferred verification did to a draft, by the interval of its speed deferred over ordinary: a gain, a
+    loss, or a change the prompts cannot resolve."""
+    if lo > 1:
+        return "a gain"
+    if hi < 1:
+        return "a loss"
+    return "a change these prompts cannot tell from none"
 
 
 def acceptance_change(dense: float, flash: float, tolerance: float = 0.02) -> str:
@@ -31,18 +48,34 @@ def acceptance_change(dense: float, flash: float, tolerance: float = 0.02) -> st
     return "is higher with the dense draft" if dense > flash else "is higher with the FlashHead draft"
 
 
-def gain_source(flash_vs_dense: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
-    """Where FlashHead's end-to-end difference from the dense draft comes from, by the draft path's cost."""
-    if flash_vs_dense > 1 and draft_ms_flash < draft_ms_dense:
+def gain_source(lo: float, hi: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
+    """Where FlashHead's end-to-end difference from the dense draft comes from, by the draft path's cost, when the
+    interval of FlashHead's speed over dense's resolves a difference."""
+    if lo > 1 and draft_ms_flash < draft_ms_dense:
         return "the gain comes from the draft path"
-    if flash_vs_dense > 1:
+    if lo > 1:
         return "the gain does not come from a cheaper draft path"
-    return "FlashHead gains nothing end to end here, although its draft path"
+    if hi < 1:
+        return "FlashHead is slower end to end here, although its draft path"
+    return "these prompts cannot tell FlashHead's end-to-end difference from none, although its draft path"
 
 
-def beats(ratio: float) -> str:
-    """``beats`` when a speedup over a baseline exceeds 1, else ``does not beat``."""
-    return "beats" if ratio > 1 else "does not beat"
+def sweep_winner(best_k: int, tied: str) -> str:
+    """Which K was fastest in the sweep, and whether the prompts tell it apart from the others (``tied``: the Ks
+    they cannot, comma-separated, or empty)."""
+    if not tied:
+        return f"K = {best_k} was the fastest, ahead of every other K measured by more than the prompts' spread"
+    return (f"K = {best_k} was the fastest by its point estimate, but these prompts cannot tell it apart from "
+            f"K = {tied}")
+
+
+def beats(lo: float, hi: float) -> str:
+    """How a speedup over target-only decoding compares with 1, by its interval."""
+    if lo > 1:
+        return "beats"
+    if hi < 1:
+        return "is slower than"
+    return "cannot be told apart from"
 
 
 def agrees_more(ours: float, theirs: float) -> str:
@@ -50,11 +83,14 @@ def agrees_more(ours: float, theirs: float) -> str:
     return "agrees more often" if ours > theirs else "agrees less often"
 
 
-def deferred_counts(def_flash_vs_base: float, ord_flash_vs_base: float) -> str:
-    """Whether deferred verification also helps here (the thesis found it did on its GPUs)."""
-    if def_flash_vs_base > ord_flash_vs_base:
+def deferred_counts(lo: float, hi: float) -> str:
+    """Whether deferred verification also helps here (the thesis found it did on its GPUs), by the interval of the
+    FlashHead draft's speed deferred over ordinary."""
+    if lo > 1:
         return "on both kinds of hardware"
-    return "on the thesis' GPUs, though not in this run"
+    if hi < 1:
+        return "on the thesis' GPUs, though not in this run"
+    return "on the thesis' GPUs; this run cannot tell its effect from none"
 
 
 def cheaper(a_ms: float, b_ms: float) -> str:
@@ -62,9 +98,15 @@ def cheaper(a_ms: float, b_ms: float) -> str:
     return "cheaper" if a_ms < b_ms else "not cheaper here"
 
 
-def target_met(ratio: float, target: float = 1.10) -> str:
-    """``meets`` when a ratio reaches the target, else ``does not meet``."""
-    return "meets" if ratio >= target else "does not meet"
+def target_met(ratio: float, target: float = 1.10, lo: float = float("nan"), hi: float = float("nan")) -> str:
+    """``meets`` when a ratio reaches the target, else ``does not meet``; with an interval (``lo``, ``hi``), only
+    where the whole interval lies on one side of the target, else that the prompts cannot tell."""
+    lo, hi = _or_point(lo, hi, ratio)
+    if lo >= target:
+        return "meets"
+    if hi < target:
+        return "does not meet"
+    return "neither clearly meets nor clearly misses"
 
 
 def gpu_head_target(ratio: float) -> str:
@@ -226,34 +268,56 @@ def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float,
     return "It lowers it at every level measured"
 
 
-def rq_ranking(ord_dense: float, ord_flash: float, def_dense: float, def_flash: float) -> str:
-    """RQ2: the five modes from fastest to slowest by pooled decode speed (target-only decoding is 1)."""
-    speed = {"target-only decoding": 1.0, "the dense draft": ord_dense, "the FlashHead draft": ord_flash,
-             "the dense draft deferred": def_dense, "the FlashHead draft deferred": def_flash}
-    order = sorted(speed, key=speed.get, reverse=True)
-    return "From fastest to slowest: " + ", ".join(order[:-1]) + ", then " + order[-1]
+def rq_ranking(**bounds: float) -> str:
+    """RQ2: each speculative mode against target-only decoding, and FlashHead against dense per schedule, by their
+    intervals (``<key>_lo``/``<key>_hi`` of :data:`~thesis_lib.analysis.uncertainty.RATIOS`): faster, slower,
+    or not told apart."""
+    names = {"ord_dense_vs_base": "the dense draft", "ord_flash_vs_base": "the FlashHead draft",
+             "def_dense_vs_base": "the dense draft deferred", "def_flash_vs_base": "the FlashHead draft deferred"}
+    groups: dict[str, list[str]] = {"faster": [], "slower": [], "not told apart": []}
+    for key, name in names.items():
+        lo, hi = bounds[f"{key}_lo"], bounds[f"{key}_hi"]
+        groups["faster" if lo > 1 else "slower" if hi < 1 else "not told apart"].append(name)
+    said = [f"{word} {' and '.join(modes)}" for word, modes in (
+        ("faster than target-only decoding:", groups["faster"]), ("slower than it:", groups["slower"]),
+        ("not told apart from it at this sample size:", groups["not told apart"])) if modes]
+    fd = []
+    for key, schedule in (("ord_flash_vs_dense", "the ordinary schedule"), ("def_flash_vs_dense", "deferred verification")):
+        lo, hi = bounds[f"{key}_lo"], bounds[f"{key}_hi"]
+        fd.append(f"{'faster' if lo > 1 else 'slower' if hi < 1 else 'not told apart'} under {schedule}")
+    said = "; ".join(said)
+    return said[:1].upper() + said[1:] + "; FlashHead against the dense draft: " + ", ".join(fd)
 
 
-def rq_interplay(acc_dense: float, acc_flash: float, flash_vs_dense: float, draft_ms_dense: float,
+def rq_interplay(acc_dense: float, acc_flash: float, lo: float, hi: float, draft_ms_dense: float,
                  draft_ms_flash: float, tolerance: float = 0.02) -> str:
     """RQ3: whether FlashHead's difference in throughput comes from acceptance or from the draft's cost
-    (acceptances within ``tolerance`` count as unchanged)."""
+    (acceptances within ``tolerance`` count as unchanged; a throughput difference only where the interval of
+    FlashHead's speed over dense's, ``lo``-``hi``, excludes 1)."""
     cheaper = draft_ms_flash < draft_ms_dense
+    faster = lo > 1
+    if lo <= 1 <= hi:
+        end = "these prompts cannot tell FlashHead's throughput from the dense draft's"
+        if abs(acc_dense - acc_flash) <= tolerance:
+            return "Acceptance barely moves when FlashHead replaces the dense head, and " + end
+        if acc_flash < acc_dense:
+            return "FlashHead's draft is accepted less often, and " + end
+        return "FlashHead's draft is accepted more often than the dense one, yet " + end
     if abs(acc_dense - acc_flash) <= tolerance:
         head = "Acceptance barely moves when FlashHead replaces the dense head"
-        if flash_vs_dense > 1 and cheaper:
+        if faster and cheaper:
             return head + ", so FlashHead's higher throughput comes from cheaper proposals, not from longer blocks"
-        if flash_vs_dense > 1:
+        if faster:
             return head + ", yet FlashHead is faster without a cheaper draft path, which the costs do not explain"
         return head + ", and FlashHead's proposals do not show as higher throughput here"
     if acc_flash < acc_dense:
-        if flash_vs_dense > 1 and cheaper:
+        if faster and cheaper:
             return "FlashHead's draft is accepted less often, but its cheaper proposals more than make up for it"
-        if flash_vs_dense > 1:
+        if faster:
             return ("FlashHead's draft is accepted less often and its draft path is no cheaper, yet it is faster, "
                     "which the costs do not explain")
         return "FlashHead's draft is accepted less often, which costs more than its proposals save"
-    if flash_vs_dense > 1:
+    if faster:
         return "FlashHead's draft is accepted more often than the dense one, which adds to its throughput"
     return "FlashHead's draft is accepted more often than the dense one, yet it is not faster end to end"
 
@@ -317,13 +381,18 @@ RULES = {
         "gpu_step_reach": (step_reach, dict(ceiling="gpu_step_ceiling")),
         "gpu_compiled_verdict": (compiled_sound, dict(agree_compiled="gpu_agree_compiled", agree_path="gpu_agree_path",
                                                       rows="gpu_rows")),
-        "step_vs_head": (step_vs_head, dict(step_speedup="step_speedup", head_speedup="head_speedup")),
-        "deferred_lift_dense": (lift, dict(after="def_dense_vs_base", before="ord_dense_vs_base")),
+        "step_vs_head": (step_vs_head, dict(step_speedup="step_speedup", head_speedup="head_speedup",
+                                            step_lo="step_speedup_lo", step_hi="step_speedup_hi",
+                                            head_lo="head_speedup_lo", head_hi="head_speedup_hi")),
+        "deferred_lift_dense": (lift, dict(lo="def_vs_ord_dense_lo", hi="def_vs_ord_dense_hi")),
         "acceptance_change": (acceptance_change, dict(dense="acc_dense_def", flash="acc_flash_def")),
-        "gain_source": (gain_source, dict(flash_vs_dense="def_flash_vs_dense", draft_ms_dense="draft_ms_tok_dense",
-                                          draft_ms_flash="draft_ms_tok_flash")),
+        "gain_source": (gain_source, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi",
+                                          draft_ms_dense="draft_ms_tok_dense", draft_ms_flash="draft_ms_tok_flash")),
         "shared_note": (shared_control, dict(body="flash_body")),
+        "sweep_winner": (sweep_winner, dict(best_k="sweep_best_k", tied="sweep_tied_k")),
         "def_fd_resolved": (flash_vs_dense_resolved, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi")),
+        "ord_fd_resolved": (flash_vs_dense_resolved, dict(lo="ord_flash_vs_dense_lo", hi="ord_flash_vs_dense_hi")),
+        "ord_db_beats": (beats, dict(lo="ord_dense_vs_base_lo", hi="ord_dense_vs_base_hi")),
         "def_fd_power": (uncertainty.resolution, dict(ratio="def_flash_vs_dense", lo="def_flash_vs_dense_lo",
                                                       hi="def_flash_vs_dense_hi", prompts="ci_prompts")),
         "def_fd_thesis": (uncertainty.against_thesis, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi",
@@ -338,18 +407,19 @@ RULES = {
                                          prop_pipe="pipe_prop_pipe")),
     },
     "ch5_conclusion": {
-        "ordinary_beats": (beats, dict(ratio="ord_dense_vs_base")),
+        "ordinary_beats": (beats, dict(lo="ord_dense_vs_base_lo", hi="ord_dense_vs_base_hi")),
         "rq1": (rq_proposal, dict(head_speedup="head_speedup", step_speedup="step_speedup",
                                   draft_ms_dense="draft_ms_tok_dense", draft_ms_flash="draft_ms_tok_flash")),
-        "rq2": (rq_ranking, dict(ord_dense="ord_dense_vs_base", ord_flash="ord_flash_vs_base",
-                                 def_dense="def_dense_vs_base", def_flash="def_flash_vs_base")),
-        "rq3": (rq_interplay, dict(acc_dense="acc_dense_def", acc_flash="acc_flash_def",
-                                   flash_vs_dense="def_flash_vs_dense", draft_ms_dense="draft_ms_tok_dense",
+        "rq2": (rq_ranking, {f"{k}_{e}": f"{k}_{e}" for k in ("ord_dense_vs_base", "ord_flash_vs_base",
+                                                               "def_dense_vs_base", "def_flash_vs_base",
+                                                               "ord_flash_vs_dense", "def_flash_vs_dense")
+                             for e in ("lo", "hi")}),
+        "rq3": (rq_interplay, dict(acc_dense="acc_dense_def", acc_flash="acc_flash_def", lo="def_flash_vs_dense_lo",
+                                   hi="def_flash_vs_dense_hi", draft_ms_dense="draft_ms_tok_dense",
                                    draft_ms_flash="draft_ms_tok_flash")),
         "rq4": (rq_end_to_end, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi")),
         "acceptance_vs_thesis": (agrees_more, dict(ours="acceptance_flash", theirs="acceptance_flash_thesis")),
-        "deferred_where": (deferred_counts, dict(def_flash_vs_base="def_flash_vs_base",
-                                                 ord_flash_vs_base="ord_flash_vs_base")),
+        "deferred_where": (deferred_counts, dict(lo="def_vs_ord_flash_lo", hi="def_vs_ord_flash_hi")),
         "ceiling_spread": (ceiling_vs_spread, dict(head_ceiling="head_ceiling", p25="flash_dense_p25",
                                                    p75="flash_dense_p75")),
         "prec_int4_effect": (int4_effect, dict(verify5_int4="prec_verify5_int4",
@@ -361,7 +431,7 @@ RULES = {
     },
     "ch6_beyond": {
         "freq_cheaper": (cheaper, dict(a_ms="freq_head_ms", b_ms="flash_head_ms_cd")),
-        "target_met": (target_met, dict(ratio="winner_ratio")),
+        "target_met": (target_met, dict(ratio="winner_ratio", lo="winner_lo", hi="winner_hi")),
         "head_side": (head_side, dict(head_ceiling="head_ceiling", ceiling_bound="head_ceiling_bound")),
         "bound_allows": (bound_allows, dict(oracle_ratio="sim_oracle_ratio")),
         "conf_room": (share_of_room, dict(achieved="conf_side_ratio", bound="sim_oracle_ratio")),

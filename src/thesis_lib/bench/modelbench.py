@@ -34,8 +34,10 @@ from ..decoding.state import ModelState
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..heads.flashhead import check_probes
+from ..progress import note
 from .prompts import Prompt, encode
 from . import embedl_peer
+from .disturbance import Watch, judge_timed
 from .timing import interleaved, stats_ms
 
 
@@ -166,6 +168,17 @@ def _speedups(stats: dict[str, dict], base: str) -> dict[str, dict]:
             for name, s in stats.items() if name != base}
 
 
+def _say_if_disturbed(part: dict, what: str) -> None:
+    said = judge_timed(part)
+    if said["disturbed"]:
+        note(f"{what} was disturbed: {said['why']}; its timings are not the method's alone")
+
+
+def _raw(times: dict[str, list[float]], items: int) -> dict:
+    """Every timing in ms, in the timer's order (repetition-major over ``items``), for the intervals of the ratios."""
+    return {"items": items, "times_ms": {name: [round(1e3 * t, 6) for t in ts] for name, ts in times.items()}}
+
+
 @torch.inference_mode()
 def head_latency(heads: dict[str, torch.nn.Module], states: torch.Tensor, *, reps: int = 5, warmup: int = 10,
                  base: str = "dense", progress: bool = True) -> dict:
@@ -178,10 +191,12 @@ def head_latency(heads: dict[str, torch.nn.Module], states: torch.Tensor, *, rep
     states = states.to(device)
     rows = [states[i : i + 1].contiguous() for i in range(states.shape[0])]
     fns = {name: (lambda i, h=h: h(rows[i])) for name, h in heads.items()}
-    times = interleaved(fns, len(rows), reps=reps, warmup=warmup, desc="head latency", progress=progress,
-                        device=device)
+    with Watch() as machine:
+        times = interleaved(fns, len(rows), reps=reps, warmup=warmup, desc="head latency", progress=progress,
+                            device=device)
     stats = {name: stats_ms(ts) for name, ts in times.items()}
-    return {"stats": stats, "speedups": _speedups(stats, base), "base": base}
+    return {"stats": stats, "speedups": _speedups(stats, base), "base": base, **_raw(times, len(rows)),
+            "machine": machine.record}
 
 
 @torch.inference_mode()
@@ -210,11 +225,13 @@ def step_latency(model, heads: dict[str, torch.nn.Module | None], contexts: Sequ
         st.crop(1)
 
     fns = {name: (lambda i, n=name: step(n, i)) for name in heads}
-    times = interleaved(fns, len(contexts), reps=reps, warmup=warmup, desc="decode step", progress=progress,
-                        device=next(model.parameters()).device)
+    with Watch() as machine:
+        times = interleaved(fns, len(contexts), reps=reps, warmup=warmup, desc="decode step", progress=progress,
+                            device=next(model.parameters()).device)
     stats = {name: stats_ms(ts) for name, ts in times.items()}
     return {"stats": stats, "speedups": _speedups({k: v for k, v in stats.items() if heads[k] is not None}, base),
-            "base": base, "context_lengths": [len(c) for c in contexts]}
+            "base": base, "context_lengths": [len(c) for c in contexts], **_raw(times, len(contexts)),
+            "machine": machine.record}
 
 
 PARTS = ("quality", "head", "step")
@@ -270,6 +287,7 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
         doc["head"] = head_latency(heads, states, reps=head_reps, progress=progress)
         doc["head"]["flashhead_path"] = flash_head.active_path
         doc["head"]["flashhead_compile_error"] = flash_head.compile_error
+        _say_if_disturbed(doc["head"], "the head latency (Tables 4.1/4.2)")
         curve = []
         saved = flash_head.n_probes
         try:
@@ -289,6 +307,7 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
                  "flashhead": flash_head, "body_only": None}
         doc["step"] = step = step_latency(loaded.model, heads, contexts, vocab_limit=loaded.vocab_limit,
                                           reps=step_reps, progress=progress)
+        _say_if_disturbed(step, "the decode step (Tables 4.3/4.4)")
         st = step["stats"]
         # what the head costs inside a step, and the best step speedup any head could give (a free head)
         for key in ("mean_ms", "p50_ms"):

@@ -31,6 +31,7 @@ from ..heads.clustering import check_cluster_count
 from ..heads.flashhead import check_probes, default_probes
 from ..models import embedl, loading, specs
 from .drafts import beyond_heads, flash_body, flash_head, flash_info
+from .disturbance import Watch, judge
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
@@ -318,10 +319,17 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     if beyond:
         extra["beyond"] = beyond
     record_environment(folder, environment(("target", target), ("draft", draft), extra=extra))
-    execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup,
-            warmup_tokens=cfg.warmup_tokens, chat=cfg.chat,
-            thinking=cfg.thinking, turns=cfg.turns, costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(),
-            on_record=folder.append, desc=cfg.name)
+    with Watch() as machine:
+        execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup,
+                warmup_tokens=cfg.warmup_tokens, chat=cfg.chat, thinking=cfg.thinking, turns=cfg.turns,
+                costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(), on_record=folder.append,
+                desc=cfg.name)
+    env = folder.environment
+    (env["resumed"][-1] if env.get("resumed") else env)["machine"] = machine.record  # what else ran meanwhile
+    write_environment(folder, env)
+    said = judge(machine.record)
+    if said["disturbed"]:
+        note(f"run {folder.path.name} was disturbed: {said['why']}; its timings are not the method's alone")
     if head is not None:  # the path actually taken is known only after the first call (compiled or eager)
         env = folder.environment
         current = env["resumed"][-1] if env.get("resumed") else env

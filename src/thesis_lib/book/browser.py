@@ -148,7 +148,9 @@ def _drive_static_explorer(page) -> list[dict]:
         chosen = fig.locator("circle.tc-chosen")
         return {**{a: el.get_attribute(f"data-{a}") for a in ("k", "probes", "mode", "found")},
                 "text": el.inner_text()[:300], "figure_points": fig.get_attribute("data-points"),
-                "figure_chosen_k": chosen.get_attribute("data-k") if chosen.count() else None}
+                "figure_chosen_k": chosen.get_attribute("data-k") if chosen.count() else None,
+                "figure_bars": fig.locator("line.tc-bar").count(),
+                "interval": el.locator(".tc-interval").inner_text() if el.locator(".tc-interval").count() else None}
 
     seen = [read()]
     page.select_option(f"{box} select[name=k]", page.locator(f"{box} select[name=k] option").all_inner_texts()[-1])

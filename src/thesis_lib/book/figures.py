@@ -309,12 +309,19 @@ def accepted_histogram(table, k: int):
     return fig
 
 
-def speedup_over_k(points: dict[str, dict[int, float]], model: dict[str, dict[int, float]] | None = None):
-    """Measured decode speedup over target-only decoding against K (solid), with the model's (dotted)."""
+def speedup_over_k(points: dict[str, dict[int, float]], model: dict[str, dict[int, float]] | None = None,
+                   bounds: dict[str, dict[int, tuple[float, float]]] | None = None):
+    """Measured decode speedup over target-only decoding against K (solid, with 95 % intervals as error bars
+    where ``bounds`` has them), with the model's (dotted)."""
     fig, ax = plt.subplots(figsize=(6.8, 3.6))
     for label, pts in points.items():
         ks = sorted(pts)
-        line, = ax.plot(ks, [pts[k] for k in ks], marker="o", label=f"{label} (measured)")
+        line, = ax.plot(ks, [pts[k] for k in ks], marker="o", label=f"{label} (measured, 95 % interval)"
+                        if bounds else f"{label} (measured)")
+        if bounds and label in bounds:
+            lo = [pts[k] - bounds[label][k][0] for k in ks]
+            hi = [bounds[label][k][1] - pts[k] for k in ks]
+            ax.errorbar(ks, [pts[k] for k in ks], yerr=[lo, hi], fmt="none", ecolor=line.get_color(), capsize=3)
         if model and label in model:
             mk = sorted(model[label])
             ax.plot(mk, [model[label][k] for k in mk], ls=":", color=line.get_color(), label=f"{label} (model)")

@@ -12,6 +12,12 @@ class Glue:
     def __init__(self, glue_fn):
         self._glue = glue_fn
         self.values: dict = {}
+        self.disturbed: dict[str, str] = {}  # glued key -> why the machine was disturbed while it was measured
+
+    def mark_disturbed(self, keys, why: str) -> None:
+        """The glued ``keys`` were measured on a disturbed machine (``why``): the verdicts built on any of them
+        say so instead of judging."""
+        self.disturbed.update(dict.fromkeys(keys, why))
 
     def __call__(self, name: str, value, display: bool = True):
         self.values[name] = value
@@ -26,7 +32,11 @@ class Glue:
             missing = [k for k in names if k not in self.values]
             if missing:
                 raise KeyError(f"verdict {key!r} needs {missing}, which {notebook} did not glue")
-            out[key] = (rule(**{p: self.values[k] for p, k in inputs.items()}) if isinstance(inputs, dict)
-                        else rule(*(self.values[k] for k in inputs)))
+            why = next((self.disturbed[k] for k in names if k in self.disturbed), None)
+            if why is not None:
+                out[key] = f"not judged, as the machine was busy with other work while this was measured ({why})"
+            else:
+                out[key] = (rule(**{p: self.values[k] for p, k in inputs.items()}) if isinstance(inputs, dict)
+                            else rule(*(self.values[k] for k in inputs)))
             self(key, out[key], display=False)
         return out

@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 
+from ..bench.disturbance import judge, judge_timed
 from ..bench.environment import environment, measured_when
 from .params import Params
 from .shared import digest
@@ -99,3 +100,36 @@ def environment_table(run, model_bench_doc: dict | None = None):
     if model_bench_doc:
         rows.append(("model-bench key", digest(model_bench_doc.get("key", {}))))
     return pd.DataFrame([(k, "" if v is None else str(v)) for k, v in rows], columns=["Item", "Value"])
+
+
+#: The glued keys of chapter 4 that each timed part measured (their verdicts are not judged when it was disturbed).
+MEASURED_BY = {"the main run": ("ord_", "def_", "acc_", "draft_ms_tok_", "ci_"),
+               "the head timings": ("head_speedup", "dense_head_ms", "flash_head_ms"),
+               "the decode-step timings": ("step_speedup",)}
+
+
+def disturbance(run, model_bench_doc: dict | None) -> dict[str, dict]:
+    """Per timed part (the main run, the model bench's head and step timings): whether the machine was disturbed
+    while it ran (:func:`thesis_lib.bench.disturbance.judge`), from what the run and the document recorded."""
+    env = run.environment
+    out = {"the main run": judge((env["resumed"][-1] if env.get("resumed") else env).get("machine"))}
+    for part, name in (("head", "the head timings"), ("step", "the decode-step timings")):
+        if model_bench_doc and part in model_bench_doc:
+            out[name] = judge_timed(model_bench_doc[part])
+    return out
+
+
+def disturbance_said(parts: dict[str, dict]) -> str:
+    """The page's sentence on the machine during the timed parts."""
+    bad = {name: j for name, j in parts.items() if j["disturbed"]}
+    if not bad:
+        return ("No timed part shows a disturbance (" + "; ".join(f"{name}: {j['why']}" for name, j in parts.items())
+                + ").")
+    return ("Disturbed: " + "; ".join(f"during {name}, {j['why']}" for name, j in bad.items()) + ". The figures "
+            "of " + " and ".join(bad) + " are not the method's alone, and no verdict below is drawn from them.")
+
+
+def disturbed_keys(parts: dict[str, dict], glued) -> dict[str, str]:
+    """The glued keys (of ``glued``) measured by a disturbed part, each with why."""
+    return {k: parts[name]["why"] for name, prefixes in MEASURED_BY.items()
+            if parts.get(name, {}).get("disturbed") for k in glued if k.startswith(prefixes)}

@@ -8,19 +8,22 @@ from __future__ import annotations
 import html as _html
 import json
 
+from ..analysis.uncertainty import ratio_interval
+
 MODES = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, deferred"}
 
 
 def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
     """One state from the run's own summary (:mod:`thesis_lib.bench.metrics`): speed, speedup over the same run's
-    baseline, acceptance, tokens per round, outputs equal to the baseline's, and the run with its date and revision."""
+    baseline (the median of per-prompt ratios, and the pooled ratio with its 95 % interval), acceptance, tokens per round, outputs equal to the baseline's, and the run with its date and revision."""
     m = (run.summary or {}).get(mode)
     if not m or "baseline" not in run.summary:
         return None
     env = run.environment or {}
     git = env.get("git") or {}
+    ci = ratio_interval(run, mode, "baseline")
     return {"mode": mode, "k": k, "probes": probes, "tok_s": m["decode_tokens_per_s"],
-            "speedup": m["speedup_vs_baseline"], "acceptance": m["acceptance"], "tokens_per_round": m["mean_emitted"],
+            "speedup": m["speedup_vs_baseline"], "pooled": ci["ratio"], "lo": ci["lo"], "hi": ci["hi"], "acceptance": m["acceptance"], "tokens_per_round": m["mean_emitted"],
             "equal": m["matches_baseline"], "prompts": m["samples"], "run": run.path.name,
             "measured": f"{str(env.get('recorded_at', '?'))[:10]}, revision {str(git.get('commit', '?'))[:7]}"
                         + (" (uncommitted changes)" if git.get("dirty") else "")}
@@ -69,7 +72,8 @@ _JS = """
     out.setAttribute('data-found', 'yes');
     out.innerHTML = '<b>measured</b>: ' + fmt(s.tok_s, 2) + ' tok/s decode, <b class="tc-speedup">' +
       fmt(s.speedup, 2) + 'x</b> the decode speed of target-only decoding in the same run (median over ' + s.prompts +
-      ' prompts); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
+      ' prompts; pooled <span class="tc-interval">' + fmt(s.pooled, 2) + 'x, 95 %% interval ' + fmt(s.lo, 2) + '-' +
+      fmt(s.hi, 2) + 'x</span>); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
       ' tokens per round; outputs equal to target-only: ' + s.equal + '/' + s.prompts + '<br><small>run folder <code>' + s.run +
       '</code>, measured ' + s.measured + '</small>';
   }
@@ -77,7 +81,8 @@ _JS = """
     var pts = data.filter(function (d) { return d.mode === want.mode && d.probes === want.probes; })
                   .sort(function (a, b) { return a.k - b.k; });
     var W = 520, H = 250, L = 52, R = 14, T = 14, B = 40, svg = [];
-    var ks = pts.map(function (d) { return d.k; }), ys = pts.map(function (d) { return d.speedup; }).concat([1]);
+    var ks = pts.map(function (d) { return d.k; }), ys = pts.map(function (d) { return d.speedup; }).concat([1])
+      .concat(pts.map(function (d) { return d.lo; })).concat(pts.map(function (d) { return d.hi; }));
     var k0 = Math.min.apply(null, ks.concat([want.k])), k1 = Math.max.apply(null, ks.concat([want.k]));
     var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys), pad = 0.1 * (y1 - y0 || 1);
     y0 -= pad; y1 += pad; k0 -= 0.4; k1 += 0.4;
@@ -96,6 +101,10 @@ _JS = """
              ((T + H - B) / 2) + ')">speedup</text>');
     if (pts.length > 1) svg.push('<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="' +
       pts.map(function (d) { return x(d.k) + ',' + y(d.speedup); }).join(' ') + '"/>');
+    pts.forEach(function (d) {  // the pooled ratio's 95 %% interval as a bar
+      svg.push('<line class="tc-bar" x1="' + x(d.k) + '" x2="' + x(d.k) + '" y1="' + y(d.lo) + '" y2="' + y(d.hi) +
+               '" stroke="#1f77b4" stroke-width="1.5"/>');
+    });
     pts.forEach(function (d) {
       var on = d.k === want.k;
       svg.push('<circle class="' + (on ? 'tc-chosen' : 'tc-point') + '" data-k="' + d.k + '" cx="' + x(d.k) + '" cy="' +
@@ -105,7 +114,7 @@ _JS = """
     fig.innerHTML = '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" role="img">' +
       svg.join('') + '</svg><div style="font-size:0.85em;color:#555">Measured speedup over K for ' +
       (want.mode === 'flash_deferred' ? 'the FlashHead draft at ' + want.probes + ' probes' : 'the dense draft') +
-      ', deferred verification; red: the chosen K' + (pts.some(function (d) { return d.k === want.k; }) ? '' : ' (not measured)') + '.</div>';
+      ', deferred verification; red: the chosen K; bars: 95 %% intervals of the pooled ratio over the prompts' + (pts.some(function (d) { return d.k === want.k; }) ? '' : ' (not measured)') + '.</div>';
   }
   k.addEventListener('change', show); p.addEventListener('change', show);
   Array.prototype.forEach.call(modes, function (m) { m.addEventListener('change', show); });
