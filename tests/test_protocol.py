@@ -623,23 +623,24 @@ def test_accepted_lengths_are_sized_by_the_longest_block(tmp_path):
 
 def test_committed_run_folders_still_load_and_keep_their_names():
     """Run folders written before parameters left the library (``outliers``, ``split_threads``) load at the value
-    every run had, keep the names their parameters hash to, and a value the library can no longer run is refused."""
+    every run had; the default book's folders, written since, read back as written (so they keep the names their
+    parameters hash to); and a value the library can no longer run is refused."""
     import glob
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    configs = sorted(glob.glob(str(root / "data/reference/book-cpu-embedded/*/config.json")))
+    configs = sorted(glob.glob(str(root / "data/reference/book-cpu-embedded/*/config.json"))
+                     + glob.glob(str(root / "data/reference/runs/*/config.json")))
     docs = [json.loads(Path(path).read_text()) for path in configs]
-    assert sum("outliers" in doc for doc in docs) >= 5  # the default book's runs written before both left
+    assert sum("outliers" in doc for doc in docs) >= 3  # the committed runs written before both left
+    assert sum("outliers" not in doc for doc in docs) >= 5  # the default book's, written after
     for doc in docs:
         if "outliers" not in doc:  # written after both left: it reads back as written
             assert protocol.BenchConfig.from_dict(doc).to_dict() == doc
             continue
-        assert doc["outliers"] == 0.0 and doc["split_threads"] is False
-        defaults = protocol.BenchConfig()
-        # the identity (what names a run) is the one the run was named by when it was written
-        then = {k: v for k, v in doc.items()
-                if not (k in protocol.LATER_FIELDS + ("split_threads",) and v == getattr(defaults, k, False))}
-        assert protocol.BenchConfig.from_dict(doc).identity() == then
+        assert doc["outliers"] == 0.0 and doc.get("split_threads", False) is False
+        cfg = protocol.BenchConfig.from_dict(doc)
+        assert {k: v for k, v in cfg.to_dict().items() if k in doc} == {
+            k: v for k, v in doc.items() if k not in ("outliers", "split_threads")}
     with pytest.raises(ConfigError, match="outliers has left the library"):
         protocol.BenchConfig.from_dict({**docs[0], "outliers": 0.005})
