@@ -85,8 +85,7 @@ def test_a_run_timed_beside_busy_processes_says_so_on_its_page(tmp_path, tok):
     for key, value in dict(ord_dense_vs_base_lo=0.8, ord_dense_vs_base_hi=0.9, def_flash_vs_dense_lo=1.04,
                            def_flash_vs_dense_hi=1.09).items():
         glue(key, value, display=False)
-    for key, why in provenance.disturbed_keys(parts, glue.values).items():
-        glue.mark_disturbed([key], why)
+    glue.mark_disturbed(provenance.disturbed_keys(parts, glue.values))
     from thesis_lib.analysis import verdicts
 
     rule, inputs = verdicts.RULES["ch4_results"]["ord_db_beats"]

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..bench.metrics import decode_tokens
 from ..bench.runs import Run
+from .pooled import totals
 
 #: Resamples and level of every interval the book shows.
 RESAMPLES, LEVEL = 2000, 0.95
@@ -141,11 +142,7 @@ def speedup_ratio_interval(a: tuple[Run, str], b: tuple[Run, str], against: str 
 def fastest(candidates: dict) -> tuple:
     """The fastest of ``candidates`` (name -> ``(run, mode)``) by pooled decode speed, and the names the prompts
     cannot tell apart from it (the interval of its speed over theirs holds 1)."""
-    def rate(c):
-        rs = c[0].of(c[1])
-        return sum(decode_tokens(r) for r in rs) / sum(r["decode_s"] for r in rs)
-
-    best = max(candidates, key=lambda n: rate(candidates[n]))
+    best = max(candidates, key=lambda n: totals(candidates[n][0].of(candidates[n][1]))["decode_tokens_per_s"])
     tied = [n for n in candidates if n != best and cross_ratio_interval(candidates[best], candidates[n])["lo"] <= 1]
     return best, tied
 

@@ -14,10 +14,10 @@ class Glue:
         self.values: dict = {}
         self.disturbed: dict[str, str] = {}  # glued key -> why the machine was disturbed while it was measured
 
-    def mark_disturbed(self, keys, why: str) -> None:
-        """The glued ``keys`` were measured on a disturbed machine (``why``): the verdicts built on any of them
-        say so instead of judging."""
-        self.disturbed.update(dict.fromkeys(keys, why))
+    def mark_disturbed(self, why_by_key: dict[str, str]) -> None:
+        """These glued keys were measured on a disturbed machine (each with why): the verdicts built on any of
+        them say so instead of judging."""
+        self.disturbed.update(why_by_key)
 
     def __call__(self, name: str, value, display: bool = True):
         self.values[name] = value
