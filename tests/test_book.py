@@ -342,8 +342,11 @@ def test_chapter_6_glue(smoke_book):
     assert math.isclose(g["head_ceiling_bound"], rest / (rest - head)) and g["head_ceiling_bound"] > g["head_ceiling"]
     assert g["best_fixed_k_all"] in (2, 3)  # the smoke sweep: K = 2 beside the main run's K = 3
     assert g["winner_ratio"] > 0 and g["winner_lo"] <= g["winner_ratio"] <= g["winner_hi"]
-    assert g["target_met"] in ("meets", "does not meet", "neither clearly meets nor clearly misses")
-    assert (g["winner_ratio"] >= 1.10) == (g["target_met"] == "meets")
+    # the 10 % target is judged on the winner's interval: "meets" only where its low end reaches 1.10, "does not meet"
+    # only where its high end stays below, and "neither" where the interval holds 1.10 (a smoke run's may be wide)
+    expected = ("meets" if g["winner_lo"] >= 1.10 else "does not meet" if g["winner_hi"] < 1.10
+                else "neither clearly meets nor clearly misses")
+    assert g["target_met"] == expected
     assert "this run (smoke, measured 20" in g["mode_table"] and "Prompt lookup" in g["mode_table"]
     # section 6.6: the confidence stop, tuned by the walk, run end to end; the clairvoyant bound beats every policy
     assert 0 < g["tau"] < 1 and 1 <= g["sim_best_fixed_k"] <= 5
