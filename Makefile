@@ -3,9 +3,11 @@
 # (torch included), assembles and converts the embedded models once into the model cache, and runs.
 
 PYTHON ?= python3
-# The book's parameter set (params/<name>.yaml, or a YAML file); RECOMPUTE=1 re-executes the notebooks.
+# The book's parameter set (params/<name>.yaml, or a YAML file); RECOMPUTE=1 re-executes the notebooks (and
+# re-plans the sample); BUDGET=MINUTES sizes the default set's sample for another build time than its 30 minutes.
 PARAMS ?= cpu-embedded
 RECOMPUTE ?=
+BUDGET ?=
 # Two software stacks, each in its own virtual environment. The CPU stack (default): torch 2.13.0 and the
 # embedded models' data packages, torchao for the 4-bit target of cpu-embedded-int4, Triton for running
 # FlashHead's GPU kernels in its interpreter (the tests). The GPU stack (parameter sets named gpu-*): torch 2.14.1 and gptqmodel 7.7.0,
@@ -53,7 +55,7 @@ models: $(STAMP)
 EXECUTOR ?= local
 SLURM_ARGS ?=
 book: $(if $(GPU_SET),$(STAMP),models)
-	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,) --executor $(EXECUTOR) $(SLURM_ARGS)
+	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,) $(if $(BUDGET),--budget $(BUDGET),) --executor $(EXECUTOR) $(SLURM_ARGS)
 
 # The live explorer as a web app (Voila) on http://127.0.0.1:8866/ for the parameter set; Ctrl-C stops it.
 PORT ?= 8866

@@ -410,7 +410,7 @@ def test_reused_when_nothing_changed_and_bad_input_fails_first(smoke_book, monke
     mine = tmp / "my-set.yaml"
     mine.write_text(yaml.safe_dump({**params.load_parameters("smoke"), "K": 0}))
     assert params.load_parameters(str(mine))["K"] == 0
-    assert execute.set_label(str(mine)) == "my-set"
+    assert params.set_label(str(mine)) == "my-set"
     assert execute.build_dir(str(mine)) == params.ROOT / "build" / "my-set" / "book"
     with pytest.raises(ConfigError, match="K must be"):
         execute.execute(str(mine))

@@ -17,7 +17,7 @@ from ..bench.environment import code_digest
 from ..errors import ConfigError
 from ..progress import ENV as PROGRESS_ENV
 from ..progress import Follower
-from .params import DEFAULT_SET, ROOT, Params, load_parameters
+from .params import DEFAULT_SET, ROOT, Params, set_label, values_of
 from .shared import digest
 
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -66,11 +66,6 @@ def _environment(env: dict):
                 os.environ[k] = v
 
 
-def set_label(set_name: str) -> str:
-    """A parameter set's name: a named set's own, a YAML file's stem."""
-    return Path(set_name).stem if set_name.endswith((".yaml", ".yml")) else set_name
-
-
 def build_dir(set_name: str) -> Path:
     """Where a parameter set's book is staged and built."""
     return ROOT / "build" / set_label(set_name) / "book"
@@ -82,11 +77,11 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     notebook's fate ("executed" or "reused"). Every bad name fails before any notebook runs."""
     import papermill
 
-    values = {**load_parameters(set_name), **(overrides or {})}
     names = list(only or RUN_ORDER)
     unknown = [n for n in names if n not in NOTEBOOKS]
     if unknown:
         raise ConfigError(f"Unknown notebook(s) {', '.join(unknown)}; the chapters are {', '.join(NOTEBOOKS)}.")
+    values = values_of(set_name, overrides, measure=True, replan=recompute, progress=progress)
     p = Params.from_namespace(values).check()
     from ..models.loading import check_quantization
     from ..models.specs import resolve
@@ -104,7 +99,6 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     follower = Follower(out_dir / "progress.log", out=sys.stderr if progress else open(os.devnull, "w"))
     env.update({PROGRESS_ENV: str(follower.path), "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
-    values.setdefault("SET_NAME", set_label(set_name))
     values["FIG_DIR"] = str((out_dir / "figures").relative_to(ROOT))
     lib = code_digest()
     fates, report = {}, []

@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
-from .execute import NOTEBOOK_DIR, build_dir, notebook_parameters, set_label
-from .params import ROOT, Params, load_parameters
+from .execute import NOTEBOOK_DIR, build_dir, notebook_parameters
+from .params import ROOT, Params, set_label, values_of
 
 APP = "live_explorer"
 #: the app's Voila template (Voila's lab template without its stylesheets from a CDN), found through JUPYTER_PATH
@@ -28,8 +28,7 @@ def prepare(set_name: str, overrides: dict | None = None) -> Path:
     import nbformat
     from papermill.parameterize import parameterize_notebook
 
-    values = {**load_parameters(set_name), **(overrides or {})}
-    values.setdefault("SET_NAME", set_label(set_name))
+    values = values_of(set_name, overrides)
     Params.from_namespace(values).check()
     declared = notebook_parameters(APP)
     given = {k: v for k, v in values.items() if k in declared}

@@ -37,6 +37,22 @@ def load_parameters(name: str) -> dict:
     return doc
 
 
+def set_label(set_name: str) -> str:
+    """A parameter set's name: a named set's own, a YAML file's stem."""
+    return Path(set_name).stem if set_name.endswith((".yaml", ".yml")) else set_name
+
+
+def values_of(set_name: str, overrides: dict | None = None, *, measure: bool = False, replan: bool = False,
+              progress: bool = True) -> dict:
+    """A set's values with ``overrides`` and its ``SET_NAME``, its ``auto`` sizes resolved by :func:`.sizing.resolve`
+    (``measure``: time this machine and plan where no saved plan fits; else the saved plan or the smallest sample)."""
+    from . import sizing
+
+    values = {**load_parameters(set_name), **(overrides or {})}
+    values.setdefault("SET_NAME", set_label(set_name))
+    return sizing.resolve(values, measure=measure, replan=replan, progress=progress)
+
+
 @dataclass
 class Params:
     """The parameters every chapter shares; :meth:`bench` turns them into a benchmark configuration."""

@@ -8,8 +8,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..sweep import driver, grid, ledger
 from . import experiments, shared
-from .execute import set_label
-from .params import ROOT, Params, load_parameters
+from .params import ROOT, Params, values_of
 
 
 def planned_runs(p: Params) -> list:
@@ -22,8 +21,7 @@ def planned_runs(p: Params) -> list:
 def book_sweep(set_name: str, overrides: dict | None = None) -> grid.Sweep:
     """The sweep of a set's planned runs (``overrides`` as for the notebooks), kept in
     ``RUNS_DIR/sweeps/book-<set>-<hash of the run names>``."""
-    values = {**load_parameters(set_name), **(overrides or {})}
-    values.setdefault("SET_NAME", set_label(set_name))
+    values = values_of(set_name, overrides, measure=True)  # the plan the notebooks then reuse
     p = Params.from_namespace(values).check()
     if p.rehearsal:
         raise ConfigError("The rehearsal set stands in for GPUs on this machine; build it without EXECUTOR=slurm.")

@@ -16,6 +16,9 @@ def cmd_book(args) -> int:
     from ..book import browser, build, execute, params
 
     t0 = time.perf_counter()
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError(f"--budget must be > 0 minutes (got {args.budget:g}).")
+    overrides = {"BUDGET_MINUTES": args.budget} if args.budget is not None else None
     if args.retries < 0 or args.poll <= 0:
         raise ConfigError("--retries must be >= 0 and --poll > 0.")
     if args.executor == "slurm":
@@ -23,16 +26,16 @@ def cmd_book(args) -> int:
         from ..sweep import driver, ledger
 
         states = scheduled.run_on(args.params, options.make_executor(args, workdir=params.ROOT), poll=args.poll,
-                                  retries=args.retries)
+                                  retries=args.retries, overrides=overrides)
         if any(s.state != ledger.DONE for s in states):
             print(driver.report(states))
             print("The book's runs did not all finish; run the same command again to resubmit them (finished runs "
                   "are kept). No notebook was run.", file=sys.stderr)
             return 1
-    fates = execute.execute(args.params, recompute=args.recompute, progress=True)
+    fates = execute.execute(args.params, recompute=args.recompute, progress=True, overrides=overrides)
     report = execute.execution_report(args.params)
     t1 = time.perf_counter()
-    html = build.build(args.params, recompute=False, progress=True)
+    html = build.build(args.params, recompute=False, progress=True, overrides=overrides)
     t2 = time.perf_counter()
     print(f"\n{'notebook':<16}{'':>10}{'seconds':>9}{'peak memory':>13}")
     for r in report:
@@ -46,6 +49,12 @@ def cmd_book(args) -> int:
         print("browser check: " + ("all pages ok" if not bad else f"problems on {', '.join(bad)}"))
         if bad:
             return 1
+    if all(v == "executed" for v in fates.values()):  # a whole build: its costs can size later builds
+        from ..book import sizing
+
+        costs = sizing.record_build(args.params, t2 - t0, overrides)
+        if costs:
+            print(f"build costs recorded in {costs.relative_to(params.ROOT)}")
     print(f"open {html / 'index.html'}")
     print(json.dumps({"parameter_set": args.params, "notebooks": fates, "execute_s": round(t1 - t0, 1),
                       "build_s": round(t2 - t1, 1), "per_notebook": report,
@@ -112,6 +121,8 @@ def add_parsers(sub) -> None:
     _params(p)
     p.add_argument("--recompute", action="store_true", help="re-execute notebooks even if nothing changed")
     p.add_argument("--check", action="store_true", help="then check the pages in headless Chromium")
+    p.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                   help="the build's time budget where the set leaves sizes to the planner (its BUDGET_MINUTES)")
     options.executor(p, local_help="local: the notebooks run the benchmarks themselves (default); slurm: the "
                      "runs that follow from the parameters go to Slurm first, one job each, then the notebooks run",
                      subprocess=False)

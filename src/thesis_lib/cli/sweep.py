@@ -21,7 +21,7 @@ def sweep_from_args(args):
     """The sweep a ``thesis-lib sweep run`` command line (and its ``--file``) describes."""
     import yaml
 
-    from ..book.params import Params, load_parameters
+    from ..book.params import Params, values_of
     from ..sweep import grid
 
     spec = {}
@@ -40,7 +40,7 @@ def sweep_from_args(args):
     base = {}
     params = args.params or spec.get("params")
     if params:
-        base = Params.from_namespace(load_parameters(params)).check().bench().to_dict()
+        base = Params.from_namespace(values_of(params)).check().bench().to_dict()
         del base["name"], base["out"]
     base.update(spec.get("set") or {})
     base.update({k: _yaml_value(v) for k, v in options.assignments(args.set, "--set")})
