@@ -453,8 +453,12 @@ def test_thesis_numbers_have_the_tables_shapes():
         mine = [c for c in df.columns if not c.endswith(reference.INTERVAL)]
         extra = list(df.columns[len(mine):])  # the thesis' columns, then an interval's low and high where measured
         assert list(theirs.columns) == mine, n
-        assert not extra or (len(extra) == 2 and extra[0].endswith(reference.INTERVAL[0])
-                             and extra[1].endswith(reference.INTERVAL[1])), n
+        # each interval a low and a high, named after one of the thesis' columns (or bare: the table's ratio)
+        pairs = list(zip(extra[::2], extra[1::2]))
+        assert len(extra) == 2 * len(pairs) and all(
+            lo.endswith(reference.INTERVAL[0]) and hi.endswith(reference.INTERVAL[1])
+            and lo[:-len(reference.INTERVAL[0])] == hi[:-len(reference.INTERVAL[1])]
+            and lo[:-len(reference.INTERVAL[0])].strip() in ("", *mine) for lo, hi in pairs), n
         key = [theirs.columns[0]] + (["Quantity"] if "Quantity" in theirs.columns else [])
         assert sorted(map(tuple, theirs[key].values)) == sorted(map(tuple, df[key].values)), n
         both = reference.beside(df, n, ours_label="ours")
@@ -961,6 +965,12 @@ def test_the_research_question_answers_read_both_ways():
     assert v.rq_proposal(4.0, 1.1, 40.0, 36.0) == "It lowers it at every level measured, the most at the head itself"
     assert v.rq_proposal(4.0, 0.98, 40.0, 36.0) == "Only locally: the head is faster, but a whole draft step not"
     assert v.rq_proposal(0.9, 1.0, 40.0, 41.0).startswith("It does not")
+    # by intervals: a level whose interval holds 1 is not claimed either way
+    assert v.rq_proposal(4.0, 1.1, 40.0, 36.0, 3.8, 4.2, 0.98, 1.2, 1.05, 1.15) == (
+        "It lowers it at the head and at the draft path per decoded token; these measurements cannot tell whether it "
+        "lowers a whole draft step")
+    assert v.rq_proposal(1.2, 1.1, 40.0, 36.0, 0.9, 1.4, 1.05, 1.2, 1.05, 1.15).startswith("These measurements cannot tell")
+    assert v.rq_proposal(4.0, 1.1, 40.0, 36.0, 3.8, 4.2, 1.05, 1.2, 1.02, 1.2).startswith("It lowers it at every level")
     bounds = dict(ord_dense_vs_base_lo=0.85, ord_dense_vs_base_hi=0.95, ord_flash_vs_base_lo=0.9,
                   ord_flash_vs_base_hi=1.3, def_dense_vs_base_lo=1.2, def_dense_vs_base_hi=1.6,
                   def_flash_vs_base_lo=1.1, def_flash_vs_base_hi=1.7, ord_flash_vs_dense_lo=0.98,
@@ -983,6 +993,16 @@ def test_the_research_question_answers_read_both_ways():
     for acc in (0.71, 0.60, 0.80):  # an interval holding 1 claims no throughput difference, whatever acceptance does
         assert v.rq_interplay(0.70, acc, 0.98, 1.30, 60.0, 54.0).endswith("cannot tell FlashHead's throughput "
                                                                           "from the dense draft's")
+    # by the intervals of acceptance (dense minus FlashHead) and of the draft path (dense over FlashHead): the points
+    # above would say "accepted less often" and "cheaper", the intervals cannot
+    assert v.rq_interplay(0.70, 0.60, 1.01, 1.04, 60.0, 54.0, acc_lo=-0.02, acc_hi=0.2).startswith(
+        "These prompts cannot tell whether acceptance moves")
+    assert "cannot tell whether its draft path is cheaper" in v.rq_interplay(
+        0.70, 0.71, 1.01, 1.04, 60.0, 54.0, acc_lo=-0.015, acc_hi=0.01, path_lo=0.97, path_hi=1.2)
+    assert "cheaper proposals" in v.rq_interplay(0.70, 0.71, 1.01, 1.04, 60.0, 54.0, acc_lo=-0.015, acc_hi=0.01,
+                                                 path_lo=1.03, path_hi=1.2)
+    assert v.gain_source(1.04, 1.09, 60.0, 54.0, 0.98, 1.2).startswith("these prompts cannot tell whether the gain")
+    assert v.gain_source(1.04, 1.09, 60.0, 54.0, 1.02, 1.2) == "the gain comes from the draft path"
     assert v.rq_end_to_end(1.01, 1.08).startswith("Yes") and v.rq_end_to_end(0.9, 0.99).startswith("No")
     assert v.rq_end_to_end(0.98, 1.06).startswith("Cannot tell")  # a point of 1.02 is no answer
     assert v.rq_end_to_end(1.0, 1.3).startswith("Cannot tell")  # an interval touching 1 does not exclude it
@@ -1051,6 +1071,10 @@ def test_the_remaining_verdict_rules_read_both_ways():
     assert v.lift(0.95, 1.4) == "a change these prompts cannot tell from none"
     assert v.acceptance_change(0.71, 0.72) == "barely changes"
     assert v.acceptance_change(0.8, 0.7).endswith("dense draft") and v.acceptance_change(0.6, 0.7).endswith("FlashHead draft")
+    # by the interval of dense minus FlashHead: the same points, other answers
+    assert v.acceptance_change(0.71, 0.72, -0.05, 0.03) == "cannot be told apart"
+    assert v.acceptance_change(0.75, 0.70, 0.01, 0.09).endswith("dense draft")
+    assert v.acceptance_change(0.8, 0.7, 0.005, 0.015) == "barely changes"  # a difference, but a small one
     assert v.gain_source(1.04, 1.09, 60.0, 54.0) == "the gain comes from the draft path"
     assert v.gain_source(1.04, 1.09, 54.0, 60.0) == "the gain does not come from a cheaper draft path"
     assert v.gain_source(0.90, 0.98, 60.0, 54.0).startswith("FlashHead is slower")
@@ -1058,6 +1082,8 @@ def test_the_remaining_verdict_rules_read_both_ways():
     assert (v.beats(1.01, 1.2), v.beats(0.8, 0.99), v.beats(0.84, 1.08)) == (
         "beats", "is slower than", "cannot be told apart from")
     assert (v.agrees_more(0.7, 0.43), v.agrees_more(0.3, 0.43)) == ("agrees more often", "agrees less often")
+    assert v.agrees_more(0.5, 0.43, 0.45, 0.55) == "agrees more often"
+    assert v.agrees_more(0.5, 0.43, 0.40, 0.60).startswith("cannot be told")  # the thesis' value is inside
     assert v.deferred_counts(1.1, 1.5) == "on both kinds of hardware" and "not in this run" in v.deferred_counts(0.8, 0.9)
     assert "cannot tell" in v.deferred_counts(0.95, 1.5)
     assert (v.cheaper(1.0, 2.0), v.cheaper(2.0, 1.0)) == ("cheaper", "not cheaper here")

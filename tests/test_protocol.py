@@ -437,7 +437,14 @@ def test_tables_have_the_thesis_layout_and_recompute_from_the_samples(thesis_run
 def test_profile_tables(thesis_run):
     _, prof = thesis_run
     t47 = tables.table_4_7(prof)
-    assert list(t47.columns) == THESIS_4_7
+    c = "Draft propose share"  # the interval's columns are the draft share's (the caption says so)
+    assert list(t47.columns) == THESIS_4_7 + ["95 % low", "95 % high"]
+    assert ((t47["95 % low"] <= t47[c]) & (t47[c] <= t47["95 % high"])).all()  # inside its interval
+    edges = tables.phase_shares(prof, ["flash_ordinary"])["FlashHead draft"]
+    ends = {"draft_propose": edges["draft_propose"], "target_verify": edges["draft_propose"] + edges["target_verify"]}
+    ends["finalize_align"] = ends["target_verify"] + edges["finalize_align"]
+    for ph, end in ends.items():  # Figure 4.2's error bars: where each part ends, cumulative
+        assert edges["edges"][ph][0] <= end <= edges["edges"][ph][1]
     assert list(t47["Mode"]) == ["Dense draft", "Dense shared", "FlashHead draft"]
     shares = t47[["Draft propose share", "Base verify share", "Finalize share"]]
     assert ((shares > 0) & (shares < 1)).all().all() and (shares.sum(axis=1) <= 1.0 + 1e-9).all()

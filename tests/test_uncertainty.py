@@ -154,3 +154,16 @@ def test_the_speedup_tables_carry_each_ratio_s_interval_beside_the_thesis():
     glued = u.glued_intervals(run)
     assert list(t10["95 % low"]) == [glued[f"{k}_lo"] for k in ("def_dense_vs_base", "def_flash_vs_base",
                                                                  "def_flash_vs_dense")]
+    # the other quantities the verdicts judge: each interval holds the table's point value
+    t9, t11, t5 = (fn(run).set_index("Mode") for fn in (tables.table_4_9, tables.table_4_11, tables.table_4_5))
+    acc = t9["Acceptance"]
+    diff = acc["Dense deferred"] - acc["FlashHead deferred"]
+    assert glued["acc_diff_def_lo"] <= diff <= glued["acc_diff_def_hi"]
+    # their directions, on constructed sums: acceptance dense minus FlashHead, the path dense over FlashHead
+    sums = {"dense_deferred": {"accepted": 3, "drafted": 4, "draft_propose": 2.0, "tokens": 10},
+            "flash_deferred": {"accepted": 1, "drafted": 4, "draft_propose": 1.0, "tokens": 10},
+            "flash_ordinary": {"accepted": 1, "drafted": 5}}
+    assert [u.QUANTITIES[k][1](sums) for k in ("acc_diff_def", "path_dense_vs_flash", "acc_flash_ord")] == [0.5, 2.0, 0.2]
+    assert glued["acc_flash_ord_lo"] <= t5.loc["FlashHead draft", "Acceptance"] <= glued["acc_flash_ord_hi"]
+    path = t11["Draft ms/decode tok"]
+    assert glued["path_dense_vs_flash_lo"] <= path["Dense deferred"] / path["FlashHead deferred"] <= glued["path_dense_vs_flash_hi"]

@@ -120,7 +120,8 @@ def _profile_modes(run: Run) -> list[str]:
 
 
 def table_4_7(run) -> pd.DataFrame:
-    """Phase-level profile of the dense, dense-shared and FlashHead draft modes (a profiled run)."""
+    """Phase-level profile of the dense, dense-shared and FlashHead draft modes (a profiled run), with the 95 %
+    interval of the draft propose share (Figure 4.2 has every share's, as error bars; all would not fit the page)."""
     run = as_run(run)
     rows = []
     for mode in _profile_modes(run):
@@ -128,7 +129,8 @@ def table_4_7(run) -> pd.DataFrame:
         rows.append({"Mode": LABELS[mode], "Decode Tok/s": t["decode_tokens_per_s"],
                      "Decode total (ms)": 1000 * t["decode_s"], "Draft propose share": t["propose_s"] / t["decode_s"],
                      "Base verify share": t["verify_s"] / t["decode_s"], "Finalize share": t["finalize_s"] / t["decode_s"],
-                     "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"]})
+                     "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
+                     **_bounds(uncertainty.share_interval(run, mode, "draft_propose"))})  # unnamed: the page's width
     return pd.DataFrame(rows)
 
 
@@ -300,16 +302,19 @@ def embedl_verdict(doc: dict) -> str:
     return f"the two heads pick the same token on {same} of {n} states ({100 * same / n:.2f} %); {what}"
 
 
-def phase_shares(run, modes, suffix: str = "") -> dict[str, dict[str, float]]:
-    """Per mode (labelled): decode time shares of propose, verify, finalize and the rest (Figure 4.2)."""
+def phase_shares(run, modes, suffix: str = "") -> dict[str, dict]:
+    """Per mode (labelled): decode time shares of propose, verify, finalize and the rest (Figure 4.2), and under
+    ``edges`` the 95 % interval of where each of the first three ends (its share plus those before it)."""
     run = as_run(run)
     out = {}
+    phases = ("draft_propose", "target_verify", "finalize_align")
     for m in modes:
         t = totals(samples_of(run, m, "4.7"))
         s = {"draft_propose": t["propose_s"] / t["decode_s"], "target_verify": t["verify_s"] / t["decode_s"],
              "finalize_align": t["finalize_s"] / t["decode_s"]}
         s["other"] = max(0.0, 1 - sum(s.values()))
-        out[LABELS[m] + suffix] = s
+        edges = {ph: uncertainty.share_interval(run, m, phases[:i + 1]) for i, ph in enumerate(phases)}
+        out[LABELS[m] + suffix] = {**s, "edges": {ph: (ci["lo"], ci["hi"]) for ph, ci in edges.items()}}
     return out
 
 

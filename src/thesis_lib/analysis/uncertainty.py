@@ -158,14 +158,38 @@ RATIOS = {"ord_dense_vs_base": ("dense_ordinary", "baseline"),
           "def_vs_ord_flash": ("flash_deferred", "flash_ordinary")}
 
 
-def glued_intervals(run: Run, keys=tuple(RATIOS)) -> dict:
-    """``<key>_lo`` and ``<key>_hi`` of :data:`RATIOS` named by ``keys`` (those whose modes the run has), with
-    the prompts resampled and the resamples: what a page glues beside the ratios."""
+def acceptance(s: dict) -> float:
+    """A mode's pooled acceptance (accepted over drafted proposals) from its sums."""
+    return _ratio(s["accepted"], s["drafted"])
+
+
+def path_per_token(s: dict) -> float:
+    """A mode's pooled draft path (proposal seconds) per decoded token from its sums."""
+    return _ratio(s["draft_propose"], s["tokens"])
+
+
+#: Other pooled quantities the verdicts judge by their intervals: (modes, statistic of their sums).
+QUANTITIES = {
+    # acceptance of the dense draft minus the FlashHead draft's, under deferred verification
+    "acc_diff_def": (("dense_deferred", "flash_deferred"),
+                     lambda s: acceptance(s["dense_deferred"]) - acceptance(s["flash_deferred"])),
+    # the FlashHead draft's acceptance (Table 4.5's)
+    "acc_flash_ord": (("flash_ordinary",), lambda s: acceptance(s["flash_ordinary"])),
+    # the dense draft path's cost per decoded token over FlashHead's, deferred (above 1: FlashHead's is cheaper)
+    "path_dense_vs_flash": (("dense_deferred", "flash_deferred"),
+                            lambda s: _ratio(path_per_token(s["dense_deferred"]), path_per_token(s["flash_deferred"]))),
+}
+
+
+def glued_intervals(run: Run, keys=tuple(RATIOS) + tuple(QUANTITIES)) -> dict:
+    """``<key>_lo`` and ``<key>_hi`` of :data:`RATIOS` and :data:`QUANTITIES` named by ``keys`` (those whose
+    modes the run has), with the prompts resampled and the resamples: what a page glues beside the ratios."""
     out, prompts = {}, 0
     for key in keys:
-        if not all(run.of(m) for m in RATIOS[key]):
+        modes = RATIOS[key] if key in RATIOS else QUANTITIES[key][0]
+        if not all(run.of(m) for m in modes):
             continue
-        ci = ratio_interval(run, *RATIOS[key])
+        ci = ratio_interval(run, *modes) if key in RATIOS else run_interval(run, modes, QUANTITIES[key][1])
         out[f"{key}_lo"], out[f"{key}_hi"], prompts = ci["lo"], ci["hi"], max(prompts, ci["prompts"])
     return {**out, "ci_prompts": prompts, "ci_resamples": RESAMPLES}
 

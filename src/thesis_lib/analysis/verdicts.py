@@ -41,18 +41,43 @@ def lift(lo: float, hi: float) -> str:
     return "a change these prompts cannot tell from none"
 
 
-def acceptance_change(dense: float, flash: float, tolerance: float = 0.02) -> str:
-    """How the dense and the FlashHead draft's acceptance rates compare: within ``tolerance`` they 'barely change'."""
-    if abs(dense - flash) <= tolerance:
-        return "barely changes"
-    return "is higher with the dense draft" if dense > flash else "is higher with the FlashHead draft"
+def _acceptance_state(dense: float, flash: float, lo: float, hi: float, tolerance: float = 0.02) -> str:
+    """``same``, ``dense`` (higher with the dense draft), ``flash`` or ``unknown``, by the interval of dense minus
+    FlashHead acceptance (without one, the point): ``same`` where it lies within ``tolerance`` of 0."""
+    lo, hi = _or_point(lo, hi, dense - flash)
+    if -tolerance <= lo and hi <= tolerance:
+        return "same"
+    return "dense" if lo > 0 else "flash" if hi < 0 else "unknown"
 
 
-def gain_source(lo: float, hi: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
-    """Where FlashHead's end-to-end difference from the dense draft comes from, by the draft path's cost, when the
-    interval of FlashHead's speed over dense's resolves a difference."""
-    if lo > 1 and draft_ms_flash < draft_ms_dense:
+def _path_state(draft_ms_dense: float, draft_ms_flash: float, lo: float, hi: float) -> str:
+    """``cheaper`` (FlashHead's draft path per decoded token), ``not`` or ``unknown``, by the interval of the dense
+    path's cost over FlashHead's (without one, the point)."""
+    lo, hi = _or_point(lo, hi, draft_ms_dense / draft_ms_flash)
+    return "cheaper" if lo > 1 else "not" if hi <= 1 else "unknown"
+
+
+def acceptance_change(dense: float, flash: float, lo: float = float("nan"), hi: float = float("nan"),
+                      tolerance: float = 0.02) -> str:
+    """How the dense and the FlashHead draft's acceptance rates compare, by the interval (``lo``, ``hi``) of their
+    difference (dense minus FlashHead; without one, the point): it 'barely changes' where the whole interval lies
+    within ``tolerance`` of 0, is higher with one draft where the interval excludes 0, and else the prompts
+    cannot tell the drafts apart."""
+    return {"same": "barely changes", "dense": "is higher with the dense draft",
+            "flash": "is higher with the FlashHead draft",
+            "unknown": "cannot be told apart"}[_acceptance_state(dense, flash, lo, hi, tolerance)]
+
+
+def gain_source(lo: float, hi: float, draft_ms_dense: float, draft_ms_flash: float, path_lo: float = float("nan"),
+                path_hi: float = float("nan")) -> str:
+    """Where FlashHead's end-to-end difference from the dense draft comes from, by the draft path's cost (the
+    interval of dense's path per token over FlashHead's, ``path_lo``-``path_hi``), when the interval of FlashHead's
+    speed over dense's (``lo``-``hi``) resolves a difference."""
+    path = _path_state(draft_ms_dense, draft_ms_flash, path_lo, path_hi)
+    if lo > 1 and path == "cheaper":
         return "the gain comes from the draft path"
+    if lo > 1 and path == "unknown":
+        return "these prompts cannot tell whether the gain comes from the draft path"
     if lo > 1:
         return "the gain does not come from a cheaper draft path"
     if hi < 1:
@@ -78,9 +103,15 @@ def beats(lo: float, hi: float) -> str:
     return "cannot be told apart from"
 
 
-def agrees_more(ours: float, theirs: float) -> str:
-    """How this run's acceptance compares with the thesis' (``agrees more often`` / ``less often``)."""
-    return "agrees more often" if ours > theirs else "agrees less often"
+def agrees_more(ours: float, theirs: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
+    """How this run's acceptance compares with the thesis', by its interval (``lo``, ``hi``; without one, the
+    point): ``agrees more often`` or ``less often`` where the interval lies on one side of the thesis' value."""
+    lo, hi = _or_point(lo, hi, ours)
+    if lo > theirs:
+        return "agrees more often"
+    if hi < theirs:
+        return "agrees less often"
+    return "cannot be told to agree more or less often, at this sample size,"
 
 
 def deferred_counts(lo: float, hi: float) -> str:
@@ -253,17 +284,33 @@ def flash_vs_dense_resolved(lo: float, hi: float) -> str:
     return uncertainty.which_faster(lo, hi, "the FlashHead draft", "the dense draft")
 
 
-def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float, draft_ms_flash: float) -> str:
+def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float, draft_ms_flash: float,
+                head_lo: float = float("nan"), head_hi: float = float("nan"), step_lo: float = float("nan"),
+                step_hi: float = float("nan"), path_lo: float = float("nan"), path_hi: float = float("nan")) -> str:
     """RQ1: whether FlashHead lowers what proposing costs at each level measured (the head, a whole draft step, the
-    draft path per decoded token under deferred verification), and where the gain is largest."""
-    levels = {"the head": head_speedup, "a whole draft step": step_speedup,
-              "the draft path per decoded token": draft_ms_dense / draft_ms_flash}
-    slower = [name for name, x in levels.items() if x <= 1]
-    if head_speedup <= 1:
+    draft path per decoded token under deferred verification), each judged by its interval (``<level>_lo``,
+    ``<level>_hi``; without one, the point): lowered where it lies above 1, not where it lies at or below, else
+    not told apart; and where the gain is largest."""
+    levels = {"the head": (head_speedup, head_lo, head_hi), "a whole draft step": (step_speedup, step_lo, step_hi),
+              "the draft path per decoded token": (draft_ms_dense / draft_ms_flash, path_lo, path_hi)}
+    state = {}
+    for name, (x, lo, hi) in levels.items():
+        lo, hi = _or_point(lo, hi, x)
+        state[name] = "lower" if lo > 1 else "not" if hi <= 1 else "unknown"
+    rest = [n for n in levels if n != "the head"]
+    unknown = [n for n in rest if state[n] == "unknown"]
+    if state["the head"] == "not":
         return "It does not: FlashHead's head is no faster than the dense head here"
+    if state["the head"] == "unknown":
+        return "These measurements cannot tell: FlashHead's head is not clearly faster than the dense head here"
+    slower = [n for n in rest if state[n] == "not"]
     if slower:
-        return f"Only locally: the head is faster, but {' and '.join(slower)} not"
-    if max(levels, key=levels.get) == "the head":
+        return (f"Only locally: the head is faster, but {' and '.join(slower)} not"
+                + (f", and these measurements cannot tell for {' and '.join(unknown)}" if unknown else ""))
+    if unknown:
+        return (f"It lowers it at the head{''.join(' and at ' + n for n in rest if state[n] == 'lower')}; these "
+                f"measurements cannot tell whether it lowers {' and '.join(unknown)}")
+    if max(levels, key=lambda n: levels[n][0]) == "the head":
         return "It lowers it at every level measured, the most at the head itself"
     return "It lowers it at every level measured"
 
@@ -290,27 +337,40 @@ def rq_ranking(**bounds: float) -> str:
 
 
 def rq_interplay(acc_dense: float, acc_flash: float, lo: float, hi: float, draft_ms_dense: float,
-                 draft_ms_flash: float, tolerance: float = 0.02) -> str:
-    """RQ3: whether FlashHead's difference in throughput comes from acceptance or from the draft's cost
-    (acceptances within ``tolerance`` count as unchanged; a throughput difference only where the interval of
-    FlashHead's speed over dense's, ``lo``-``hi``, excludes 1)."""
-    cheaper = draft_ms_flash < draft_ms_dense
+                 draft_ms_flash: float, acc_lo: float = float("nan"), acc_hi: float = float("nan"),
+                 path_lo: float = float("nan"), path_hi: float = float("nan"), tolerance: float = 0.02) -> str:
+    """RQ3: whether FlashHead's difference in throughput comes from acceptance or from the draft's cost, each
+    judged by its interval: acceptance by that of dense minus FlashHead (``acc_lo``-``acc_hi``; within
+    ``tolerance`` of 0 it counts as unchanged), the draft path by that of dense's cost per token over FlashHead's
+    (``path_lo``-``path_hi``), throughput by that of FlashHead's speed over dense's (``lo``-``hi``, a difference
+    only where it excludes 1). Without intervals the points decide."""
+    acc = _acceptance_state(acc_dense, acc_flash, acc_lo, acc_hi, tolerance)
+    path = _path_state(draft_ms_dense, draft_ms_flash, path_lo, path_hi)
+    cheaper = path == "cheaper"
     faster = lo > 1
+    if acc == "unknown":
+        head = "These prompts cannot tell whether acceptance moves when FlashHead replaces the dense head"
+        if lo <= 1 <= hi:
+            return head + ", nor FlashHead's throughput from the dense draft's"
+        return head + (", while FlashHead is faster end to end" if faster else ", while FlashHead is slower end to end")
+    if path == "unknown" and faster:
+        return ("FlashHead is faster end to end, but these prompts cannot tell whether its draft path is cheaper or "
+                + ("its acceptance differs" if acc != "same" else "why, with acceptance barely moving"))
     if lo <= 1 <= hi:
         end = "these prompts cannot tell FlashHead's throughput from the dense draft's"
-        if abs(acc_dense - acc_flash) <= tolerance:
+        if acc == "same":
             return "Acceptance barely moves when FlashHead replaces the dense head, and " + end
-        if acc_flash < acc_dense:
+        if acc == "dense":
             return "FlashHead's draft is accepted less often, and " + end
         return "FlashHead's draft is accepted more often than the dense one, yet " + end
-    if abs(acc_dense - acc_flash) <= tolerance:
+    if acc == "same":
         head = "Acceptance barely moves when FlashHead replaces the dense head"
         if faster and cheaper:
             return head + ", so FlashHead's higher throughput comes from cheaper proposals, not from longer blocks"
         if faster:
             return head + ", yet FlashHead is faster without a cheaper draft path, which the costs do not explain"
         return head + ", and FlashHead's proposals do not show as higher throughput here"
-    if acc_flash < acc_dense:
+    if acc == "dense":
         if faster and cheaper:
             return "FlashHead's draft is accepted less often, but its cheaper proposals more than make up for it"
         if faster:
@@ -385,9 +445,11 @@ RULES = {
                                             step_lo="step_speedup_lo", step_hi="step_speedup_hi",
                                             head_lo="head_speedup_lo", head_hi="head_speedup_hi")),
         "deferred_lift_dense": (lift, dict(lo="def_vs_ord_dense_lo", hi="def_vs_ord_dense_hi")),
-        "acceptance_change": (acceptance_change, dict(dense="acc_dense_def", flash="acc_flash_def")),
+        "acceptance_change": (acceptance_change, dict(dense="acc_dense_def", flash="acc_flash_def",
+                                                      lo="acc_diff_def_lo", hi="acc_diff_def_hi")),
         "gain_source": (gain_source, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi",
-                                          draft_ms_dense="draft_ms_tok_dense", draft_ms_flash="draft_ms_tok_flash")),
+                                          draft_ms_dense="draft_ms_tok_dense", draft_ms_flash="draft_ms_tok_flash",
+                                          path_lo="path_dense_vs_flash_lo", path_hi="path_dense_vs_flash_hi")),
         "shared_note": (shared_control, dict(body="flash_body")),
         "sweep_winner": (sweep_winner, dict(best_k="sweep_best_k", tied="sweep_tied_k")),
         "def_fd_resolved": (flash_vs_dense_resolved, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi")),
@@ -409,16 +471,22 @@ RULES = {
     "ch5_conclusion": {
         "ordinary_beats": (beats, dict(lo="ord_dense_vs_base_lo", hi="ord_dense_vs_base_hi")),
         "rq1": (rq_proposal, dict(head_speedup="head_speedup", step_speedup="step_speedup",
-                                  draft_ms_dense="draft_ms_tok_dense", draft_ms_flash="draft_ms_tok_flash")),
+                                  draft_ms_dense="draft_ms_tok_dense", draft_ms_flash="draft_ms_tok_flash",
+                                  head_lo="head_speedup_lo", head_hi="head_speedup_hi", step_lo="step_speedup_lo",
+                                  step_hi="step_speedup_hi", path_lo="path_dense_vs_flash_lo",
+                                  path_hi="path_dense_vs_flash_hi")),
         "rq2": (rq_ranking, {f"{k}_{e}": f"{k}_{e}" for k in ("ord_dense_vs_base", "ord_flash_vs_base",
                                                                "def_dense_vs_base", "def_flash_vs_base",
                                                                "ord_flash_vs_dense", "def_flash_vs_dense")
                              for e in ("lo", "hi")}),
         "rq3": (rq_interplay, dict(acc_dense="acc_dense_def", acc_flash="acc_flash_def", lo="def_flash_vs_dense_lo",
                                    hi="def_flash_vs_dense_hi", draft_ms_dense="draft_ms_tok_dense",
-                                   draft_ms_flash="draft_ms_tok_flash")),
+                                   draft_ms_flash="draft_ms_tok_flash", acc_lo="acc_diff_def_lo",
+                                   acc_hi="acc_diff_def_hi", path_lo="path_dense_vs_flash_lo",
+                                   path_hi="path_dense_vs_flash_hi")),
         "rq4": (rq_end_to_end, dict(lo="def_flash_vs_dense_lo", hi="def_flash_vs_dense_hi")),
-        "acceptance_vs_thesis": (agrees_more, dict(ours="acceptance_flash", theirs="acceptance_flash_thesis")),
+        "acceptance_vs_thesis": (agrees_more, dict(ours="acceptance_flash", theirs="acceptance_flash_thesis",
+                                                   lo="acc_flash_ord_lo", hi="acc_flash_ord_hi")),
         "deferred_where": (deferred_counts, dict(lo="def_vs_ord_flash_lo", hi="def_vs_ord_flash_hi")),
         "ceiling_spread": (ceiling_vs_spread, dict(head_ceiling="head_ceiling", p25="flash_dense_p25",
                                                    p75="flash_dense_p75")),

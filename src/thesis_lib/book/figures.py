@@ -277,8 +277,9 @@ def latency_distribution(run, modes, labels):
     return fig
 
 
-def phase_shares(shares: dict[str, dict[str, float]]):
-    """Stacked bars: each mode's decode time split into propose / verify / finalize / the rest."""
+def phase_shares(shares: dict[str, dict]):
+    """Stacked bars: each mode's decode time split into propose / verify / finalize / the rest, with the 95 %
+    interval of each boundary as an error bar where the shares carry ``edges``."""
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(shares) + 1.2))
     names = list(shares)
     left = np.zeros(len(names))
@@ -290,6 +291,11 @@ def phase_shares(shares: dict[str, dict[str, float]]):
             if v > 0.06:
                 ax.text(100 * (left[i] + v / 2), i, f"{100 * v:.0f}%", ha="center", va="center", fontsize=8)
         left += vals
+        for i, n in enumerate(names):
+            lo, hi = shares[n].get("edges", {}).get(ph, (np.nan, np.nan))
+            if lo == lo and hi == hi:
+                ax.errorbar(100 * left[i], i, xerr=[[100 * max(0.0, left[i] - lo)], [100 * max(0.0, hi - left[i])]],
+                            fmt="none", ecolor="0.15", elinewidth=1, capsize=3)
     ax.set_xlim(0, 100), ax.set_xlabel("% of decode time"), ax.invert_yaxis()
     ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return fig

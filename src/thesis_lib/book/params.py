@@ -130,6 +130,11 @@ class Params:
         return cls(**{k.lower(): v for k, v in ns.items() if k.isupper() and k.lower() in names})
 
     def check(self) -> "Params":
+        for name in ("per_category", "max_new_tokens", "iterations"):
+            v = getattr(self, name)
+            if not (v is None and name == "per_category") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                why = "; auto is for `thesis-lib book`, which sizes the sample first" if v == "auto" else ""
+                raise ConfigError(f"{name.upper()} must be an integer >= 1 (got {v!r}){why}.")
         if not isinstance(self.k, int) or self.k < 1:
             raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
         if any(not isinstance(k, int) or k < 1 for k in self.k_sweep):

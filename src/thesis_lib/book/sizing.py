@@ -1,27 +1,31 @@
 """The sample a book build can afford on this machine: the default set's sizes (``PER_CATEGORY``, ``MAX_NEW_TOKENS``,
-``ITERATIONS``) may be ``auto``, and :func:`plan` then measures this machine's step costs, scales a reference
-build's measured costs by them, and picks the largest sample whose predicted build time fits ``BUDGET_MINUTES``.
+``ITERATIONS``) may be ``auto``, and :func:`resolve` then times this machine's decoding steps, scales reference
+builds' measured costs by them, and picks the largest sample whose predicted build time fits ``BUDGET_MINUTES``.
 
-The cost model (:func:`predict`): a build's time is ``speed x (other + sample x P*T*I + sweep x T*I + tokens x T)``
-seconds, where P is the number of prompts, T the new tokens per generation, I the iterations; ``sample`` is the
-generation time per prompt-token-iteration of the runs on the main prompts, ``sweep`` that of the runs on
-``SWEEP_PROMPTS`` prompts (the K grid), ``tokens`` the work outside the runs that grows with T only (calibration
-outputs, lookaheads), ``other`` everything else (installs, model loads, warm-ups, the model bench, rendering).
-The coefficients come from reference builds (:func:`build_costs`, saved as ``data/reference/book-costs-*.json``);
-``speed`` is this machine's target-plus-draft step time over the reference's, on the same prompts.
+The cost model (:class:`Costs`, :func:`predict`), in seconds at a reference build's speed, for P prompts, T new
+tokens and I iterations: ``fixed + per_generation x P*I + per_token x P*T*I + other_per_token x T*P/P0 +
+sweep_per_token x T``. ``per_generation`` is what a generation on the main prompts costs whatever its length (the
+prefill, the per-prompt cost timings, a run's share of loading and warm-up), ``per_token`` what each of its new
+tokens costs; the runs on ``SWEEP_PROMPTS`` prompts (one iteration always) add ``sweep_per_token`` per new token;
+the work outside the runs (calibration outputs, lookaheads, the model bench, rendering) is ``fixed`` plus
+``other_per_token`` per new token, scaled with the prompts beyond the reference's P0 (an upper bound: part of it
+does not grow with them). :func:`fit` takes the coefficients from reference builds (:func:`build_costs`); a
+machine's ``speed`` is its target-plus-draft step time over the reference's, on the same prompts.
 
-The choice (:func:`choose`): prompts first (the ratios' spread comes mostly from prompt to prompt: speedups depend
-on the category), then new tokens, then iterations; never fewer than one prompt per category and
-:data:`MIN_TOKENS` new tokens. Sizes the parameter set gives as numbers are kept as given.
+The choice (:func:`choose`): prompts first (the intervals are mostly prompt-to-prompt spread: speedups depend on the
+category), then new tokens, then iterations, never below one prompt per category and :data:`MIN_TOKENS` tokens.
+Sizes the parameter set gives as numbers are kept as given.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 import statistics
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -36,19 +40,23 @@ COST_PROMPTS = 3  # prompts the step costs are measured on
 
 @dataclass(frozen=True)
 class Costs:
-    """A build's time split into what scales with the sample (seconds per unit, at the reference's speed)."""
+    """A build's time by what it grows with (seconds at the reference's speed; see the module's formula)."""
 
-    other: float
-    sample: float  # per prompt x new token x iteration
-    sweep: float  # per new token x iteration (the runs on SWEEP_PROMPTS prompts)
-    tokens: float = 0.0  # per new token (work outside the runs)
+    fixed: float
+    per_generation: float  # per main prompt x iteration
+    per_token: float  # per main prompt x new token x iteration
+    sweep_per_token: float = 0.0  # per new token (the runs on SWEEP_PROMPTS prompts)
+    other_per_token: float = 0.0  # per new token at the reference's prompt count, outside the runs
+    reference_prompts: int = 7
 
 
 def predict(costs: Costs, speed: float, prompts: int, tokens: int, iterations: int) -> float:
     """Predicted seconds of a build of ``prompts`` x ``tokens`` x ``iterations`` at ``speed`` times the reference's
     step time."""
-    return speed * (costs.other + costs.sample * prompts * tokens * iterations + costs.sweep * tokens * iterations
-                    + costs.tokens * tokens)
+    c = costs
+    return speed * (c.fixed + c.per_generation * prompts * iterations + c.per_token * prompts * tokens * iterations
+                    + c.other_per_token * tokens * max(1.0, prompts / c.reference_prompts)
+                    + c.sweep_per_token * tokens)
 
 
 def choose(costs: Costs, speed: float, budget_s: float, *, categories: int, max_per_category: int,
@@ -73,68 +81,94 @@ def choose(costs: Costs, speed: float, budget_s: float, *, categories: int, max_
             "fits": seconds <= budget_s}
 
 
+def _line(ts: list[float], ys: list[float], *, through_origin: bool) -> tuple[float, float]:
+    """Intercept and slope of ``ys`` over ``ts`` (least squares); with one distinct ``t`` (or a negative slope,
+    noise larger than the effect) all of it is slope (``through_origin``) or all intercept."""
+    if len(set(ts)) > 1:
+        slope, intercept = statistics.linear_regression(ts, ys)
+        if slope >= 0 and intercept >= 0:
+            return intercept, slope
+    if through_origin:
+        return 0.0, statistics.fmean(y / t for y, t in zip(ys, ts))
+    return statistics.fmean(ys), 0.0
+
+
 def fit(builds: list[dict]) -> Costs:
-    """The cost coefficients from reference builds (:func:`build_costs`' documents), each normalised to its own
-    step time: ``sample`` and ``sweep`` from the runs' generation times, ``other`` and ``tokens`` from the rest by
-    least squares over the builds' new-token counts (with a single new-token count, ``tokens`` is 0 and ``other``
-    holds all of it)."""
+    """The cost coefficients from reference builds (:func:`build_costs`' documents), each brought to the first
+    build's speed by its step time. A main generation's decode and the sweep's are split into a part per
+    generation and one per token by their lengths across builds (with one length, all per token); the work outside
+    the runs into a fixed part and one per token the same way (with one length, all fixed)."""
     if not builds:
         raise ConfigError("No reference build to size the sample from.")
     base = builds[0]["step_s"]
-    rows = []
+    ts, gen, dec, swp, oth = [], [], [], [], []
     for b in builds:
-        norm = base / b["step_s"]  # to the first build's speed
-        s = b["sizes"]
-        units = s["prompts"] * s["new_tokens"] * s["iterations"]
-        rows.append((s["new_tokens"], b["parts_s"]["sample"] * norm / units,
-                     b["parts_s"]["sweep"] * norm / (s["new_tokens"] * s["iterations"]), b["parts_s"]["other"] * norm))
-    sample = statistics.fmean(r[1] for r in rows)
-    sweep = statistics.fmean(r[2] for r in rows)
-    ts = {r[0] for r in rows}
-    if len(ts) < 2:
-        return Costs(other=statistics.fmean(r[3] for r in rows), sample=sample, sweep=sweep)
-    slope, intercept = statistics.linear_regression([r[0] for r in rows], [r[3] for r in rows])
-    if slope < 0:  # noise larger than the effect: no per-token term
-        return Costs(other=statistics.fmean(r[3] for r in rows), sample=sample, sweep=sweep)
-    return Costs(other=intercept, sample=sample, sweep=sweep, tokens=slope)
+        s, parts = b["sizes"], {k: v * base / b["step_s"] for k, v in b["parts_s"].items()}
+        runs = s["prompts"] * s["iterations"]
+        ts.append(s["new_tokens"])
+        gen.append((parts["main_prefill"] + parts["main_overhead"]) / runs)
+        dec.append(parts["main_decode"] / runs)
+        swp.append(parts["sweep_decode"])
+        oth.append(parts["other"] + parts["sweep_prefill"] + parts["sweep_overhead"])
+    dec_a, dec_b = _line(ts, dec, through_origin=True)
+    swp_a, swp_b = _line(ts, swp, through_origin=True)
+    oth_a, oth_b = _line(ts, oth, through_origin=False)
+    return Costs(fixed=oth_a + swp_a, per_generation=statistics.fmean(gen) + dec_a, per_token=dec_b,
+                 sweep_per_token=swp_b, other_per_token=oth_b, reference_prompts=builds[0]["sizes"]["prompts"])
 
 
-def build_costs(runs_dir: Path, label: str, total_s: float, *, sweep_prompts: int) -> dict:
-    """One finished build's costs from its run folders in ``runs_dir`` (``<label>-*``): each run's generation time
-    (prefill and decode of every sample) is ``sample`` work when the run used the main prompts and ``sweep`` work
-    when it used ``sweep_prompts`` prompts; ``other`` is the rest of ``total_s``. The step time (target plus draft
-    step, median of the main run's baseline samples on its first :data:`COST_PROMPTS` prompts) sets its speed."""
-    runs_dir = Path(runs_dir)
-    parts = {"sample": 0.0, "sweep": 0.0}
-    sizes = None
-    for cfg_path in sorted(runs_dir.glob(f"{label}-*/config.json")):
+def _recorded(env: dict) -> float:
+    return datetime.datetime.strptime(env["recorded_at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+
+def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float | None = None,
+                measure_s: float = 0.0, steps: dict[str, float] | None = None) -> dict | None:
+    """One finished build's costs from the run folders of ``values`` (its resolved parameters) in ``runs_dir``:
+    the folders of this set's pair and sizes (``<SET_NAME>-*``), each run's generation split into prefill and decode
+    (every sample's), the rest of its wall time its overhead; a run on ``SWEEP_PROMPTS`` prompts is sweep work, any
+    other main-prompt work; ``other`` is what remains of ``total_s`` (less ``measure_s``, the step timing). With
+    ``started`` (a time stamp), None where any of those folders was written before it (a build that reused runs).
+    The step time per prompt, ``steps`` (what the planner measured as the build began; the same measurement a later
+    plan makes) or else the main run's (target plus draft step of its baseline samples on its first
+    :data:`COST_PROMPTS` prompts), sets the build's speed by its median."""
+    parts = dict.fromkeys(("main_prefill", "main_decode", "main_overhead", "sweep_prefill", "sweep_decode",
+                           "sweep_overhead"), 0.0)
+    sizes, step_by_prompt = None, {}
+    for cfg_path in sorted(Path(runs_dir).glob(f"{values['SET_NAME']}-*/config.json")):
         cfg = json.loads(cfg_path.read_text())
+        env = json.loads((cfg_path.parent / "environment.json").read_text())
+        sweep = cfg.get("prompts") == values["SWEEP_PROMPTS"]
+        if (cfg["target"], cfg["max_new_tokens"]) != (values["TARGET"], values["MAX_NEW_TOKENS"]) or (
+                not sweep and (cfg["per_category"], cfg["iterations"]) != (values["PER_CATEGORY"],
+                                                                           values["ITERATIONS"])):
+            continue  # another set's or another sample's run
+        if started is not None and _recorded(env) < started:
+            return None
         rows = [json.loads(line) for line in (cfg_path.parent / "samples.jsonl").read_text().splitlines() if line]
-        gen = sum(r["ttft_s"] + r["decode_s"] for r in rows)
-        part = "sweep" if cfg.get("prompts") == sweep_prompts else "sample"
-        parts[part] += gen
-        if cfg_path.parent.name.startswith(f"{label}-bench-"):
+        kind = "sweep" if sweep else "main"
+        prefill, decode = sum(r["ttft_s"] for r in rows), sum(r["decode_s"] for r in rows)
+        parts[f"{kind}_prefill"] += prefill
+        parts[f"{kind}_decode"] += decode
+        parts[f"{kind}_overhead"] += max(0.0, env["machine"]["wall_s"] - prefill - decode)
+        if cfg_path.parent.name.startswith(f"{values['SET_NAME']}-bench-"):
             qids = list(dict.fromkeys(r["question_id"] for r in rows))
             sizes = {"prompts": len(qids), "new_tokens": cfg["max_new_tokens"], "iterations": cfg["iterations"],
-                     "sweep_prompts": sweep_prompts}
-            step = {q: r["component_costs_s"] for r in rows if r["mode"] == "baseline" and r["iteration"] == 0
-                    for q in [r["question_id"]]}
+                     "sweep_prompts": values["SWEEP_PROMPTS"]}
+            step = {r["question_id"]: r["component_costs_s"] for r in rows
+                    if r["mode"] == "baseline" and r["iteration"] == 0}
             step_by_prompt = {q: step[q]["target_step_s"] + step[q]["draft_step_s"] for q in qids[:COST_PROMPTS]}
     if sizes is None:
-        raise ConfigError(f"No main run ({label}-bench-*) in {runs_dir}.")
-    parts["other"] = total_s - parts["sample"] - parts["sweep"]
-    return {"sizes": sizes, "total_s": round(total_s, 1), "parts_s": {k: round(v, 1) for k, v in parts.items()},
-            "step_by_prompt_s": step_by_prompt, "step_s": statistics.median(step_by_prompt.values())}
+        raise ConfigError(f"No main run ({values['SET_NAME']}-bench-*) of these sizes in {runs_dir}.")
+    parts["other"] = total_s - measure_s - sum(parts.values())
+    step_by_prompt = steps or step_by_prompt
+    return {"sizes": sizes, "total_s": round(total_s, 1), "measure_s": round(measure_s, 1),
+            "parts_s": {k: round(v, 1) for k, v in parts.items()},
+            "step_by_prompt_s": {q: round(v, 5) for q, v in step_by_prompt.items()},
+            "step_s": round(statistics.median(step_by_prompt.values()), 5)}
 
 
-def measure_speed(p, reference_steps: dict[str, float], *, progress: bool = True) -> dict:
-    """This machine's step time against the reference's: the pair loaded as the book loads it, then, twice over the
-    reference's prompts, a short generation and one target step and one draft step timed (median of seven) at the
-    prompt's context, as the runs time them; a prompt's time is the faster of its two passes (the first pass also
-    warms the process up). Returns the seconds per prompt and ``speed``, the median of the per-prompt ratios (above
-    1: slower than the reference)."""
-    import time
-
+def _measure(p, reference_steps: dict[str, float]) -> dict[str, float]:
+    """The step times of :func:`measure_speed`, in this process."""
     import torch
 
     from ..bench.execute import component_costs
@@ -143,15 +177,11 @@ def measure_speed(p, reference_steps: dict[str, float], *, progress: bool = True
     from ..bench.runner import Runner
     from ..models import loading
 
-    t0 = time.perf_counter()
     torch.set_num_threads(available_cores())
     target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
-                                      dtype=p.dtype, progress=progress)
+                                      dtype=p.dtype, progress=False)
     runner = Runner(target, draft, k=p.k, max_new_tokens=12)
     pool = {q.question_id: q for q in load_prompts(p.prompt_file)}
-    missing = [q for q in reference_steps if q not in pool]
-    if missing:
-        raise ConfigError(f"The cost reference's prompts {', '.join(missing)} are not in {p.prompt_file!r}.")
     here: dict[str, float] = {}
     for _ in range(2):
         for qid in reference_steps:
@@ -159,6 +189,30 @@ def measure_speed(p, reference_steps: dict[str, float], *, progress: bool = True
             runner.run("baseline", ids)
             c = component_costs(runner, ids, reps=7)
             here[qid] = min(here.get(qid, math.inf), c["target_step_s"] + c["draft_step_s"])
+    return here
+
+
+def measure_speed(p, reference_steps: dict[str, float]) -> dict:
+    """This machine's step time against the reference's, timed in a child process (the pair's memory goes with
+    it): the pair loaded as the book loads it, then, twice over the reference's prompts, a short generation and one
+    target step and one draft step timed (median of seven) at the prompt's context, as the runs time them; a
+    prompt's time is the faster of its two passes (the first also warms up). Returns the seconds per prompt and
+    ``speed``, the median of the per-prompt ratios (above 1: slower than the reference)."""
+    import subprocess
+    import time
+
+    from ..bench.prompts import load_prompts
+
+    pool = {q.question_id for q in load_prompts(p.prompt_file)}
+    missing = [q for q in reference_steps if q not in pool]
+    if missing:
+        raise ConfigError(f"The cost reference's prompts {', '.join(missing)} are not in {p.prompt_file!r}.")
+    t0 = time.perf_counter()
+    arg = json.dumps({"params": asdict(p), "reference": reference_steps})
+    proc = subprocess.run([sys.executable, "-m", "thesis_lib.book.sizing", arg], stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise ConfigError(f"Timing this machine's steps failed (exit {proc.returncode}); see the messages above.")
+    here = json.loads(proc.stdout.strip().splitlines()[-1])
     ratios = [here[q] / reference_steps[q] for q in reference_steps]
     return {"step_by_prompt_s": {q: round(v, 5) for q, v in here.items()}, "speed": statistics.median(ratios),
             "measure_s": round(time.perf_counter() - t0, 1)}
@@ -170,51 +224,66 @@ def sized_keys(values: dict) -> list[str]:
 
 
 def plan_path(values: dict) -> Path:
+    """Where a set's plans are kept: ``<RUNS_DIR>/<SET_NAME>-plan.json`` (a list, newest last)."""
     from .params import ROOT
 
     return ROOT / values.get("RUNS_DIR", "runs/book") / f"{values['SET_NAME']}-plan.json"
 
 
-def resolve(values: dict, *, measure: bool = True, replan: bool = False, progress: bool = True) -> dict:
-    """``values`` with every ``auto`` size replaced: by the saved plan of this set where it was made on this
-    machine for the same budget, pair and fixed sizes (``replan`` makes a new one), else by a new plan
-    (``measure``), else by the smallest sample. The plan is saved beside the runs (``<set>-plan.json``) and the
-    chapter 4 page shows it."""
-    import sys
+def _plans(path: Path) -> list[dict]:
+    return json.loads(path.read_text()) if path.is_file() else []
 
+
+def machine() -> str:
+    """This machine as a plan names it: CPU model, cores, whether bf16 is native."""
     import os
 
     from ..models.cpu import cpu_name, fast_bf16
-    from .params import ROOT, Params
 
+    return f"{cpu_name()}, {os.cpu_count()} cores, {'native bf16' if fast_bf16() else 'no native bf16'}"
+
+
+def resolve(values: dict, *, measure: bool = True, replan: bool = False, progress: bool = True) -> dict:
+    """``values`` with every ``auto`` size replaced: by the newest saved plan of this set made on this machine for
+    the same budget, parameters and reference (``replan`` makes a new one), else by a new plan (``measure``), else
+    by the smallest sample. A new plan is added to :func:`plan_path`; the results page shows it."""
     auto = sized_keys(values)
     if not auto:
         return values
+    from .params import ROOT, Params
+
     budget = values.get("BUDGET_MINUTES")
-    if not isinstance(budget, (int, float)) or budget <= 0:
+    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
         raise ConfigError(f"{', '.join(auto)} = auto needs BUDGET_MINUTES > 0 (got {budget!r}).")
     ref_file = values.get("COST_REFERENCE")
     if not ref_file or not (ROOT / ref_file).is_file():
         raise ConfigError(f"{', '.join(auto)} = auto needs COST_REFERENCE, a saved build-costs file (got {ref_file!r}).")
+    if values.get("PROMPTS") is not None or values.get("PER_CATEGORY") is None:
+        raise ConfigError("auto sizes count prompts per category: give PER_CATEGORY (auto or a number), not PROMPTS.")
     fixed = {k.lower(): values[k] for k in SIZED if k not in auto}
-    key = {"budget_minutes": budget, "machine": f"{cpu_name()}, {os.cpu_count()} cores, native bf16 {fast_bf16()}", "target": values.get("TARGET"),
-           "draft": values.get("DRAFT"), "dtype": values.get("DTYPE"), "fixed": fixed, "reference": ref_file}
+    ref_text = (ROOT / ref_file).read_text()
+    context = {k: values.get(k) for k in ("TARGET", "DRAFT", "DEVICE", "DTYPE", "K", "MODES", "K_SWEEP",
+                                          "SWEEP_PROMPTS", "PROMPT_FILE", "CALIBRATION_PER_CATEGORY", "BEYOND_MODES",
+                                          "BEYOND_K_SWEEP")}
+    key = {"budget_minutes": budget, "machine": machine(), "fixed": fixed, "reference": ref_file,
+           "reference_sha256": hashlib.sha256(ref_text.encode()).hexdigest()[:16],
+           "parameters": hashlib.sha256(json.dumps(context, sort_keys=True, default=str).encode()).hexdigest()[:16]}
     path = plan_path(values)
-    saved = json.loads(path.read_text()) if path.is_file() else None
-    if saved and saved.get("key") == key and not replan:
+    plans = _plans(path)
+    saved = next((pl for pl in reversed(plans) if pl["key"] == key), None)
+    if saved and not replan:
         chosen = saved["chosen"]
     elif not measure:
         chosen = {"per_category": 1, "max_new_tokens": MIN_TOKENS, "iterations": 1}
     else:
-        reference = json.loads((ROOT / ref_file).read_text())
-        builds = reference["builds"]
+        from ..bench.prompts import load_prompts
+
+        builds = json.loads(ref_text)["builds"]
         costs = fit(builds)
         p = Params.from_namespace({k: v for k, v in values.items() if k not in SIZED}).check()
         if progress:
-            print(f"sizing the sample for a {budget}-minute build: timing this machine's steps", file=sys.stderr)
-        speed = measure_speed(p, builds[0]["step_by_prompt_s"], progress=progress)
-        from ..bench.prompts import load_prompts
-
+            print(f"sizing the sample for a {budget:g}-minute build: timing this machine's steps", file=sys.stderr)
+        speed = measure_speed(p, builds[0]["step_by_prompt_s"])
         pool = load_prompts(p.prompt_file)
         cats = sorted({q.category for q in pool})
         per_cat = min(sum(q.category == c for q in pool) for c in cats) - values.get("CALIBRATION_PER_CATEGORY", 0)
@@ -223,10 +292,10 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         chosen["predicted_s"] = round(chosen["predicted_s"] + speed["measure_s"], 1)
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
-               "costs": costs.__dict__, "reference": ref_file, "prompts": len(cats) * chosen["per_category"],
+               "costs": asdict(costs), "prompts": len(cats) * chosen["per_category"],
                "planned_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        path.write_text(json.dumps([*plans, doc], indent=1) + "\n")
         if progress:
             print(said(doc), file=sys.stderr)
     out = dict(values)
@@ -247,19 +316,25 @@ def said(plan: dict) -> str:
     return text
 
 
-def record_build(set_name: str, total_s: float, overrides: dict | None = None) -> Path | None:
-    """After a build that executed every notebook of a sized set: its costs (:func:`build_costs`, ``total_s`` being
-    ``thesis-lib book``'s own seconds), its plan and where it ran, as ``<RUNS_DIR>/<set>-build-costs.json``, the
-    form ``COST_REFERENCE``'s ``builds`` take. None for a set with no ``auto`` size."""
+def record_build(values: dict, total_s: float, started: float) -> Path | None:
+    """After a build of a sized set (``values``: its parameters with the sizes chosen) that measured every run it
+    shows: its costs (:func:`build_costs`; ``total_s``, ``thesis-lib book``'s own seconds, started at the time stamp
+    ``started``), its plan and where it ran, as ``<RUNS_DIR>/<SET_NAME>-build-costs.json``, the form a
+    ``COST_REFERENCE``'s ``builds`` take. None where the build reused runs or followed no plan."""
     from ..bench.environment import git_revision
-    from .params import ROOT, load_parameters, values_of
+    from .params import ROOT
 
-    raw = load_parameters(set_name)
-    if not sized_keys(raw):
+    sizes = {k.lower(): values[k] for k in SIZED}
+    plan = next((pl for pl in reversed(_plans(plan_path(values))) if all(pl["chosen"][k] == v for k, v in sizes.items())),
+                None)
+    if plan is None:
         return None
-    values = values_of(set_name, overrides)
-    plan = json.loads(plan_path(values).read_text())
-    doc = build_costs(ROOT / values["RUNS_DIR"], values["SET_NAME"], total_s, sweep_prompts=values["SWEEP_PROMPTS"])
+    made_here = datetime.datetime.fromisoformat(plan["planned_at"]).timestamp() >= started
+    doc = build_costs(ROOT / values["RUNS_DIR"], values, total_s, started=started,
+                      measure_s=plan["measure_s"] if made_here else 0.0,
+                      steps=plan["step_by_prompt_s"] if made_here else None)
+    if doc is None:
+        return None
     doc.update({"measured": "thesis-lib book (notebooks and rendering; installs and model preparation not included)",
                 "date": datetime.date.today().isoformat(), "revision": git_revision().get("commit"),
                 "machine": plan["key"]["machine"], "planned": plan})
@@ -269,15 +344,22 @@ def record_build(set_name: str, total_s: float, overrides: dict | None = None) -
 
 
 def page_said(p) -> str:
-    """Chapter 4's sentence on its sample (``p``: the notebook's :class:`~.params.Params`): the plan that sized it
-    where its saved plan chose these sizes, else that the parameter set fixed them."""
+    """Chapter 4's sentence on its sample (``p``: the notebook's :class:`~.params.Params`): the newest plan that
+    chose these sizes, else that the parameter set fixed them."""
     from .params import selected_prompts
 
-    path = plan_path({"RUNS_DIR": p.runs_dir, "SET_NAME": p.set_name})
-    plan = json.loads(path.read_text()) if path.is_file() else None
     sizes = {"per_category": p.per_category, "max_new_tokens": p.max_new_tokens, "iterations": p.iterations}
-    if plan and all(plan["chosen"][k] == v for k, v in sizes.items()):
-        return said(plan) + f" (measured on {plan['key']['machine']}; {Path(plan['reference']).name} is the reference)"
+    plans = _plans(plan_path({"RUNS_DIR": p.runs_dir, "SET_NAME": p.set_name}))
+    plan = next((pl for pl in reversed(plans) if all(pl["chosen"][k] == v for k, v in sizes.items())), None)
+    if plan:
+        return f"{said(plan)}; timed on {plan['key']['machine']}"
     n = len(selected_prompts(p))
     return (f"{n} prompts x {p.max_new_tokens} new tokens x {p.iterations} iteration{'s' if p.iterations > 1 else ''}, "
             "as the parameter set fixes them")
+
+
+if __name__ == "__main__":  # measure_speed's child: the step times as one JSON line
+    from .params import Params
+
+    _arg = json.loads(sys.argv[1])
+    print(json.dumps(_measure(Params(**_arg["params"]), _arg["reference"])))

@@ -15,12 +15,18 @@ from . import options
 def cmd_book(args) -> int:
     from ..book import browser, build, execute, params
 
-    t0 = time.perf_counter()
+    from ..book import sizing
+
+    t0, started = time.perf_counter(), time.time()
     if args.budget is not None and args.budget <= 0:
         raise ConfigError(f"--budget must be > 0 minutes (got {args.budget:g}).")
-    overrides = {"BUDGET_MINUTES": args.budget} if args.budget is not None else None
     if args.retries < 0 or args.poll <= 0:
         raise ConfigError("--retries must be >= 0 and --poll > 0.")
+    overrides = {"BUDGET_MINUTES": args.budget} if args.budget is not None else {}
+    # sizes left to the planner are chosen once, here: the scheduled runs and the notebooks then share them
+    values = params.values_of(args.params, overrides, measure=True, replan=args.recompute)
+    planned = bool(sizing.sized_keys(params.load_parameters(args.params)))
+    overrides.update({k: values[k] for k in sizing.SIZED} if planned else {})
     if args.executor == "slurm":
         from ..book import scheduled
         from ..sweep import driver, ledger
@@ -49,10 +55,8 @@ def cmd_book(args) -> int:
         print("browser check: " + ("all pages ok" if not bad else f"problems on {', '.join(bad)}"))
         if bad:
             return 1
-    if all(v == "executed" for v in fates.values()):  # a whole build: its costs can size later builds
-        from ..book import sizing
-
-        costs = sizing.record_build(args.params, t2 - t0, overrides)
+    if planned and args.executor == "local" and all(v == "executed" for v in fates.values()):
+        costs = sizing.record_build(values, t2 - t0, started)  # a whole build's costs can size later builds
         if costs:
             print(f"build costs recorded in {costs.relative_to(params.ROOT)}")
     print(f"open {html / 'index.html'}")
