@@ -234,6 +234,11 @@ def _plans(path: Path) -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def _plan_that_chose(path: Path, sizes: dict) -> dict | None:
+    """The newest plan in ``path`` that chose ``sizes`` (``per_category``, ``max_new_tokens``, ``iterations``)."""
+    return next((pl for pl in reversed(_plans(path)) if all(pl["chosen"][k] == v for k, v in sizes.items())), None)
+
+
 def machine() -> str:
     """This machine as a plan names it: CPU model, cores, whether bf16 is native."""
     import os
@@ -325,8 +330,7 @@ def record_build(values: dict, total_s: float, started: float) -> Path | None:
     from .params import ROOT
 
     sizes = {k.lower(): values[k] for k in SIZED}
-    plan = next((pl for pl in reversed(_plans(plan_path(values))) if all(pl["chosen"][k] == v for k, v in sizes.items())),
-                None)
+    plan = _plan_that_chose(plan_path(values), sizes)
     if plan is None:
         return None
     made_here = datetime.datetime.fromisoformat(plan["planned_at"]).timestamp() >= started
@@ -349,8 +353,7 @@ def page_said(p) -> str:
     from .params import selected_prompts
 
     sizes = {"per_category": p.per_category, "max_new_tokens": p.max_new_tokens, "iterations": p.iterations}
-    plans = _plans(plan_path({"RUNS_DIR": p.runs_dir, "SET_NAME": p.set_name}))
-    plan = next((pl for pl in reversed(plans) if all(pl["chosen"][k] == v for k, v in sizes.items())), None)
+    plan = _plan_that_chose(plan_path({"RUNS_DIR": p.runs_dir, "SET_NAME": p.set_name}), sizes)
     if plan:
         return f"{said(plan)}; timed on {plan['key']['machine']}"
     n = len(selected_prompts(p))
