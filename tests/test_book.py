@@ -667,23 +667,22 @@ def test_the_4bit_set_names_its_missing_package_before_any_notebook_runs(monkeyp
 
 
 def test_auto_precision_names_its_runs_and_documents_by_what_it_resolved_to(monkeypatch, tmp_path):
-    """DTYPE auto is bfloat16 on one CPU and float32 on another: a run folder or document made on one is never
-    reused on the other (their names differ), while an explicit DTYPE names the same run on both."""
+    """DTYPE auto is bfloat16 on one CPU, int8 weights or float32 on another: a run folder or document made on one
+    is never reused on the other (their names differ), while an explicit DTYPE names the same run on all."""
     from thesis_lib.book import shared
     from thesis_lib.models import cpu
 
     p = params.Params(runs_dir=str(tmp_path))
     names, docs = {}, {}
-    for choice in ("float32", "bfloat16"):
-        import torch
-
-        monkeypatch.setattr(cpu, "auto_dtype", lambda c=choice: (getattr(torch, c), f"test: {c}"))
+    choices = ("float32", "bfloat16", "int8-weights")
+    for choice in choices:
+        monkeypatch.setattr(cpu, "auto_precision", lambda c=choice: (c, f"test: {c}"))
         names[choice] = shared.named(p.bench(), "set", "bench").name
         docs[choice] = shared.cached_document(p, "doc", {"a": 1}, lambda c=choice: {"made_as": c})["made_as"]
         names[choice, "explicit"] = shared.named(p.bench(dtype="float32"), "set", "bench").name
-    assert names["float32"] != names["bfloat16"]
-    assert names["float32", "explicit"] == names["bfloat16", "explicit"]
-    assert docs == {"float32": "float32", "bfloat16": "bfloat16"}  # each computed in its own precision
+    assert len({names[c] for c in choices}) == 3
+    assert len({names[c, "explicit"] for c in choices}) == 1
+    assert docs == {c: c for c in choices}  # each computed in its own precision
 
 
 def test_the_4bit_verdicts_follow_their_numbers():
@@ -1102,3 +1101,42 @@ def test_the_remaining_verdict_rules_read_both_ways():
     assert v.smaller_here(1.1, 1.05, 1.2).startswith("smaller") and v.smaller_here(1.3, 1.05, 1.2).startswith("not smaller")
     assert "one model" in v.shared_control("the dense draft's own (same model)")
     assert v.shared_control("embedl/Qwen3-0.6B-FlashHead").endswith("(embedl/Qwen3-0.6B-FlashHead)")
+
+
+def _wo_doc(ms: dict, seconds: dict, stream: float = 20.0) -> dict:
+    """A constructed precision-bench document: ``ms`` precision -> (one-token step, block of five) of the target
+    (the draft the same halved), ``seconds`` precision -> FlashHead deferred seconds per prompt (32 tokens each)."""
+    precisions = list(ms)
+    verify, step_bytes = {}, {}
+    for p, (one, five) in ms.items():
+        for role, f in (("target", 1.0), ("draft", 0.5)):
+            verify[f"{role}/{p}"] = {"ms": {1: one * f, 5: five * f}}
+            step_bytes[f"{role}/{p}"] = int({"float32": 4e9, "bfloat16": 2e9, "int8-weights": 1e9}[p] * f)
+    rows = [{f"{p}/flash_deferred": {"seconds": s[i], "tokens": 32} for p, s in seconds.items()}
+            for i in range(len(next(iter(seconds.values()))))]
+    summary = {p: {"baseline_ms_per_token": 1e3 * sum(s) / len(s) / 32 * 1.5,
+                   "vs_baseline": {"flash_deferred": {"speedup_pooled": 1.5, "equal_outputs": len(s)}}}
+               for p, s in seconds.items()}
+    return {"precisions": precisions, "verify": verify, "processor": "Test CPU", "fast_bf16": False,
+            "cpu_capability": "AVX2", "bandwidth": {"stream_read_gbps": stream, "step_bytes": step_bytes},
+            "end_to_end": {"prompts": len(rows), "rows": rows, "summary": summary}}
+
+
+def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
+    """The floor is a step's bytes over the read rate; the fastest precision is named only where its interval over
+    the next one excludes 1 (every prompt faster), "cannot tell" where prompts disagree."""
+    from thesis_lib.analysis import precision as pa
+
+    clear = _wo_doc({"float32": (300.0, 310.0), "int8-weights": (75.0, 90.0)},
+                    {"float32": [9.0, 8.0, 10.0, 9.5], "int8-weights": [4.0, 4.2, 3.9, 4.1]})
+    table = pa.floor_rows([(clear, "doc")]).set_index("precision")
+    assert table.loc["int8-weights", "target step / floor"] == pytest.approx(75.0 / 50.0)  # 1 GB at 20 GB/s: 50 ms
+    assert table.loc["float32", "target step / floor"] == pytest.approx(300.0 / 200.0)
+    assert table.loc["int8-weights", "block of 5 / step"] == pytest.approx(1.2)
+    wo = pa.weight_only(clear)
+    assert wo["wo_step_over_f32"] == pytest.approx(4.0) and wo["wo_floor"] == pytest.approx(1.5)
+    assert wo["wo_fastest"].startswith("the fastest is int8-weights") and "over float32" in wo["wo_fastest"]
+    mixed = _wo_doc({"float32": (300.0, 310.0), "int8-weights": (75.0, 90.0)},
+                    {"float32": [4.0, 8.0, 4.1, 8.2], "int8-weights": [8.0, 4.0, 8.1, 4.1]})
+    assert pa.weight_only(mixed)["wo_fastest"].startswith("cannot tell")
+    assert pa.weight_only({"precisions": ["float32", "bfloat16"]})["wo_fastest"] == "not measured"

@@ -52,18 +52,23 @@ def test_embedded_models_are_the_pinned_files(real_pair):
 
 
 def test_the_pair_runs_in_the_precision_this_cpu_supports(real_pair):
-    """bfloat16 (oneDNN-packed, tied heads included) where the CPU has native bf16 dot products, else float32;
-    the converted files are stored in the precision loaded (no float32 copy where bf16 runs)."""
+    """bfloat16 (oneDNN-packed, tied heads included) where the CPU has native bf16 dot products, else int8 weights
+    with float32 products (the weight-only kernel; float32 where it cannot be built); the converted files are
+    stored in bfloat16 for both (no float32 copy), in float32 for float32."""
+    from thesis_lib.models import weight_only
     from thesis_lib.models.cpu import fast_bf16
     from thesis_lib.models.packing import PackedLinear
 
-    want = "bfloat16" if fast_bf16() else "float32"
+    want = "bfloat16" if fast_bf16() else ("int8-weights" if weight_only.available() else "float32")
+    layer = weight_only.WeightOnlyLinear if want == "int8-weights" else PackedLinear
     for lm in real_pair:
-        assert lm.dtype == want and lm.info["stored_dtype"] == want and want in lm.info["dtype_reason"]
+        assert lm.info["dtype_requested"] == want and want in lm.info["dtype_reason"]
+        assert lm.dtype == ("bfloat16" if want == "bfloat16" else "float32")
+        assert lm.info["stored_dtype"] == ("float32" if want == "float32" else "bfloat16")
         assert lm.info["attention"].startswith("row-exact")
-        assert isinstance(lm.model.model.layers[0].mlp.down_proj, PackedLinear)
+        assert isinstance(lm.model.model.layers[0].mlp.down_proj, layer)
         tied = lm.model.config.tie_word_embeddings
-        assert isinstance(lm.model.get_output_embeddings(), PackedLinear) == (want == "bfloat16" or not tied)
+        assert isinstance(lm.model.get_output_embeddings(), layer) == (want == "bfloat16" or not tied)
         assert (lm.model.get_output_embeddings().weight is lm.model.get_input_embeddings().weight) == tied
 
 

@@ -357,3 +357,85 @@ def fastest_setting(*ms_per_token: float) -> str:
         return "was not measured"
     ms, name = min(got)
     return f"{name} ({ms:.0f} ms per token)"
+
+
+def floor_rows(docs: list[tuple[dict, str]]) -> pd.DataFrame:
+    """The byte floor per precision of each ``(document, label)``: a step's weights over the machine's 1 GiB read
+    rate, and the target's and draft's one-token step and the target's block of five over it; then target-only and
+    FlashHead deferred ms per token and how many outputs equalled target-only output. One row per precision."""
+    rows = []
+    for doc, label in docs:
+        bw = doc.get("bandwidth") or {}
+        stream = bw.get("stream_read_gbps")
+        e2e = (doc.get("end_to_end") or {}).get("summary") or {}
+        prompts = (doc.get("end_to_end") or {}).get("prompts")
+        for p in doc["precisions"]:
+            row = {"document": label, "precision": p}
+            for role in ("target", "draft"):
+                name = f"{role}/{p}"
+                ms = _curve_ms(doc, name)
+                nbytes = (bw.get("step_bytes") or {}).get(name)
+                floor = nbytes / stream / 1e6 if nbytes and stream else float("nan")
+                row[f"{role} GB per step"] = nbytes / 1e9 if nbytes else float("nan")
+                row[f"{role} step ms"] = ms[1]
+                row[f"{role} step / floor"] = ms[1] / floor
+                if role == "target":
+                    row["target block of 5 / floor"] = ms[5] / floor if 5 in ms else float("nan")
+                    row["block of 5 / step"] = ms[5] / ms[1] if 5 in ms else float("nan")
+            costs = flash_costs(doc, p)
+            row["target-only ms/token"] = costs["base_ms_token"] if costs else float("nan")
+            row["FlashHead deferred ms/token"] = costs["flash_ms_token"] if costs else float("nan")
+            row["outputs equal"] = (f"{e2e[p]['vs_baseline']['flash_deferred']['equal_outputs']}/{prompts}"
+                                    if p in e2e else "not run")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _curve_ms(doc: dict, name: str) -> dict[int, float]:
+    return {int(n): float(v) for n, v in doc["verify"][name]["ms"].items()}
+
+
+def weight_only(doc: dict | None) -> dict:
+    """Glued numbers of a document that measured ``int8-weights`` beside ``float32``: the target's step over
+    float32's (and over bfloat16's where measured), its block of five in steps, its step over the byte floor, and
+    the fastest precision end to end. NaN (and "not measured") without such a document."""
+    nan = float("nan")
+    keys = ("wo_step_over_f32", "wo_step_over_bf16", "wo_verify5", "wo_floor", "wo_step_ms", "wo_f32_step_ms",
+            "wo_stream_gbps")
+    if not doc or "int8-weights" not in doc.get("precisions", ()) or "float32" not in doc["precisions"]:
+        return {**{k: nan for k in keys}, "wo_fastest": "not measured", "wo_cpu": "not measured"}
+    ms = {p: _curve_ms(doc, f"target/{p}") for p in doc["precisions"]}
+    bw = doc["bandwidth"]
+    floor = bw["step_bytes"]["target/int8-weights"] / bw["stream_read_gbps"] / 1e6
+    out = {"wo_step_over_f32": ms["float32"][1] / ms["int8-weights"][1],
+           "wo_step_over_bf16": ms["bfloat16"][1] / ms["int8-weights"][1] if "bfloat16" in ms else nan,
+           "wo_verify5": ms["int8-weights"][5] / ms["int8-weights"][1],
+           "wo_floor": ms["int8-weights"][1] / floor, "wo_step_ms": ms["int8-weights"][1],
+           "wo_f32_step_ms": ms["float32"][1], "wo_stream_gbps": bw["stream_read_gbps"], "wo_cpu": capability(doc)}
+    out["wo_fastest"] = fastest_precision(doc)
+    return out
+
+
+def fastest_precision(doc: dict, mode: str = "flash_deferred") -> str:
+    """Which precision decodes ``mode`` in the least time over the document's prompts, and its speed over the next
+    one's with a paired bootstrap interval over the prompts (:func:`thesis_lib.analysis.uncertainty.bootstrap`);
+    "cannot tell" where that interval holds 1."""
+    import numpy as np
+
+    from .uncertainty import bootstrap
+
+    rows = (doc.get("end_to_end") or {}).get("rows") or []
+    precisions = [p for p in doc["precisions"] if rows and all(f"{p}/{mode}" in r for r in rows)]
+    if len(precisions) < 2:
+        return "not measured (fewer than two precisions decoded end to end)"
+    seconds = {p: np.array([r[f"{p}/{mode}"]["seconds"] / r[f"{p}/{mode}"]["tokens"] for r in rows])
+               for p in precisions}
+    best, nxt = sorted(precisions, key=lambda p: seconds[p].sum())[:2]
+    ci = bootstrap([np.array([[a, b]]) for a, b in zip(seconds[nxt], seconds[best])], lambda v: v[0] / v[1])
+    ms = {p: 1e3 * seconds[p].mean() for p in (best, nxt)}
+    said = (f"{best} ({ms[best]:.0f} ms per token with the FlashHead draft and deferred verification) over {nxt} "
+            f"({ms[nxt]:.0f} ms): {ci['value']:.2f}x, 95 % interval {ci['lo']:.2f}-{ci['hi']:.2f} over "
+            f"{len(rows)} prompts")
+    if ci["lo"] <= 1:
+        return f"cannot tell which precision is the fastest: {said}"
+    return f"the fastest is {said}"

@@ -48,13 +48,20 @@ def int4_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-#: the number formats: float32, bfloat16, and the 4-bit target (its body int4, head and draft bf16)
-PRECISIONS = ("float32", "bfloat16", "int4")
+#: the number formats: float32, bfloat16, the weight-only formats (bf16 or int8 weights, float32 products:
+#: :mod:`thesis_lib.models.weight_only`) and the 4-bit target (its body int4, head and draft bf16)
+PRECISIONS = ("float32", "bfloat16", "bfloat16-weights", "int8-weights", "int4")
 
 
 def dtype_of(precision: str) -> str:
-    """The torch dtype name a precision runs its float layers in (int4: bfloat16 activations)."""
-    return "bfloat16" if precision == "int4" else precision
+    """The torch dtype name a precision runs its float layers in (int4: bfloat16 activations; the weight-only
+    formats: float32)."""
+    return {"int4": "bfloat16", "bfloat16-weights": "float32", "int8-weights": "float32"}.get(precision, precision)
+
+
+def stored_of(precision: str) -> str:
+    """The torch dtype name of a precision's body weights (what a step reads)."""
+    return {"int4": "bfloat16", "bfloat16-weights": "bfloat16", "int8-weights": "int8"}.get(precision, precision)
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -79,6 +86,10 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
                           "Use --precisions float32, or --emulated to time the emulation on purpose.")
     if int4_group not in (32, 64, 128, 256):
         raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
+    if any(p in ("bfloat16-weights", "int8-weights") for p in precisions):
+        from ..models import weight_only
+
+        weight_only.kernel()  # a clear error (no compiler, no AVX2) before any weights load
     if "int4" in precisions and not int4_available():
         raise ConfigError("--precisions int4 needs torchao (not installed): pip install -e '.[int4]' (torchao 0.18.0).")
     if max_block < 1 or reps < 1:
@@ -173,8 +184,12 @@ def step_bytes(model) -> int | None:
     from ..models.packing import PackedLinear
 
     total = 0
+    from ..models.weight_only import WeightOnlyLinear
+
     for m in model.modules():
-        if isinstance(m, PackedLinear):
+        if isinstance(m, WeightOnlyLinear):
+            total += m.weight_bytes()
+        elif isinstance(m, PackedLinear):
             total += m.in_features * m.out_features * torch.empty((), dtype=m.out_dtype).element_size()
         elif isinstance(m, torch.nn.Linear):
             w = m.weight.detach()
@@ -205,11 +220,12 @@ def read_probe(model, dtype: torch.dtype, *, min_bytes: int = 256 * 2 ** 20):
     it reads; the bytes are what matters). Returns a function that does the read and returns ``(bytes, seconds)``.
     Timed beside the steps, repetition by repetition, because a shared machine's read rate drifts over minutes."""
     from ..models.packing import PackedLinear
+    from ..models.weight_only import WeightOnlyLinear
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     shapes, seen = [], set()
     for name, m in model.named_modules():
-        if m is head or not isinstance(m, (PackedLinear, torch.nn.Linear)):
+        if m is head or not isinstance(m, (PackedLinear, WeightOnlyLinear, torch.nn.Linear)):
             continue
         layer = name.split(".mlp")[0].split(".self_attn")[0]
         if seen and layer not in seen:
@@ -248,7 +264,11 @@ def bandwidth(doc: dict, pairs: dict, before: float, after: float, reads: dict |
             n = step_bytes(lm.model)
             out["step_bytes"][name] = n
             out["step_gbps"][name] = None if n is None else n / (doc["verify"][name]["ms"][1] / 1e3) / 1e9
-            fmt = dtype_of(p)
+            if n is not None:  # the floor: the step's bytes at the 1 GiB sum's rate; each block's time over it
+                out.setdefault("floor_ms", {})[name] = n / out["stream_read_gbps"] / 1e6
+                out.setdefault("over_floor", {})[name] = {k: ms / out["floor_ms"][name]
+                                                          for k, ms in doc["verify"][name]["ms"].items()}
+            fmt = stored_of(p)
             if role == "target" and out["step_gbps"][name] is not None and fmt in out["read_gbps"]:  # its shapes
                 out["step_share"][name] = out["step_gbps"][name] / out["read_gbps"][fmt]
     return out
@@ -261,7 +281,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
     from ..decoding.state import ModelState
     from ..heads.for_model import flashhead_for
     from ..models import loading
-    from ..models.cpu import auto_dtype, cpu_name, fast_bf16
+    from ..models.cpu import auto_precision, cpu_name, fast_bf16
     from .prompts import demo_prompts, encode
     from .environment import provenance
     from .runner import Runner
@@ -284,7 +304,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
            # bf16 layers that this CPU runs without native dot products (stock kernels, not oneDNN-packed)
            "emulated_bf16": emulates_bf16(precisions),
-           "auto": {"dtype": str(auto_dtype()[0]).replace("torch.", ""), "reason": auto_dtype()[1]},
+           "auto": dict(zip(("dtype", "reason"), auto_precision())),
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "kernels": {p: [lm.info.get("cpu_kernels") for lm in pair] for p, pair in pairs.items()},
            "attention": {p: [lm.info.get("attention") for lm in pair] for p, pair in pairs.items()}}
@@ -293,7 +313,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
         states[f"target/{p}"] = ModelState(t.model, vocab_limit=t.vocab_limit)
         states[f"draft/{p}"] = ModelState(d.model, vocab_limit=d.vocab_limit)
     # one read probe per number format
-    probes = {dtype_of(p): read_probe(pairs[p][0].model, getattr(torch, dtype_of(p))) for p in precisions if p != "int4"}
+    probes = {stored_of(p): read_probe(pairs[p][0].model, getattr(torch, stored_of(p))) for p in precisions if p != "int4"}
     read_rates = {p: [] for p in probes}
 
     def read_all(r: int) -> None:  # beside the one-token steps, order alternating like theirs
@@ -358,6 +378,13 @@ def text(doc: dict) -> str:
             f"{n} {g:.1f} GB/s ({b / 1e9:.2f} GB" + (f", {100 * bw['step_share'][n]:.0f} % of the sum's rate)"
                                                     if n in bw.get("step_share", {}) else ")")
             for n, g, b in ((n, bw['step_gbps'][n], bw['step_bytes'][n]) for n in bw['step_gbps']) if g is not None))
+    if bw and bw.get("over_floor"):
+        lines.append(f"over the floor (the step's bytes at {bw['stream_read_gbps']:.1f} GB/s): block of n tokens")
+        names = list(bw["over_floor"])
+        lines.append("n    " + "".join(f"{n:>24}" for n in names))
+        lines.append("floor" + "".join(f"{bw['floor_ms'][m]:>21.1f} ms" for m in names))
+        for n in range(1, doc["max_block"] + 1):
+            lines.append(f"{n:<5}" + "".join(f"{bw['over_floor'][m][n]:>23.2f}x" for m in names))
     e2e = doc.get("end_to_end")
     if e2e:
         lines.append(f"end to end, {e2e['prompts']} prompts, K = {doc['k']}, {doc['max_new_tokens']} new tokens:")

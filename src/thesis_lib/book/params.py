@@ -117,6 +117,9 @@ class Params:
     precision_file_no_bf16: str | None = None
     #: a saved document comparing float32's two packed layouts
     precision_file_layouts: str | None = None
+    #: saved documents timing the weight-only formats beside float32 (``precision-bench --precisions
+    #: float32,...,int8-weights``): the byte floor table of chapter 2
+    precision_files_weight_only: list = field(default_factory=list)
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True

@@ -226,6 +226,18 @@ def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | Non
                  f"{rev} on {capability(doc)}, {doc['threads']} threads, torch {doc['torch']}; saved in {path}")
 
 
+def precision_benches(p: Params, name: str) -> list[tuple[dict, str]]:
+    """The saved documents a list parameter names (``PRECISION_FILES_WEIGHT_ONLY``), each with its label (as
+    :func:`precision_bench`); files that do not exist are left out."""
+    out = []
+    for path in getattr(p, name.lower()) or []:
+        one = Params(**{**p.__dict__, "precision_file": path})
+        doc, label = precision_bench(one)
+        if doc is not None:
+            out.append((doc, label))
+    return out
+
+
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     """The JSON result ``<set>-<kind>-<hash of key>`` under ``RUNS_DIR``: read back, else computed and written."""
     if p.thinking is not None:  # every document rests on prompts encoded with the template's switch

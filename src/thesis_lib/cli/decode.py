@@ -36,7 +36,26 @@ def cmd_prepare(args) -> int:
             paths = list(pool.map(_prepare_one, todo))
     for spec, path in zip(todo, paths):
         print(f"{spec}: {path}")
+    _build_kernel()
     return 0
+
+
+def _build_kernel() -> None:
+    """Compile the weight-only CPU kernel once (``DTYPE: auto`` runs it where bf16 is not native), or say why not."""
+    import time
+
+    from ..errors import ConfigError
+    from ..models import weight_only
+
+    print("building the weight-only CPU kernel (models/csrc/weight_only.cpp; about half a minute the first time)",
+          flush=True)
+    t0 = time.perf_counter()
+    try:
+        weight_only.kernel()
+    except ConfigError as e:
+        print(f"  not built: {e}; DTYPE auto uses float32 where bf16 is not native")
+        return
+    print(f"  {weight_only.kernel_path()} path, {time.perf_counter() - t0:.0f} s: {weight_only.build_dir()}")
 
 
 def _runner(args, modes):

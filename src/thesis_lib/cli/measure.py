@@ -5,6 +5,7 @@ bfloat16 and int4 side by side on the CPU) and ``sampling-check`` (speculative s
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -144,7 +145,10 @@ def cmd_precision_bench(args) -> int:
     doc = precision.run(args.target, args.draft, precisions=precisions, max_block=args.max_block, reps=args.reps,
                         e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k,
                         int4_group=args.int4_group, emulated=args.emulated)
-    doc["command"] = (f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
+    from ..models.weight_only import FORCED_PATH_ENV
+
+    forced = os.environ.get(FORCED_PATH_ENV)
+    doc["command"] = ((f"{FORCED_PATH_ENV}={forced} " if forced else "") + f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
                       f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
                       f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}"
                       + (f" --int4-group {args.int4_group}" if "int4" in precisions else "")
@@ -282,8 +286,9 @@ def add_parsers(sub) -> None:
                        "generate() and FlashHead deferred in each precision. One JSON document as the last line.")
     p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
     p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
-    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, int4 "
-                   "(the target's body 4-bit, head and draft bf16) (default: %(default)s)")
+    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, "
+                   "bfloat16-weights and int8-weights (float32 products over bf16 or int8 weights: the project's "
+                   "kernel), int4 (the target's body 4-bit, head and draft bf16) (default: %(default)s)")
     p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")

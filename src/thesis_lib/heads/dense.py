@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..models.packing import PackedLinear
+from ..models.weight_only import WeightOnlyLinear
 
 
 #: Candidates re-scored per position when 16-bit logits are refined (:func:`refined_argmax`).
@@ -43,6 +44,8 @@ class DenseGreedyHead(nn.Module):
     @classmethod
     def from_model(cls, model, vocab_limit: int | None = None) -> "DenseGreedyHead":
         out = model.get_output_embeddings()
+        if isinstance(out, WeightOnlyLinear):  # float32 logits: nothing rounded to refine
+            return cls(None, vocab_limit, out.packed_bias, packed=out, refine=False)
         if isinstance(out, PackedLinear):
             dense = out.dense_weight  # kept for 16-bit heads (refinement) and tied heads
             return cls(None if dense is None else dense.detach(), vocab_limit, out.packed_bias, packed=out)

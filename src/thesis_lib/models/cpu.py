@@ -1,5 +1,5 @@
 """This CPU's name, whether it has native bfloat16 dot products, and so the precision ``DTYPE: auto`` picks
-(:func:`auto_dtype`), and whether the project has measured a block's rows to equal single rows on this kind of CPU
+(:func:`auto_precision`), and whether the project has measured a block's rows to equal single rows on this kind of CPU
 (:func:`rows_exact_expected`). The answers choose kernels and precision elsewhere and are recorded with every run.
 """
 
@@ -28,16 +28,32 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def auto_dtype() -> tuple[torch.dtype, str]:
-    """The precision ``DTYPE: auto`` runs on this CPU, and why: oneDNN-packed bfloat16 where the CPU has native
-    bf16 dot products (much faster than float32 there), packed float32 elsewhere (emulated bf16 is slower)."""
+def auto_precision() -> tuple[str, str]:
+    """The precision ``DTYPE: auto`` runs on this CPU, and why: int8 weights with float32 products
+    (:mod:`~thesis_lib.models.weight_only`) wherever the project's kernel builds, since a step reads its weights and
+    int8 weights are a quarter of float32's bytes and half of bfloat16's (the fastest of the exact options on every
+    CPU measured: the measurement log); else oneDNN-packed bfloat16 where the CPU has native bf16 dot products; else
+    packed float32 (emulated bf16 is slower than float32)."""
+    from . import weight_only
     from .packing import bf16_packing_available
 
+    if weight_only.available():
+        native = "native bf16 dot products" if fast_bf16() else "no native bf16 dot products"
+        return "int8-weights", (f"int8-weights: a decode step reads every weight once, and int8 weights (one scale "
+                                f"per row) with float32 products read a quarter of float32's bytes and half of "
+                                f"bfloat16's, every block's rows exact (this CPU: {weight_only.kernel_path()} "
+                                f"kernel, {native})")
     if fast_bf16() and bf16_packing_available():
-        return torch.bfloat16, "bfloat16: the CPU has native bf16 dot products (AVX-512 BF16), oneDNN packs bf16"
-    if not fast_bf16():
-        return torch.float32, "float32: the CPU has no native bf16 dot products (bf16 would be emulated, slower)"
-    return torch.float32, "float32: this torch's oneDNN cannot pack bfloat16 layers"
+        return "bfloat16", ("bfloat16: the CPU has native bf16 dot products (AVX-512 BF16), oneDNN packs bf16 "
+                            "(the weight-only kernel is not available here)")
+    return "float32", ("float32: the CPU has no native bf16 dot products (bf16 would be emulated, slower) and the "
+                       "weight-only kernel is not available here")
+
+
+def auto_dtype() -> tuple[torch.dtype, str]:
+    """The activations' dtype of :func:`auto_precision`'s choice (float32 for the weight-only formats), and why."""
+    name, why = auto_precision()
+    return (torch.bfloat16 if name == "bfloat16" else torch.float32), why
 
 
 def cpu_flags() -> set[str]:

@@ -144,12 +144,14 @@ def concatenate(parts: list[Path], out: Path, model: EmbeddedModel, progress: bo
 
 def storage_dtype(dtype: str | None = None) -> str:
     """The stored precision serving a load in ``dtype`` (None: this CPU's ``DTYPE: auto``,
-    :func:`thesis_lib.models.cpu.auto_dtype`): bfloat16 for bfloat16, float32 otherwise."""
+    :func:`thesis_lib.models.cpu.auto_precision`): bfloat16 for bfloat16 and the weight-only formats (they are
+    made from the bf16 weights), float32 otherwise."""
     if dtype is None or dtype == "auto":
-        from .cpu import auto_dtype
+        from .cpu import auto_precision
 
-        dtype = str(auto_dtype()[0]).replace("torch.", "")
-    return "bfloat16" if str(dtype).replace("torch.", "") in ("bfloat16", "bf16") else "float32"
+        dtype = auto_precision()[0]
+    return "bfloat16" if str(dtype).replace("torch.", "") in ("bfloat16", "bf16", "bfloat16-weights",
+                                                              "int8-weights") else "float32"
 
 
 def converted_dir(model: EmbeddedModel, dtype: str | None = None) -> Path:

@@ -3,7 +3,7 @@
 :func:`load_pair` runs every cheap check (both specs available, the same token table) before any weights
 load. :class:`LoadedModel` carries the model, its tokenizer, the folder it came from and what loading did
 (dtype, kernels). ``dtype="auto"`` on CPU is bfloat16 where the CPU has native bf16 dot products and float32
-elsewhere (:func:`thesis_lib.models.cpu.auto_dtype`, recorded with the reason); float32 and bfloat16 models get
+elsewhere (:func:`thesis_lib.models.cpu.auto_precision`, recorded with the reason); float32 and bfloat16 models get
 oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`) unless told otherwise. This module knows nothing about decoding.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
-from . import embedl, virtual
+from . import embedl, virtual, weight_only
 from .packing import PackedLinear, bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
@@ -80,20 +80,37 @@ def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
+def weight_format(name: str, device: str) -> str | None:
+    """The weight-only format (:mod:`~thesis_lib.models.weight_only`) a ``dtype`` parameter means on ``device``
+    ("auto" resolved), or None for a plain dtype."""
+    if device != "cpu" and name in weight_only.FORMATS:
+        raise ConfigError(f"DTYPE {name} is a CPU format (float32 products over {name.split('-')[0]} weights); "
+                          f"on {device} use bfloat16 or float16.")
+    if name == "auto" and device == "cpu":
+        from .cpu import auto_precision
+
+        name = auto_precision()[0]
+    return name if name in weight_only.FORMATS else None
+
+
 def _dtype(name: str, device: str):
+    """The torch dtype a model computes in for a ``dtype`` parameter (the weight-only formats: float32)."""
     import torch
 
+    if weight_format(name, device):
+        return torch.float32
     if name == "auto":
         if device == "cpu":
-            from .cpu import auto_dtype
+            from .cpu import auto_precision
 
-            return auto_dtype()[0]
+            return _dtype(auto_precision()[0], device)
         return torch.bfloat16
     try:
         return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                 "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}[name]
     except KeyError:
-        raise ConfigError(f"Unknown dtype {name!r}: use auto, float32, bfloat16, float16 or float64.") from None
+        raise ConfigError(f"Unknown dtype {name!r}: use auto, float32, bfloat16, float16, float64, "
+                          f"{' or '.join(weight_only.FORMATS)} (CPU).") from None
 
 
 #: Quantisation methods transformers 5 loads through another package: AWQ and GPTQ go through gptqmodel
@@ -105,8 +122,8 @@ GPU_STACK = ("the GPU stack: `make book PARAMS=gpu-thesis` installs it, or pip i
 
 def resolved_dtype(name: str, device: str = "cpu") -> str:
     """The precision a ``dtype`` parameter means on ``device`` here ("auto" resolved: this CPU's choice, or
-    bfloat16 on a GPU), as a name such as "bfloat16"."""
-    return str(_dtype(name, device)).replace("torch.", "")
+    bfloat16 on a GPU), as a name such as "bfloat16" or "int8-weights"."""
+    return weight_format(name, device) or str(_dtype(name, device)).replace("torch.", "")
 
 
 def resolved_attention(device: str = "cpu") -> str:
@@ -252,13 +269,15 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if load_time:
         check_load_time(spec, device, dtype)
         dtype = "bfloat16"
-    torch_dtype = _dtype(dtype, device)
+    fmt = None if load_time else weight_format(dtype, device)
+    # a weight-only model loads in bfloat16 (its stored precision) and computes in float32 once converted
+    torch_dtype = torch.bfloat16 if fmt else _dtype(dtype, device)
     path = local_dir(spec, progress=progress, dtype=str(torch_dtype).replace("torch.", ""))
     t0 = time.perf_counter()
     on_virtual = device.startswith("cuda") and virtual.active()
     kwargs = {"dtype": torch_dtype, "device_map": device if device != "cpu" and not on_virtual else None}
     if pack is None:
-        pack = device == "cpu" and packing_available() and (
+        pack = device == "cpu" and not fmt and packing_available() and (
             torch_dtype == torch.float32 or torch_dtype == torch.bfloat16 and bf16_packing_available())
     raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if embedl.is_checkpoint(raw):
@@ -274,7 +293,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
-    packed = pack_linears(model) if pack and (quantized is None or load_time) else 0
+    packed = pack_linears(model) if pack and not fmt and (quantized is None or load_time) else 0
+    n_wo = weight_only.convert(model, fmt) if fmt else 0
     floor_rows = max((m.min_rows for m in model.modules() if isinstance(m, PackedLinear)), default=1)
     padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
     info = {"attention": (attn.use(model) if resolved_attention(device) == "exact"
@@ -284,7 +304,10 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
             "cpu_kernels": (f"oneDNN-packed ({packed} linear layers, block layout{padded})"
                             if packed else "stock"),
             "rows_floor": floor_rows,
-            "dtype_requested": str(torch_dtype).replace("torch.", "")}
+            "dtype_requested": fmt or str(torch_dtype).replace("torch.", "")}
+    if fmt:
+        info["cpu_kernels"] = (f"weight-only {fmt} ({n_wo} linear layers, the head in bfloat16 weights; float32 "
+                               f"products, {weight_only.kernel_path()} kernel)")
     if device == "cpu" and not on_virtual:
         info.update(_row_probe(model, attn.PROBED_BLOCK))
     if load_time:
@@ -293,9 +316,9 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
                                                                   f"the head included{padded})" if packed else "stock bf16 for the rest"))
         info["dtype_reason"] = "bfloat16 activations: the int4 kernel's input precision"
     elif dtype == "auto" and device == "cpu":
-        from .cpu import auto_dtype
+        from .cpu import auto_precision
 
-        info["dtype_reason"] = auto_dtype()[1]
+        info["dtype_reason"] = auto_precision()[1]
     if load_time:
         info["quantization"] = quantization_info_load_time(quantized)
     elif quantized is not None:
@@ -339,6 +362,11 @@ def check_same_tokenizer(target_tok: Any, draft_tok: Any, target_name: str = "ta
     )
 
 
+def _stored(dtype: str, device: str) -> str:
+    """The precision a model is read from its files in for a ``dtype`` parameter (weight-only: bfloat16)."""
+    return "bfloat16" if weight_format(dtype, device) else str(_dtype(dtype, device)).replace("torch.", "")
+
+
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
               pack: bool | None = None) -> tuple[LoadedModel, LoadedModel]:
@@ -349,8 +377,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     check_quantization(draft)
     check_load_time(target, device, dtype)
     check_load_time(draft, draft_device or device, dtype)
-    t_dtype = str(_dtype("bfloat16" if resolve(target).quant else dtype, device)).replace("torch.", "")
-    d_dtype = str(_dtype("bfloat16" if resolve(draft).quant else dtype, draft_device or device)).replace("torch.", "")
+    t_dtype = _stored("bfloat16" if resolve(target).quant else dtype, device)
+    d_dtype = _stored("bfloat16" if resolve(draft).quant else dtype, draft_device or device)
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)

@@ -96,13 +96,14 @@ class PackedLinear(nn.Module):
 def layer_bias(layer: nn.Module) -> torch.Tensor | None:
     """An output layer's bias as a plain tensor, packed or not (a packed layer's ``bias`` attribute does not exist:
     its bias lives beside the packed weight)."""
-    if isinstance(layer, PackedLinear):
+    if isinstance(layer, PackedLinear) or hasattr(layer, "packed_bias"):  # also a weight-only layer
         return layer.packed_bias
     return getattr(layer, "bias", None)
 
 
 def is_packed(module: nn.Module) -> bool:
-    return any(isinstance(m, PackedLinear) for m in module.modules())
+    """Whether ``module`` computes with prepacked layers (oneDNN's or the weight-only kernel's)."""
+    return any(isinstance(m, PackedLinear) or hasattr(m, "packed_weight") for m in module.modules())
 
 
 def float32_rows_floor() -> int:

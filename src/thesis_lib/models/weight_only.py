@@ -1,0 +1,208 @@
+"""Weight-only linear layers for CPUs: weights stored in bfloat16 or int8, products computed in float32.
+
+A decode step reads every weight of the model once, so on a CPU its time is about the weights' bytes over the
+memory's read rate. Where the CPU has no native bfloat16 dot products, the models run in float32 and read 4 bytes
+per weight; these layers read 2 (``bfloat16-weights``: the bf16 model's own weights) or 1 (``int8-weights``: each
+output row rounded to 255 levels of its largest magnitude, one float32 scale per row) and compute in float32.
+
+The kernel is the project's own (``csrc/weight_only.cpp``), compiled for this machine once, at install time
+(``thesis-lib prepare``) or on first use, into the model cache (:func:`kernel`). No part of torch's ecosystem
+reached the read rate here (the measurement log has the comparison: oneDNN has no float32-activation kernel over
+bf16 or int8 weights that torch exposes; ATen's int8 product with float32 activations is scalar). Each output
+element is one chain of fused multiply-adds in a fixed order whatever the number of rows, so every row of a
+verified block equals that row computed alone, bit for bit: greedy speculative output stays equal to target-only
+output by construction (the loader's row probe checks it like any other layer).
+
+:func:`convert` swaps a model's linear layers for :class:`WeightOnlyLinear` and casts the rest (embeddings,
+norms) to float32, the precision the model then computes in. The output layer of an ``int8-weights`` model is
+kept in bfloat16 weights: the draft's FlashHead and the dense greedy head read its rows, and the head is a sixth
+of the target's bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+
+#: DTYPE names of the weight-only formats -> the weights' torch dtype
+FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8}
+_SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
+#: ``THESIS_LIB_KERNEL_PATH=avx2`` runs the AVX2 path on a CPU with AVX-512 too: the path of CPUs without AVX-512,
+#: timed and tested here
+FORCED_PATH_ENV = "THESIS_LIB_KERNEL_PATH"
+_FLAGS = ["-O3", "-fopenmp"]
+_kernel = None
+_kernel_error: str | None = None
+
+
+def build_dir() -> Path:
+    """Where the kernel is compiled: under the model cache, per source, flags and torch version."""
+    from .cache import cache_dir
+
+    key = hashlib.sha256(_SOURCE.read_bytes() + " ".join(_FLAGS).encode() + torch.__version__.encode()).hexdigest()
+    return cache_dir() / "kernels" / f"weight_only-{key[:12]}"
+
+
+def kernel(*, verbose: bool = False):
+    """The compiled kernel module (built on first call, about half a minute on two cores; later calls load it).
+    Raises :class:`ConfigError` where it cannot be built (no C++ compiler, no AVX2 and FMA)."""
+    global _kernel, _kernel_error
+    if _kernel is not None:
+        return _kernel
+    if _kernel_error is not None:
+        raise ConfigError(_kernel_error)
+    from .cpu import cpu_flags
+
+    flags = cpu_flags()
+    if flags and not {"avx2", "fma"} <= flags:
+        _kernel_error = "the weight-only kernel needs a CPU with AVX2 and FMA; this one has neither"
+        raise ConfigError(_kernel_error)
+    from torch.utils.cpp_extension import load
+
+    d = build_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        _kernel = load("thesis_weight_only", [str(_SOURCE)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
+                       build_directory=str(d), verbose=verbose)
+    except (OSError, RuntimeError, ImportError) as e:  # no compiler, no ninja, a failed build
+        _kernel_error = f"the weight-only kernel could not be built ({type(e).__name__}: {str(e).splitlines()[0]})"
+        raise ConfigError(_kernel_error) from e
+    return _kernel
+
+
+def _path_arg() -> int:
+    """The kernel's path argument: 0, this CPU's best; 1, AVX2 (forced by :data:`FORCED_PATH_ENV`)."""
+    import os
+
+    forced = os.environ.get(FORCED_PATH_ENV, "").lower()
+    if forced not in ("", "avx2"):
+        raise ConfigError(f"{FORCED_PATH_ENV}={forced!r}: the only path that can be forced is avx2.")
+    return 1 if forced == "avx2" else 0
+
+
+def kernel_path() -> str:
+    """Which of the kernel's paths runs here: "AVX-512" or "AVX2" (the CPU's, or the one forced)."""
+    return "AVX-512" if kernel().avx512_path() and _path_arg() == 0 else "AVX2"
+
+
+def available() -> bool:
+    """Whether the kernel is built or can be built here (building it if need be)."""
+    try:
+        kernel()
+    except ConfigError:
+        return False
+    return True
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w [N, K]`` -> (int8 ``[N, K]``, float32 scale ``[N]``): each row divided by its largest magnitude over
+    127 and rounded to the nearest integer (symmetric; a row of zeros gets scale 1)."""
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1) / 127
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+class WeightOnlyLinear(nn.Module):
+    """``y = x @ (W * scale).T + b`` in float32 with W held in bfloat16 or int8 in the kernel's block layout.
+    ``keep_weight`` keeps W's dense bfloat16 rows too (an output layer: the FlashHead clustering and its candidate
+    rows are read from them)."""
+
+    def __init__(self, linear: nn.Linear, fmt: str, keep_weight: bool = False):
+        super().__init__()
+        if fmt not in FORMATS:
+            raise ConfigError(f"Unknown weight-only format {fmt!r}: use one of {', '.join(FORMATS)}.")
+        k = kernel()
+        w = linear.weight.detach()
+        self.in_features, self.out_features, self.fmt = linear.in_features, linear.out_features, fmt
+        if self.in_features % 16:
+            raise ConfigError(f"weight-only layers need an input width divisible by 16, got {self.in_features}.")
+        if fmt == "int8-weights":
+            q, scale = quantize_int8(w)
+            self.register_buffer("scale", scale, persistent=False)
+        else:
+            q = w.to(torch.bfloat16)
+            self.register_buffer("scale", None, persistent=False)
+        self.register_buffer("packed_weight", k.pack(q.contiguous()), persistent=False)
+        self.path = _path_arg()
+        bias = linear.bias
+        self.register_buffer("packed_bias", None if bias is None else bias.detach().float().clone(), persistent=False)
+        # a plain attribute, not a buffer: model.float() must not make it a float32 copy
+        self.dense_weight = w.to(torch.bfloat16) if keep_weight else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).float()
+        with torch.no_grad():
+            y = kernel().linear(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias, self.path)
+        return y.reshape(*lead, self.out_features)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense weight in float32 (kept rows, else unpacked from the block layout)."""
+        if self.dense_weight is not None:
+            return self.dense_weight.float()
+        return unpack(self.packed_weight, self.out_features, self.in_features, self.scale)
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one product reads (the packed block layout, scales included)."""
+        n = self.packed_weight.numel() * self.packed_weight.element_size()
+        return n + (0 if self.scale is None else self.scale.numel() * 4)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weights={self.fmt}"
+
+
+def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The inverse of the kernel's ``pack``: ``[N, K]`` float32 (times ``scale`` per row for int8)."""
+    rows = -(-n // 4) * 4
+    w = packed.view(rows // 4, k // 16, 4, 16).permute(0, 2, 1, 3).reshape(rows, k)[:n].float()
+    return w if scale is None else w * scale[:, None]
+
+
+def convert(model: nn.Module, fmt: str) -> int:
+    """Swap every CPU ``nn.Linear`` below ``model`` for a :class:`WeightOnlyLinear` of ``fmt`` (the output layer of an
+    ``int8-weights`` model in ``bfloat16-weights``, its dense rows kept), cast every other parameter and buffer to
+    float32, and return how many layers were swapped. A head tied to the input embedding stays a float32 ``nn.Linear``
+    on the embedding (a second copy would cost more than it saves)."""
+    from .packing import release_freed_memory
+
+    kernel()  # a clear error before any layer changes
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    out = get_out() if get_out is not None else None
+    tied = out is not None and get_in is not None and get_in() is not None and out.weight is get_in().weight
+    count = _swap(model, fmt, head=None if tied else out)
+    for m in model.modules():
+        if isinstance(m, WeightOnlyLinear):
+            continue
+        for name, p in m.named_parameters(recurse=False):
+            if p.is_floating_point() and p.dtype != torch.float32:
+                p.data = p.data.float()
+        for name, b in m.named_buffers(recurse=False):
+            if b is not None and b.is_floating_point() and b.dtype != torch.float32:
+                m._buffers[name] = b.float()
+    if hasattr(model, "config"):
+        model.config.dtype = torch.float32
+    release_freed_memory()
+    return count
+
+
+def _swap(module: nn.Module, fmt: str, head: nn.Module | None) -> int:
+    count = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.in_features % 16 == 0:
+            if child is head:
+                layer = WeightOnlyLinear(child, "bfloat16-weights", keep_weight=True)
+            else:
+                layer = WeightOnlyLinear(child, fmt)
+            setattr(module, name, layer)
+            count += 1
+        else:
+            count += _swap(child, fmt, head)
+    return count

@@ -1,0 +1,148 @@
+"""Weight-only layers (models.weight_only): bfloat16 or int8 weights, float32 products, every row of a block as
+that row alone, and greedy speculative output equal to target-only output on models made of them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thesis_lib.errors import ConfigError
+from thesis_lib.models import weight_only as wo
+
+from conftest import TINY_VOCAB
+
+needs_kernel = pytest.mark.skipif(not wo.available(), reason="the weight-only kernel cannot be built here")
+pytestmark = needs_kernel
+
+#: the kernel's paths this CPU can run: its own, and AVX2 forced where its own is AVX-512
+PATHS = ["own", "avx2"]
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    if request.param == "avx2":
+        monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+    return request.param
+
+
+def _reference(lin: torch.nn.Linear, fmt: str) -> torch.Tensor:
+    """The weights the format stores, in float64: bf16-rounded, or int8 levels times their row's scale."""
+    if fmt == "bfloat16-weights":
+        return lin.weight.detach().to(torch.bfloat16).double()
+    q, scale = wo.quantize_int8(lin.weight)
+    return q.double() * scale.double()[:, None]
+
+
+@pytest.mark.parametrize("fmt", list(wo.FORMATS))
+@pytest.mark.parametrize("out_features", [40, 42, 257])  # a multiple of the kernel's 4-row blocks, and not
+def test_products_match_float64_of_the_stored_weights(fmt, out_features, path):
+    torch.manual_seed(out_features)
+    lin = torch.nn.Linear(96, out_features, bias=True)
+    layer = wo.WeightOnlyLinear(lin, fmt)
+    assert layer.path == (1 if path == "avx2" else 0)
+    x = torch.randn(2, 5, 96)
+    y = layer(x)
+    ref = x.double() @ _reference(lin, fmt).T + lin.bias.double()
+    assert y.dtype == torch.float32 and y.shape == (2, 5, out_features)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", list(wo.FORMATS))
+def test_every_row_of_a_block_equals_that_row_alone(fmt, path):
+    """Blocks of 1 to 13 rows (the kernel groups rows by up to six): each row's output is the one-row product's,
+    bit for bit, at the shapes of the embedded target's layers."""
+    torch.manual_seed(1)
+    for n_in, n_out in ((1536, 256), (8960, 64)):
+        layer = wo.WeightOnlyLinear(torch.nn.Linear(n_in, n_out), fmt)
+        x = torch.randn(13, n_in)
+        alone = torch.cat([layer(x[i:i + 1]) for i in range(13)])
+        for n in range(1, 14):
+            assert torch.equal(layer(x[:n]), alone[:n]), (n_in, n)
+
+
+def test_the_two_paths_differ_only_in_rounding(monkeypatch):
+    """AVX-512 sums 16 lanes, AVX2 8: the same products to within float32 rounding (not bit for bit)."""
+    torch.manual_seed(2)
+    lin = torch.nn.Linear(1536, 96)
+    own = wo.WeightOnlyLinear(lin, "bfloat16-weights")
+    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+    avx2 = wo.WeightOnlyLinear(lin, "bfloat16-weights")
+    x = torch.randn(3, 1536)
+    torch.testing.assert_close(own(x), avx2(x), rtol=1e-5, atol=1e-5)
+
+
+def test_pack_and_unpack_invert_each_other():
+    k = wo.kernel()
+    q = torch.randint(-127, 128, (42, 64), dtype=torch.int8)
+    packed = k.pack(q)
+    assert packed.numel() == 44 * 64  # rows padded to a multiple of four
+    assert torch.equal(wo.unpack(packed, 42, 64), q.float())
+    w = torch.randn(8, 32).to(torch.bfloat16)
+    assert torch.equal(wo.unpack(k.pack(w), 8, 32), w.float())
+
+
+def test_int8_rows_are_scaled_by_their_largest_magnitude():
+    w = torch.tensor([[127.0, -63.6, 0.4, 1.0], [0.0, 0.0, 0.0, 0.0], [-2.54, 1.27, 0.0, 0.01]])
+    q, scale = wo.quantize_int8(w)
+    assert scale.tolist() == pytest.approx([1.0, 1.0, 0.02])
+    assert q.tolist() == [[127, -64, 0, 1], [0, 0, 0, 0], [-127, 64, 0, 0]]  # 0.01 / 0.02 = 0.5 rounds to even
+
+
+def test_bad_layers_and_paths_are_refused(monkeypatch):
+    with pytest.raises(ConfigError, match="divisible by 16"):
+        wo.WeightOnlyLinear(torch.nn.Linear(40, 8), "int8-weights")
+    with pytest.raises(ConfigError, match="Unknown weight-only format"):
+        wo.WeightOnlyLinear(torch.nn.Linear(32, 8), "int4-weights")
+    monkeypatch.setenv(wo.FORCED_PATH_ENV, "sse")
+    with pytest.raises(ConfigError, match="only path that can be forced"):
+        wo.WeightOnlyLinear(torch.nn.Linear(32, 8), "int8-weights")
+
+
+def test_a_weight_only_format_on_a_gpu_is_refused_before_loading():
+    from thesis_lib.models.loading import weight_format
+
+    with pytest.raises(ConfigError, match="CPU format"):
+        weight_format("int8-weights", "cuda")
+    assert weight_format("bfloat16", "cpu") is None and weight_format("int8-weights", "cpu") == "int8-weights"
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_auto_picks_int8_weights_where_the_kernel_builds(monkeypatch, native_bf16):
+    """int8 weights wherever the kernel builds, whatever the CPU's bf16; without the kernel, bfloat16 where bf16 is
+    native and oneDNN packs it, else float32."""
+    from thesis_lib.models import cpu, packing
+
+    monkeypatch.setattr(cpu, "fast_bf16", lambda: native_bf16)
+    monkeypatch.setattr(packing, "bf16_packing_available", lambda: native_bf16)
+    name, why = cpu.auto_precision()
+    assert name == "int8-weights" and ("no native bf16" in why) != native_bf16
+    assert cpu.auto_dtype()[0] == torch.float32
+    monkeypatch.setattr(wo, "available", lambda: False)
+    assert cpu.auto_precision()[0] == ("bfloat16" if native_bf16 else "float32")
+    assert cpu.auto_dtype()[0] == (torch.bfloat16 if native_bf16 else torch.float32)
+
+
+@pytest.mark.parametrize("fmt", list(wo.FORMATS))
+@pytest.mark.parametrize("deferred", [False, True])
+def test_speculative_decoding_on_weight_only_models_equals_target_only(fmt, deferred, path):
+    """Tiny target and draft converted to a weight-only format, row-exact attention: every prompt's speculative
+    output is the target's greedy output token for token (no near-tie allowance)."""
+    from thesis_lib.decoding.drafters import ModelDrafter
+    from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+    from thesis_lib.decoding.state import ModelState
+    from thesis_lib.models import attention, tiny
+
+    target = tiny.tiny_model("qwen2", seed=0)
+    draft = tiny.noisy_copy(target, 0.02, seed=3)
+    for m in (target, draft):
+        assert wo.convert(m, fmt) > 0
+        attention.use(m)
+        assert m.dtype == torch.float32
+        assert attention.rows_exact(m)
+    t = ModelState(target, vocab_limit=TINY_VOCAB)
+    for prompt in ([3, 4, 5], [17, 2, 99, 41, 8], [250, 1, 1, 7], [60, 61, 62, 63, 64, 65]):
+        ref = greedy_generate(t, prompt, max_new_tokens=24).tokens
+        got = speculative_generate(t, ModelDrafter(draft, vocab_limit=TINY_VOCAB), prompt, k=4, max_new_tokens=24,
+                                   deferred=deferred)
+        assert got.stats.acceptance > 0.3
+        assert got.tokens == ref, prompt
