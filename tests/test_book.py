@@ -1125,14 +1125,15 @@ def _wo_doc(ms: dict, seconds: dict, stream: float = 20.0) -> dict:
 def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
     """The floor is a step's bytes over the read rate; the fastest precision is named only where its interval over
     the next one excludes 1 (every prompt faster), "cannot tell" where prompts disagree."""
-    from thesis_lib.analysis import precision as pa
+    from thesis_lib.analysis import floor as pa
 
     clear = _wo_doc({"float32": (300.0, 310.0), "int8-weights": (75.0, 90.0)},
                     {"float32": [9.0, 8.0, 10.0, 9.5], "int8-weights": [4.0, 4.2, 3.9, 4.1]})
     table = pa.floor_rows([(clear, "doc")]).set_index("precision")
-    assert table.loc["int8-weights", "target step / floor"] == pytest.approx(75.0 / 50.0)  # 1 GB at 20 GB/s: 50 ms
-    assert table.loc["float32", "target step / floor"] == pytest.approx(300.0 / 200.0)
-    assert table.loc["int8-weights", "block of 5 / step"] == pytest.approx(1.2)
+    assert table.loc["int8-weights", "/ floor"] == pytest.approx(75.0 / 50.0)  # 1 GB at 20 GB/s: 50 ms
+    assert table.loc["float32", "/ floor"] == pytest.approx(300.0 / 200.0)
+    assert table.loc["int8-weights", "5 tok / step"] == pytest.approx(1.2)
+    assert table.loc["int8-weights", "draft / floor"] == pytest.approx(37.5 / 25.0)
     wo = pa.weight_only(clear)
     assert wo["wo_step_over_f32"] == pytest.approx(4.0) and wo["wo_floor"] == pytest.approx(1.5)
     assert wo["wo_fastest"].startswith("the fastest is int8-weights") and "over float32" in wo["wo_fastest"]
@@ -1140,3 +1141,5 @@ def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
                     {"float32": [4.0, 8.0, 4.1, 8.2], "int8-weights": [8.0, 4.0, 8.1, 4.1]})
     assert pa.weight_only(mixed)["wo_fastest"].startswith("cannot tell")
     assert pa.weight_only({"precisions": ["float32", "bfloat16"]})["wo_fastest"] == "not measured"
+    clear["end_to_end"]["summary"]["same_text_across_precisions"] = 3
+    assert pa.weight_only(clear)["wo_same_text"] == "3 of 4"

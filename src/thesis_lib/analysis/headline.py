@@ -59,8 +59,10 @@ def strip(run, model_bench: dict) -> pd.DataFrame:
 
 
 def facts(run) -> dict:
-    """What a build's main run says about the build: the precision its target ran in, its prompts, new tokens."""
-    return {"build_dtype": run.environment.get("models", {}).get("target", {}).get("dtype", "?"),
+    """What a build's main run says about the build: the precision its target ran in (a weight-only format by its
+    name, else the dtype), its prompts, new tokens."""
+    target = run.environment.get("models", {}).get("target", {})
+    return {"build_dtype": target.get("dtype_requested") or target.get("dtype", "?"),
             "build_prompts": len({r["question_id"] for r in run.samples}),
             "build_new_tokens": run.config["max_new_tokens"]}
 

@@ -1,0 +1,101 @@
+"""Chapter 2's byte floor: a decode step's weights over the rate this machine reads memory, each precision's steps
+over it (:func:`floor_rows`), and what a document that measured the weight-only formats beside float32 says
+(:func:`weight_only`, :func:`fastest_precision`, the latter with a paired bootstrap interval over the prompts)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .precision import capability, flash_costs
+
+
+#: the columns of :func:`floor_rows`, short enough for the page
+FLOOR_COLUMNS = {"doc": "document (its number in the list)", "precision": "the precision",
+                 "GB": "the target's weights read per step", "step ms": "the target's one-token step",
+                 "/ floor": "that step over its floor", "5 tok / step": "a block of five over one step",
+                 "draft / floor": "the draft's step over its floor",
+                 "FH def. ms/tok": "FlashHead deferred decoding, ms per token", "equal": "outputs equal to target-only"}
+
+
+def floor_rows(docs: list[tuple[dict, str]]) -> pd.DataFrame:
+    """The byte floor per precision of each ``(document, label)`` (:data:`FLOOR_COLUMNS`): a step's weights over
+    the machine's 1 GiB read rate; the target's one-token step, over its floor, a block of five over the step; the
+    draft's step over its floor; FlashHead deferred ms per token and how many outputs equalled target-only output.
+    One row per precision."""
+    nan = float("nan")
+    rows = []
+    for doc, label in docs:
+        bw = doc.get("bandwidth") or {}
+        stream = bw.get("stream_read_gbps")
+        e2e = (doc.get("end_to_end") or {}).get("summary") or {}
+        prompts = (doc.get("end_to_end") or {}).get("prompts")
+
+        def over_floor(name: str) -> float:
+            nbytes = (bw.get("step_bytes") or {}).get(name)
+            return _curve_ms(doc, name)[1] / (nbytes / stream / 1e6) if nbytes and stream else nan
+
+        for p in doc["precisions"]:
+            ms = _curve_ms(doc, f"target/{p}")
+            nbytes = (bw.get("step_bytes") or {}).get(f"target/{p}")
+            costs = flash_costs(doc, p)
+            rows.append({"doc": label, "precision": p, "GB": nbytes / 1e9 if nbytes else nan, "step ms": ms[1],
+                         "/ floor": over_floor(f"target/{p}"), "5 tok / step": ms[5] / ms[1] if 5 in ms else nan,
+                         "draft / floor": over_floor(f"draft/{p}"),
+                         "FH def. ms/tok": costs["flash_ms_token"] if costs else nan,
+                         "equal": (f"{e2e[p]['vs_baseline']['flash_deferred']['equal_outputs']}/{prompts}"
+                                   if p in e2e else "not run")})
+    return pd.DataFrame(rows, columns=list(FLOOR_COLUMNS))
+
+
+def _curve_ms(doc: dict, name: str) -> dict[int, float]:
+    return {int(n): float(v) for n, v in doc["verify"][name]["ms"].items()}
+
+
+def weight_only(doc: dict | None) -> dict:
+    """Glued numbers of a document that measured ``int8-weights`` beside ``float32``: the target's step over
+    float32's (and over bfloat16's where measured), its block of five in steps, its step over the byte floor, and
+    the fastest precision end to end. NaN (and "not measured") without such a document."""
+    nan = float("nan")
+    keys = ("wo_step_over_f32", "wo_step_over_bf16", "wo_verify5", "wo_floor", "wo_step_ms", "wo_f32_step_ms",
+            "wo_stream_gbps")
+    if not doc or "int8-weights" not in doc.get("precisions", ()) or "float32" not in doc["precisions"]:
+        return {**{k: nan for k in keys}, "wo_fastest": "not measured", "wo_cpu": "not measured",
+                "wo_same_text": "not measured"}
+    ms = {p: _curve_ms(doc, f"target/{p}") for p in doc["precisions"]}
+    bw = doc["bandwidth"]
+    floor = bw["step_bytes"]["target/int8-weights"] / bw["stream_read_gbps"] / 1e6
+    out = {"wo_step_over_f32": ms["float32"][1] / ms["int8-weights"][1],
+           "wo_step_over_bf16": ms["bfloat16"][1] / ms["int8-weights"][1] if "bfloat16" in ms else nan,
+           "wo_verify5": ms["int8-weights"][5] / ms["int8-weights"][1],
+           "wo_floor": ms["int8-weights"][1] / floor, "wo_step_ms": ms["int8-weights"][1],
+           "wo_f32_step_ms": ms["float32"][1], "wo_stream_gbps": bw["stream_read_gbps"], "wo_cpu": capability(doc)}
+    out["wo_fastest"] = fastest_precision(doc)
+    e2e = doc.get("end_to_end") or {}
+    same = (e2e.get("summary") or {}).get("same_text_across_precisions")
+    out["wo_same_text"] = f"{same} of {e2e['prompts']}" if same is not None else "not measured"
+    return out
+
+
+def fastest_precision(doc: dict, mode: str = "flash_deferred") -> str:
+    """Which precision decodes ``mode`` in the least time over the document's prompts, and its speed over the next
+    one's with a paired bootstrap interval over the prompts (:func:`thesis_lib.analysis.uncertainty.bootstrap`);
+    "cannot tell" where that interval holds 1."""
+    import numpy as np
+
+    from .uncertainty import bootstrap
+
+    rows = (doc.get("end_to_end") or {}).get("rows") or []
+    precisions = [p for p in doc["precisions"] if rows and all(f"{p}/{mode}" in r for r in rows)]
+    if len(precisions) < 2:
+        return "not measured (fewer than two precisions decoded end to end)"
+    seconds = {p: np.array([r[f"{p}/{mode}"]["seconds"] / r[f"{p}/{mode}"]["tokens"] for r in rows])
+               for p in precisions}
+    best, nxt = sorted(precisions, key=lambda p: seconds[p].sum())[:2]
+    ci = bootstrap([np.array([[a, b]]) for a, b in zip(seconds[nxt], seconds[best])], lambda v: v[0] / v[1])
+    ms = {p: 1e3 * seconds[p].mean() for p in (best, nxt)}
+    said = (f"{best} ({ms[best]:.0f} ms per token with the FlashHead draft and deferred verification) over {nxt} "
+            f"({ms[nxt]:.0f} ms): {ci['value']:.2f}x, 95 % interval {ci['lo']:.2f}-{ci['hi']:.2f} over "
+            f"{len(rows)} prompts")
+    if ci["lo"] <= 1:
+        return f"cannot tell which precision is the fastest: {said}"
+    return f"the fastest is {said}"
