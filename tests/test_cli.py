@@ -258,3 +258,16 @@ def test_bf16_precisions_are_refused_where_bf16_is_emulated(monkeypatch):
     precision.check(["bfloat16"], 13, 15, emulated=True)
     monkeypatch.setattr(packing, "bf16_packing_available", lambda: True)
     assert not precision.emulates_bf16(["bfloat16", "int4"])
+
+def test_llama_bench_without_llama_cpp_fails_before_any_model(monkeypatch, capsys):
+    """Without the optional binding the command names the extra to install and loads nothing."""
+    import importlib.util
+
+    from thesis_lib.models import loading
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert cli.main(["llama-bench", "--prompts", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install -e '.[llama]'" in err and "Traceback" not in err

@@ -120,6 +120,8 @@ class Params:
     #: saved documents timing the weight-only formats beside float32 (``precision-bench --precisions
     #: float32,...,int8-weights``): the byte floor table of chapter 2
     precision_files_weight_only: list = field(default_factory=list)
+    #: a saved ``thesis-lib llama-bench`` document: llama.cpp beside this project in chapter 2
+    llama_file: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True

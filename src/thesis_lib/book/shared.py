@@ -211,8 +211,9 @@ def gpu_check(p: Params) -> tuple[dict | None, str]:
 
 
 def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
-    """The saved ``thesis-lib precision-bench`` document the parameter ``name`` names (``PRECISION_FILE``,
-    ``PRECISION_FILE_NO_BF16`` or ``PRECISION_FILE_LAYOUTS``), and a label: what, when and where it was measured."""
+    """The saved measurement document the parameter ``name`` names (``thesis-lib precision-bench``'s:
+    ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``; ``thesis-lib llama-bench``'s:
+    ``LLAMA_FILE``), and a label: what, when and where it was measured."""
     from ..analysis.precision import capability
 
     path = getattr(p, name.lower())

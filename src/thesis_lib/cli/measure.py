@@ -156,6 +156,34 @@ def cmd_precision_bench(args) -> int:
     return options.emit(doc, precision.text(doc), out_path)
 
 
+def cmd_llama_bench(args) -> int:
+    from ..bench import llama_peer
+    from ..bench.prompts import demo_prompts, encode
+    from ..bench.environment import provenance
+    from ..models import loading
+
+    llama_peer.check()  # before any model loads
+    if args.prompts < 1 or args.max_new_tokens < 1 or args.k < 1:
+        raise ConfigError("--prompts, --max-new-tokens and -k must be >= 1.")
+    specs.check_available(specs.DEFAULT_TARGET)
+    specs.check_available(specs.DEFAULT_DRAFT)
+    out_path = options.new_out_path(args)
+    measured = provenance()
+    target, draft = loading.load_pair(dtype=args.dtype)
+    prompts = demo_prompts()[: args.prompts]
+    ids = [encode(target.tokenizer, p.text) for p in prompts]
+    doc = llama_peer.run(target, draft, ids, k=args.k, max_new_tokens=args.max_new_tokens)
+    import torch
+
+    from ..models.cpu import cpu_name, fast_bf16
+
+    doc.update(measured=measured, processor=cpu_name(), torch=torch.__version__, fast_bf16=fast_bf16(),
+               cpu_capability=torch.backends.cpu.get_cpu_capability(),
+               command=f"thesis-lib llama-bench --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "
+                       f"-k {args.k} --dtype {args.dtype}")
+    return options.emit(doc, llama_peer.text(doc), out_path)
+
+
 def cmd_sampling_check(args) -> int:
     from ..analysis import distcheck
     from ..bench.environment import provenance
@@ -300,6 +328,18 @@ def add_parsers(sub) -> None:
                    "bfloat16 and int4 anyway (stock bf16 layers): the precisions DTYPE auto declines there")
     options.out(p)
     p.set_defaults(func=cmd_precision_bench)
+
+    p = sub.add_parser("llama-bench", help="llama.cpp beside this project on the embedded pair's own GGUF files",
+                       description="Times llama.cpp's greedy target-only and speculative decoding (the 0.5B GGUF as "
+                       "its draft) beside this project's target-only and FlashHead deferred decoding, interleaved per "
+                       "demo prompt, same threads and new tokens; bytes per step of each; where the texts part. Needs "
+                       "the optional extra llama (pip install -e '.[llama]'). One JSON document as the last line.")
+    p.add_argument("--prompts", type=int, default=5, help="demo prompts (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
+    p.add_argument("-k", type=int, default=4, help="draft tokens per round, both engines (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", help="this project's precision (default: %(default)s)")
+    options.out(p)
+    p.set_defaults(func=cmd_llama_bench)
 
     p = sub.add_parser("sampling-check", help="prove speculative sampling lossless on tiny models (exact test)",
                        description="Speculative sampling (dense and FlashHead drafts, ordinary and deferred) "
