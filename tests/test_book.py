@@ -1172,6 +1172,9 @@ def test_the_llama_cpp_verdicts_follow_their_numbers():
                          "ours FlashHead deferred": 4.5})
     assert floor.llama_glued(faster)["llama_gap"].startswith("our target-only decoding is 1.25 times as fast")
     assert floor.llama_glued(None)["llama_best"] == "not measured"
+    doc["prompts"] = 5
+    doc["summary"]["llama.cpp speculative"]["equal_to_llama_target_only"] = 3
+    assert floor.llama_glued(doc)["llama_spec_equal"] == "3 of 5"
 
 
 def test_a_gguf_step_reads_every_tensor_but_the_token_embedding(tmp_path):

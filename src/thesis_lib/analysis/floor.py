@@ -123,7 +123,8 @@ def llama_glued(doc: dict | None) -> dict:
     nan = float("nan")
     if not doc:
         return {"llama_best_over_target": nan, "llama_best_over_spec": nan, "llama_byte_ratio": nan,
-                "llama_base_ratio": nan, "llama_best": "not measured", "llama_gap": "not measured (no llama.cpp document)"}
+                "llama_base_ratio": nan, "llama_best": "not measured", "llama_spec_equal": "not measured",
+                "llama_gap": "not measured (no llama.cpp document)"}
     s, b = doc["summary"], doc["bytes_per_step"]
     best = max(("ours target-only", "ours FlashHead deferred"), key=lambda n: s[n]["tokens_per_s"])
     byte_ratio = b["ours target"] / b["llama.cpp target"]
@@ -138,4 +139,6 @@ def llama_glued(doc: dict | None) -> dict:
                f"steps explain: ours reads {byte_ratio:.2f} times its bytes per step")
     return {"llama_best_over_target": s[best]["tokens_per_s"] / s["llama.cpp target-only"]["tokens_per_s"],
             "llama_best_over_spec": s[best]["tokens_per_s"] / s["llama.cpp speculative"]["tokens_per_s"],
-            "llama_byte_ratio": byte_ratio, "llama_base_ratio": base_ratio, "llama_best": best, "llama_gap": gap}
+            "llama_byte_ratio": byte_ratio, "llama_base_ratio": base_ratio, "llama_best": best, "llama_gap": gap,
+            "llama_spec_equal": (f"{s['llama.cpp speculative'].get('equal_to_llama_target_only', '?')} of "
+                                 f"{doc.get('prompts', '?')}")}
