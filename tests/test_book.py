@@ -1141,6 +1141,11 @@ def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
                     {"float32": [4.0, 8.0, 4.1, 8.2], "int8-weights": [8.0, 4.0, 8.1, 4.1]})
     assert pa.weight_only(mixed)["wo_fastest"].startswith("cannot tell")
     assert pa.weight_only({"precisions": ["float32", "bfloat16"]})["wo_fastest"] == "not measured"
+    both = pa.weight_only_glued([(clear, "first"), (mixed, "second")])
+    assert both["wo_sources"] == "first; second" and both["wo_step_over_f32"] == pytest.approx(4.0)
+    assert both["avx2_wo_fastest"].startswith("cannot tell")
+    assert pa.weight_only_glued([])["avx2_wo_fastest"] == "not measured"
+    assert "none named" in pa.floor_rows([]).iloc[0, 0]
     clear["end_to_end"]["summary"]["same_text_across_precisions"] = 3
     assert pa.weight_only(clear)["wo_same_text"] == "3 of 4"
 

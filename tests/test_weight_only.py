@@ -56,6 +56,9 @@ def test_every_row_of_a_block_equals_that_row_alone(fmt, path):
         layer = wo.WeightOnlyLinear(torch.nn.Linear(n_in, n_out), fmt)
         x = torch.randn(13, n_in)
         alone = torch.cat([layer(x[i:i + 1]) for i in range(13)])
+        ref = (x.double() @ wo.unpack(layer.packed_weight, n_out, n_in, layer.scale).double().T
+               + layer.packed_bias.double())
+        torch.testing.assert_close(alone.double(), ref, rtol=1e-4, atol=1e-3)  # the right products, not just equal
         for n in range(1, 14):
             assert torch.equal(layer(x[:n]), alone[:n]), (n_in, n)
 
@@ -69,6 +72,8 @@ def test_the_two_paths_differ_only_in_rounding(monkeypatch):
     avx2 = wo.WeightOnlyLinear(lin, "bfloat16-weights")
     x = torch.randn(3, 1536)
     torch.testing.assert_close(own(x), avx2(x), rtol=1e-5, atol=1e-5)
+    ref = x.double() @ lin.weight.detach().to(torch.bfloat16).double().T + lin.bias.detach().double()
+    torch.testing.assert_close(avx2(x).double(), ref, rtol=1e-5, atol=1e-4)
 
 
 def test_pack_and_unpack_invert_each_other():

@@ -18,11 +18,13 @@ FLOOR_COLUMNS = {"doc": "document (its number in the list)", "precision": "the p
 
 
 def floor_rows(docs: list[tuple[dict, str]]) -> pd.DataFrame:
-    """The byte floor per precision of each ``(document, label)`` (:data:`FLOOR_COLUMNS`): a step's weights over
+    """The byte floor per precision of each ``(document, label)`` (none: a one-cell table saying so) (:data:`FLOOR_COLUMNS`): a step's weights over
     the machine's 1 GiB read rate; the target's one-token step, over its floor, a block of five over the step; the
     draft's step over its floor; FlashHead deferred ms per token and how many outputs equalled target-only output.
     One row per precision."""
     nan = float("nan")
+    if not docs:
+        return pd.DataFrame({"weight-only documents": ["none named (PRECISION_FILES_WEIGHT_ONLY)"]})
     rows = []
     for doc, label in docs:
         bw = doc.get("bandwidth") or {}
@@ -73,6 +75,16 @@ def weight_only(doc: dict | None) -> dict:
     e2e = doc.get("end_to_end") or {}
     same = (e2e.get("summary") or {}).get("same_text_across_precisions")
     out["wo_same_text"] = f"{same} of {e2e['prompts']}" if same is not None else "not measured"
+    return out
+
+
+def weight_only_glued(docs: list[tuple[dict, str]]) -> dict:
+    """Chapter 2's glued values from ``PRECISION_FILES_WEIGHT_ONLY``: the documents' labels (``wo_sources``), the
+    first document's :func:`weight_only` values, and the second's (the kernel's AVX2 path) prefixed ``avx2_``."""
+    docs = list(docs)
+    out = {"wo_sources": "; ".join(label for _, label in docs) or "no weight-only document named"}
+    out.update(weight_only(docs[0][0] if docs else None))
+    out.update({"avx2_" + k: v for k, v in weight_only(docs[1][0] if len(docs) > 1 else None).items()})
     return out
 
 

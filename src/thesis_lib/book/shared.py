@@ -214,9 +214,20 @@ def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | Non
     """The saved measurement document the parameter ``name`` names (``thesis-lib precision-bench``'s:
     ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``; ``thesis-lib llama-bench``'s:
     ``LLAMA_FILE``), and a label: what, when and where it was measured."""
+    return saved_document(getattr(p, name.lower()), name)
+
+
+def precision_benches(p: Params, name: str) -> list[tuple[dict, str]]:
+    """The saved documents a list parameter names (``PRECISION_FILES_WEIGHT_ONLY``), each with its label (as
+    :func:`precision_bench`); files that do not exist are left out."""
+    return [(doc, label) for path in getattr(p, name.lower()) or []
+            for doc, label in [saved_document(path, name)] if doc is not None]
+
+
+def saved_document(path: str | None, name: str) -> tuple[dict | None, str]:
+    """A saved measurement document under the project root and its label (None, and why, where it is missing)."""
     from ..analysis.precision import capability
 
-    path = getattr(p, name.lower())
     if not path or not (ROOT / path).is_file():
         return None, f"no precision document named ({name})"
     doc = json.loads((ROOT / path).read_text(encoding="utf-8"))
@@ -225,18 +236,6 @@ def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | Non
     rev = (git.get("commit") or "unknown")[:10] + (" with uncommitted changes" if git.get("dirty") else "")
     return doc, (f"{doc.get('command', 'thesis-lib precision-bench')}; measured {m.get('recorded_at', '?')[:10]} at "
                  f"{rev} on {capability(doc)}, {doc['threads']} threads, torch {doc['torch']}; saved in {path}")
-
-
-def precision_benches(p: Params, name: str) -> list[tuple[dict, str]]:
-    """The saved documents a list parameter names (``PRECISION_FILES_WEIGHT_ONLY``), each with its label (as
-    :func:`precision_bench`); files that do not exist are left out."""
-    out = []
-    for path in getattr(p, name.lower()) or []:
-        one = Params(**{**p.__dict__, "precision_file": path})
-        doc, label = precision_bench(one)
-        if doc is not None:
-            out.append((doc, label))
-    return out
 
 
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
