@@ -1111,7 +1111,8 @@ def _wo_doc(ms: dict, seconds: dict, stream: float = 20.0) -> dict:
     for p, (one, five) in ms.items():
         for role, f in (("target", 1.0), ("draft", 0.5)):
             verify[f"{role}/{p}"] = {"ms": {1: one * f, 5: five * f}}
-            step_bytes[f"{role}/{p}"] = int({"float32": 4e9, "bfloat16": 2e9, "int8-weights": 1e9}[p] * f)
+            step_bytes[f"{role}/{p}"] = int({"float32": 4e9, "bfloat16": 2e9, "int8-weights": 1e9,
+                                              "int8-dynamic": 1e9}[p] * f)
     rows = [{f"{p}/flash_deferred": {"seconds": s[i], "tokens": 32} for p, s in seconds.items()}
             for i in range(len(next(iter(seconds.values()))))]
     summary = {p: {"baseline_ms_per_token": 1e3 * sum(s) / len(s) / 32 * 1.5,
@@ -1141,9 +1142,18 @@ def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
                     {"float32": [4.0, 8.0, 4.1, 8.2], "int8-weights": [8.0, 4.0, 8.1, 4.1]})
     assert pa.weight_only(mixed)["wo_fastest"].startswith("cannot tell")
     assert pa.weight_only({"precisions": ["float32", "bfloat16"]})["wo_fastest"] == "not measured"
-    both = pa.weight_only_glued([(clear, "first"), (mixed, "second")])
-    assert both["wo_sources"] == "first; second" and both["wo_step_over_f32"] == pytest.approx(4.0)
-    assert both["avx2_wo_fastest"].startswith("cannot tell")
+    mixed["kernels"] = {"int8-weights": ["int8-weights (7 linear layers; float32 products, AVX2 kernel)"]}
+    assert pa.kernel_path_of(mixed, "int8-weights") == "AVX2" and pa.kernel_path_of(clear, "int8-weights") == "own"
+    dyn = _wo_doc({"float32": (300.0, 310.0), "int8-weights": (80.0, 104.0), "int8-dynamic": (64.0, 76.8)},
+                  {"float32": [9.0, 8.0, 10.0, 9.5], "int8-weights": [4.0, 4.2, 3.9, 4.1],
+                   "int8-dynamic": [3.0, 3.1, 2.9, 3.0]})
+    both = pa.weight_only_glued([(mixed, "second"), (clear, "first"), (dyn, "third")])
+    assert both["wo_sources"] == "second; first; third" and both["wo_step_over_f32"] == pytest.approx(4.0)
+    assert both["avx2_wo_fastest"].startswith("cannot tell")  # the AVX2 document's, wherever it stands in the list
+    assert both["dyn_step_over_wo"] == pytest.approx(1.25) and both["dyn_verify5"] == pytest.approx(1.2)
+    assert both["dyn_verify5_wo"] == pytest.approx(1.3)  # int8-weights' block of five in the same document
+    assert both["dyn_floor"] == pytest.approx(64.0 / 50.0) and both["dyn_fastest"].startswith("the fastest is int8-dyn")
+    assert both["avx2_dyn_fastest"] == "not measured"  # no AVX2 document ran int8-dynamic
     assert pa.weight_only_glued([])["avx2_wo_fastest"] == "not measured"
     assert "none named" in pa.floor_rows([]).iloc[0, 0]
     clear["end_to_end"]["summary"]["same_text_across_precisions"] = 3

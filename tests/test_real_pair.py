@@ -52,15 +52,15 @@ def test_embedded_models_are_the_pinned_files(real_pair):
 
 
 def test_the_pair_runs_in_the_precision_this_cpu_supports(real_pair):
-    """int8 weights with float32 products wherever the weight-only kernel builds; without it bfloat16 (oneDNN-packed,
+    """int8 weights by int8 activations rounded per block (int8-dynamic) wherever the project's kernel builds; without it bfloat16 (oneDNN-packed,
     tied heads included) where the CPU has native bf16 dot products, else float32; the converted files are stored
     in bfloat16 for the first two (no float32 copy), in float32 for float32."""
     from thesis_lib.models import weight_only
     from thesis_lib.models.cpu import fast_bf16
     from thesis_lib.models.packing import PackedLinear
 
-    want = "int8-weights" if weight_only.available() else ("bfloat16" if fast_bf16() else "float32")
-    layer = weight_only.WeightOnlyLinear if want == "int8-weights" else PackedLinear
+    want = "int8-dynamic" if weight_only.available() else ("bfloat16" if fast_bf16() else "float32")
+    layer = weight_only.WeightOnlyLinear if want == "int8-dynamic" else PackedLinear
     for lm in real_pair:
         assert lm.info["dtype_requested"] == want and want in lm.info["dtype_reason"]
         assert lm.dtype == ("bfloat16" if want == "bfloat16" else "float32")

@@ -1,5 +1,6 @@
-"""Weight-only layers (models.weight_only): bfloat16 or int8 weights, float32 products, every row of a block as
-that row alone, and greedy speculative output equal to target-only output on models made of them."""
+"""Low-byte layers (models.weight_only): bfloat16 or int8 weights with float32 products, or int8 weights by int8
+activations rounded per block of 32 (int8-dynamic); every row of a block as that row alone, and greedy speculative
+output equal to target-only output on models made of them."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def _reference(lin: torch.nn.Linear, fmt: str) -> torch.Tensor:
     return q.double() * scale.double()[:, None]
 
 
+def _rounded_input(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """What the format multiplies, in float64: x itself, or (int8-dynamic) x rounded per block of 32 values to
+    levels of the block's largest magnitude over 127, written out here from the format's definition."""
+    if fmt != "int8-dynamic":
+        return x.double()
+    blocks = x.reshape(*x.shape[:-1], -1, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    levels = torch.round(blocks * torch.where(amax > 0, 127 / amax, 0)).clamp(-127, 127)
+    return (levels.double() * (amax / 127).double()).reshape(x.shape)
+
+
 @pytest.mark.parametrize("fmt", list(wo.FORMATS))
 @pytest.mark.parametrize("out_features", [40, 42, 257])  # a multiple of the kernel's 4-row blocks, and not
 def test_products_match_float64_of_the_stored_weights(fmt, out_features, path):
@@ -42,7 +54,7 @@ def test_products_match_float64_of_the_stored_weights(fmt, out_features, path):
     assert layer.path == (1 if path == "avx2" else 0)
     x = torch.randn(2, 5, 96)
     y = layer(x)
-    ref = x.double() @ _reference(lin, fmt).T + lin.bias.double()
+    ref = _rounded_input(x, fmt) @ _reference(lin, fmt).T + lin.bias.double()
     assert y.dtype == torch.float32 and y.shape == (2, 5, out_features)
     torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
 
@@ -56,7 +68,7 @@ def test_every_row_of_a_block_equals_that_row_alone(fmt, path):
         layer = wo.WeightOnlyLinear(torch.nn.Linear(n_in, n_out), fmt)
         x = torch.randn(13, n_in)
         alone = torch.cat([layer(x[i:i + 1]) for i in range(13)])
-        ref = (x.double() @ wo.unpack(layer.packed_weight, n_out, n_in, layer.scale).double().T
+        ref = (_rounded_input(x, fmt) @ wo.unpack(layer.packed_weight, n_out, n_in, layer.scale, fmt).double().T
                + layer.packed_bias.double())
         torch.testing.assert_close(alone.double(), ref, rtol=1e-4, atol=1e-3)  # the right products, not just equal
         for n in range(1, 14):
@@ -76,6 +88,39 @@ def test_the_two_paths_differ_only_in_rounding(monkeypatch):
     torch.testing.assert_close(avx2(x).double(), ref, rtol=1e-5, atol=1e-4)
 
 
+def test_int8_dynamic_computes_alike_on_both_paths(monkeypatch):
+    """Exact integer sums and one fixed chain of block additions: the AVX2 path equals the CPU's own bit for bit."""
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(1536, 96)
+    own = wo.WeightOnlyLinear(lin, "int8-dynamic")
+    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+    avx2 = wo.WeightOnlyLinear(lin, "int8-dynamic")
+    x = torch.randn(7, 1536) * torch.linspace(0.01, 30, 1536)  # blocks of very different magnitudes
+    assert own.path == 0 and avx2.path == 1
+    assert torch.equal(own(x), avx2(x))
+    torch.testing.assert_close(own(x).double(), _rounded_input(x, "int8-dynamic") @ _reference(lin, "int8-dynamic").T
+                               + lin.bias.detach().double(), rtol=1e-5, atol=1e-4)
+
+
+def test_int8_dynamic_rounds_each_block_by_its_own_magnitude():
+    """An identity-like weight reads the rounded inputs back: a block of small values keeps its own resolution
+    beside a block a thousand times larger; a block of zeros stays zero."""
+    k = 64
+    lin = torch.nn.Linear(k, k, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.eye(k))
+    layer = wo.WeightOnlyLinear(lin, "int8-dynamic")
+    x = torch.zeros(2, k)
+    x[0, :32] = torch.linspace(-1e-3, 1e-3, 32)
+    x[0, 32:] = torch.linspace(-1.0, 1.0, 32)
+    x[1, 32:] = torch.linspace(0.0, 5.0, 32)
+    y = layer(x)
+    assert torch.equal(y[1, :32], torch.zeros(32))
+    assert (y[0, :32] - x[0, :32]).abs().max() <= 1e-3 / 127 / 2 * 1.001  # half a level of the small block
+    assert (y[0, 32:] - x[0, 32:]).abs().max() <= 1.0 / 127 / 2 * 1.001
+    assert (y[0, :32] != 0).sum() >= 30  # not flushed to zero by the larger block
+
+
 def test_pack_and_unpack_invert_each_other():
     k = wo.kernel()
     q = torch.randint(-127, 128, (42, 64), dtype=torch.int8)
@@ -84,6 +129,10 @@ def test_pack_and_unpack_invert_each_other():
     assert torch.equal(wo.unpack(packed, 42, 64), q.float())
     w = torch.randn(8, 32).to(torch.bfloat16)
     assert torch.equal(wo.unpack(k.pack(w), 8, 32), w.float())
+    dyn = k.pack_dynamic(q)
+    assert dyn.numel() == 64 * 64 and dyn.dtype == torch.uint8  # rows padded to a multiple of 32
+    scale = torch.rand(42) + 0.5
+    assert torch.equal(wo.unpack(dyn, 42, 64, scale, "int8-dynamic"), q.float() * scale[:, None])
 
 
 def test_int8_rows_are_scaled_by_their_largest_magnitude():
@@ -96,6 +145,8 @@ def test_int8_rows_are_scaled_by_their_largest_magnitude():
 def test_bad_layers_and_paths_are_refused(monkeypatch):
     with pytest.raises(ConfigError, match="divisible by 16"):
         wo.WeightOnlyLinear(torch.nn.Linear(40, 8), "int8-weights")
+    with pytest.raises(ConfigError, match="divisible by 32"):
+        wo.WeightOnlyLinear(torch.nn.Linear(48, 8), "int8-dynamic")
     with pytest.raises(ConfigError, match="Unknown weight-only format"):
         wo.WeightOnlyLinear(torch.nn.Linear(32, 8), "int4-weights")
     monkeypatch.setenv(wo.FORCED_PATH_ENV, "sse")
@@ -112,15 +163,15 @@ def test_a_weight_only_format_on_a_gpu_is_refused_before_loading():
 
 
 @pytest.mark.parametrize("native_bf16", [True, False])
-def test_auto_picks_int8_weights_where_the_kernel_builds(monkeypatch, native_bf16):
-    """int8 weights wherever the kernel builds, whatever the CPU's bf16; without the kernel, bfloat16 where bf16 is
-    native and oneDNN packs it, else float32."""
+def test_auto_picks_int8_dynamic_where_the_kernel_builds(monkeypatch, native_bf16):
+    """int8 weights by rounded int8 activations wherever the kernel builds, whatever the CPU's bf16; without the
+    kernel, bfloat16 where bf16 is native and oneDNN packs it, else float32."""
     from thesis_lib.models import cpu, packing
 
     monkeypatch.setattr(cpu, "fast_bf16", lambda: native_bf16)
     monkeypatch.setattr(packing, "bf16_packing_available", lambda: native_bf16)
     name, why = cpu.auto_precision()
-    assert name == "int8-weights" and ("no native bf16" in why) != native_bf16
+    assert name == "int8-dynamic" and ("no native bf16" in why) != native_bf16
     assert cpu.auto_dtype()[0] == torch.float32
     monkeypatch.setattr(wo, "available", lambda: False)
     assert cpu.auto_precision()[0] == ("bfloat16" if native_bf16 else "float32")
@@ -138,7 +189,7 @@ def test_speculative_decoding_on_weight_only_models_equals_target_only(fmt, defe
     from thesis_lib.models import attention, tiny
 
     target = tiny.tiny_model("qwen2", seed=0)
-    draft = tiny.noisy_copy(target, 0.02, seed=3)
+    draft = tiny.noisy_copy(target, 0.01, seed=3)  # close enough that every prompt's rounds accept and reject
     for m in (target, draft):
         assert wo.convert(m, fmt) > 0
         attention.use(m)
@@ -149,5 +200,5 @@ def test_speculative_decoding_on_weight_only_models_equals_target_only(fmt, defe
         ref = greedy_generate(t, prompt, max_new_tokens=24).tokens
         got = speculative_generate(t, ModelDrafter(draft, vocab_limit=TINY_VOCAB), prompt, k=4, max_new_tokens=24,
                                    deferred=deferred)
-        assert got.stats.acceptance > 0.3
+        assert 0.3 < got.stats.acceptance < 1
         assert got.tokens == ref, prompt

@@ -53,38 +53,55 @@ def _curve_ms(doc: dict, name: str) -> dict[int, float]:
     return {int(n): float(v) for n, v in doc["verify"][name]["ms"].items()}
 
 
-def weight_only(doc: dict | None) -> dict:
-    """Glued numbers of a document that measured ``int8-weights`` beside ``float32``: the target's step over
-    float32's (and over bfloat16's where measured), its block of five in steps, its step over the byte floor, and
-    the fastest precision end to end. NaN (and "not measured") without such a document."""
+#: the low-byte formats chapter 2 describes, with the prefix of their glued names
+FORMAT_PREFIXES = (("int8-weights", "wo_"), ("int8-dynamic", "dyn_"))
+
+
+def kernel_path_of(doc: dict, fmt: str) -> str:
+    """Which of the kernel's paths a document ran ``fmt`` on: "AVX2" where its loader said so (forced, or a CPU
+    without AVX-512), else "own"."""
+    return "AVX2" if any("AVX2 kernel" in k for k in (doc.get("kernels") or {}).get(fmt, ())) else "own"
+
+
+def weight_only(doc: dict | None, fmt: str = "int8-weights", prefix: str = "wo_") -> dict:
+    """Glued numbers (names prefixed ``prefix``) of a document that measured ``fmt`` beside ``float32``: the
+    target's step over float32's (and over bfloat16's and int8-weights' where measured), its block of five in
+    steps (and int8-weights' in the same document), its step over the byte floor, the fastest precision end to end and whether the target-only text was the
+    same in every precision. NaN (and "not measured") without such a document."""
     nan = float("nan")
-    keys = ("wo_step_over_f32", "wo_step_over_bf16", "wo_verify5", "wo_floor", "wo_step_ms", "wo_f32_step_ms",
-            "wo_stream_gbps")
-    if not doc or "int8-weights" not in doc.get("precisions", ()) or "float32" not in doc["precisions"]:
-        return {**{k: nan for k in keys}, "wo_fastest": "not measured", "wo_cpu": "not measured",
-                "wo_same_text": "not measured"}
+    keys = ("step_over_f32", "step_over_bf16", "step_over_wo", "verify5", "verify5_wo", "floor", "step_ms",
+            "f32_step_ms", "stream_gbps")
+    if not doc or fmt not in doc.get("precisions", ()) or "float32" not in doc["precisions"]:
+        return {**{prefix + k: nan for k in keys}, prefix + "fastest": "not measured", prefix + "cpu": "not measured",
+                prefix + "same_text": "not measured"}
     ms = {p: _curve_ms(doc, f"target/{p}") for p in doc["precisions"]}
     bw = doc["bandwidth"]
-    floor = bw["step_bytes"]["target/int8-weights"] / bw["stream_read_gbps"] / 1e6
-    out = {"wo_step_over_f32": ms["float32"][1] / ms["int8-weights"][1],
-           "wo_step_over_bf16": ms["bfloat16"][1] / ms["int8-weights"][1] if "bfloat16" in ms else nan,
-           "wo_verify5": ms["int8-weights"][5] / ms["int8-weights"][1],
-           "wo_floor": ms["int8-weights"][1] / floor, "wo_step_ms": ms["int8-weights"][1],
-           "wo_f32_step_ms": ms["float32"][1], "wo_stream_gbps": bw["stream_read_gbps"], "wo_cpu": capability(doc)}
-    out["wo_fastest"] = fastest_precision(doc)
+    floor = bw["step_bytes"][f"target/{fmt}"] / bw["stream_read_gbps"] / 1e6
+    step = ms[fmt][1]
+    out = {"step_over_f32": ms["float32"][1] / step,
+           "step_over_bf16": ms["bfloat16"][1] / step if "bfloat16" in ms else nan,
+           "step_over_wo": ms["int8-weights"][1] / step if "int8-weights" in ms else nan,
+           "verify5": ms[fmt][5] / step, "floor": step / floor, "step_ms": step,
+           "verify5_wo": ms["int8-weights"][5] / ms["int8-weights"][1] if "int8-weights" in ms else nan,
+           "f32_step_ms": ms["float32"][1], "stream_gbps": bw["stream_read_gbps"], "cpu": capability(doc),
+           "fastest": fastest_precision(doc)}
     e2e = doc.get("end_to_end") or {}
     same = (e2e.get("summary") or {}).get("same_text_across_precisions")
-    out["wo_same_text"] = f"{same} of {e2e['prompts']}" if same is not None else "not measured"
-    return out
+    out["same_text"] = f"{same} of {e2e['prompts']}" if same is not None else "not measured"
+    return {prefix + k: v for k, v in out.items()}
 
 
 def weight_only_glued(docs: list[tuple[dict, str]]) -> dict:
-    """Chapter 2's glued values from ``PRECISION_FILES_WEIGHT_ONLY``: the documents' labels (``wo_sources``), the
-    first document's :func:`weight_only` values, and the second's (the kernel's AVX2 path) prefixed ``avx2_``."""
+    """Chapter 2's glued values from ``PRECISION_FILES_WEIGHT_ONLY``: the documents' labels (``wo_sources``), and
+    for each of :data:`FORMAT_PREFIXES` the :func:`weight_only` values of the first document that ran it on the
+    CPU's own kernel path, and of the first that ran it on the AVX2 path (prefixed ``avx2_``)."""
     docs = list(docs)
     out = {"wo_sources": "; ".join(label for _, label in docs) or "no weight-only document named"}
-    out.update(weight_only(docs[0][0] if docs else None))
-    out.update({"avx2_" + k: v for k, v in weight_only(docs[1][0] if len(docs) > 1 else None).items()})
+    for fmt, prefix in FORMAT_PREFIXES:
+        for path, extra in (("own", ""), ("AVX2", "avx2_")):
+            found = next((d for d, _ in docs if fmt in d.get("precisions", ()) and kernel_path_of(d, fmt) == path),
+                         None)
+            out.update({extra + k: v for k, v in weight_only(found, fmt, prefix).items()})
     return out
 
 

@@ -50,18 +50,19 @@ def int4_available() -> bool:
 
 #: the number formats: float32, bfloat16, the weight-only formats (bf16 or int8 weights, float32 products:
 #: :mod:`thesis_lib.models.weight_only`) and the 4-bit target (its body int4, head and draft bf16)
-PRECISIONS = ("float32", "bfloat16", "bfloat16-weights", "int8-weights", "int4")
+PRECISIONS = ("float32", "bfloat16", "bfloat16-weights", "int8-weights", "int8-dynamic", "int4")
+_LOW_BYTE = {"bfloat16-weights": "bfloat16", "int8-weights": "int8", "int8-dynamic": "int8"}  # -> stored weights
 
 
 def dtype_of(precision: str) -> str:
     """The torch dtype name a precision runs its float layers in (int4: bfloat16 activations; the weight-only
     formats: float32)."""
-    return {"int4": "bfloat16", "bfloat16-weights": "float32", "int8-weights": "float32"}.get(precision, precision)
+    return "bfloat16" if precision == "int4" else "float32" if precision in _LOW_BYTE else precision
 
 
 def stored_of(precision: str) -> str:
     """The torch dtype name of a precision's body weights (what a step reads)."""
-    return {"int4": "bfloat16", "bfloat16-weights": "bfloat16", "int8-weights": "int8"}.get(precision, precision)
+    return "bfloat16" if precision == "int4" else _LOW_BYTE.get(precision, precision)
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -86,7 +87,7 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
                           "Use --precisions float32, or --emulated to time the emulation on purpose.")
     if int4_group not in (32, 64, 128, 256):
         raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
-    if any(p in ("bfloat16-weights", "int8-weights") for p in precisions):
+    if any(p in _LOW_BYTE for p in precisions):
         from ..models import weight_only
 
         weight_only.kernel()  # a clear error (no compiler, no AVX2) before any weights load

@@ -316,7 +316,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
     p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, "
                    "bfloat16-weights and int8-weights (float32 products over bf16 or int8 weights: the project's "
-                   "kernel), int4 (the target's body 4-bit, head and draft bf16) (default: %(default)s)")
+                   "kernel), int8-dynamic (int8 weights by int8 activations rounded per block of 32), int4 (the target's body 4-bit, head and draft bf16) (default: %(default)s)")
     p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")

@@ -150,8 +150,10 @@ def storage_dtype(dtype: str | None = None) -> str:
         from .cpu import auto_precision
 
         dtype = auto_precision()[0]
-    return "bfloat16" if str(dtype).replace("torch.", "") in ("bfloat16", "bf16", "bfloat16-weights",
-                                                              "int8-weights") else "float32"
+    from .weight_only import FORMATS
+
+    name = str(dtype).replace("torch.", "")
+    return "bfloat16" if name in ("bfloat16", "bf16") or name in FORMATS else "float32"
 
 
 def converted_dir(model: EmbeddedModel, dtype: str | None = None) -> Path:

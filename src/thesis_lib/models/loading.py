@@ -84,7 +84,7 @@ def weight_format(name: str, device: str) -> str | None:
     """The weight-only format (:mod:`~thesis_lib.models.weight_only`) a ``dtype`` parameter means on ``device``
     ("auto" resolved), or None for a plain dtype."""
     if device != "cpu" and name in weight_only.FORMATS:
-        raise ConfigError(f"DTYPE {name} is a CPU format (float32 products over {name.split('-')[0]} weights); "
+        raise ConfigError(f"DTYPE {name} is a CPU format (the project's kernel over {name.split('-')[0]} weights); "
                           f"on {device} use bfloat16 or float16.")
     if name == "auto" and device == "cpu":
         from .cpu import auto_precision
@@ -306,8 +306,9 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
             "rows_floor": floor_rows,
             "dtype_requested": fmt or str(torch_dtype).replace("torch.", "")}
     if fmt:
-        info["cpu_kernels"] = (f"weight-only {fmt} ({n_wo} linear layers, the head in bfloat16 weights; float32 "
-                               f"products, {weight_only.kernel_path()} kernel)")
+        products = "int8 products over activations rounded per block of 32" if fmt == "int8-dynamic" else "float32 products"
+        info["cpu_kernels"] = (f"{fmt} ({n_wo} linear layers, the head in bfloat16 weights; {products}, "
+                               f"{weight_only.kernel_path(fmt)} kernel)")
     if device == "cpu" and not on_virtual:
         info.update(_row_probe(model, attn.PROBED_BLOCK))
     if load_time:

@@ -1,9 +1,14 @@
-"""Weight-only linear layers for CPUs: weights stored in bfloat16 or int8, products computed in float32.
+"""Low-byte linear layers for CPUs: weights stored in bfloat16 or int8, products in float32 or in int8.
 
 A decode step reads every weight of the model once, so on a CPU its time is about the weights' bytes over the
 memory's read rate. Where the CPU has no native bfloat16 dot products, the models run in float32 and read 4 bytes
 per weight; these layers read 2 (``bfloat16-weights``: the bf16 model's own weights) or 1 (``int8-weights``: each
 output row rounded to 255 levels of its largest magnitude, one float32 scale per row) and compute in float32.
+``int8-dynamic`` reads the same int8 weights and also rounds each input row, at run time, to int8 levels in blocks
+of 32 values (a float32 scale per block), so that the products are exact integer dot products (AVX-512 VNNI where
+the CPU has it, AVX2 byte products elsewhere): a block of rows costs little more than one row, at the price of
+rounding the activations too. Each block's integer sum is exact in any order and the blocks are added in a fixed
+order, so every path computes each output alike, bit for bit.
 
 The kernel is the project's own (``csrc/weight_only.cpp``), compiled for this machine once, at install time
 (``thesis-lib prepare``) or on first use, into the model cache (:func:`kernel`). No part of torch's ecosystem
@@ -30,7 +35,9 @@ from torch import nn
 from ..errors import ConfigError
 
 #: DTYPE names of the weight-only formats -> the weights' torch dtype
-FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8}
+FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8, "int8-dynamic": torch.int8}
+#: the input width each format's layers must be a multiple of (others stay float32 ``nn.Linear``)
+WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32}
 _SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
 #: ``THESIS_LIB_KERNEL_PATH=avx2`` runs the AVX2 path on a CPU with AVX-512 too: the path of CPUs without AVX-512,
 #: timed and tested here
@@ -85,9 +92,15 @@ def _path_arg() -> int:
     return 1 if forced == "avx2" else 0
 
 
-def kernel_path() -> str:
-    """Which of the kernel's paths runs here: "AVX-512" or "AVX2" (the CPU's, or the one forced)."""
-    return "AVX-512" if kernel().avx512_path() and _path_arg() == 0 else "AVX2"
+def kernel_path(fmt: str = "int8-weights") -> str:
+    """Which of the kernel's paths runs ``fmt`` here: "AVX-512" (or "AVX-512 VNNI" for ``int8-dynamic``) or "AVX2"
+    (the CPU's, or the one forced)."""
+    k = kernel()
+    if _path_arg():
+        return "AVX2"
+    if fmt == "int8-dynamic":
+        return "AVX-512 VNNI" if k.vnni_path() else "AVX2"
+    return "AVX-512" if k.avx512_path() else "AVX2"
 
 
 def available() -> bool:
@@ -110,7 +123,8 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class WeightOnlyLinear(nn.Module):
-    """``y = x @ (W * scale).T + b`` in float32 with W held in bfloat16 or int8 in the kernel's block layout.
+    """``y = x @ (W * scale).T + b`` with W held in bfloat16 or int8 in the kernel's block layout (for
+    ``int8-dynamic``, x rounded per block of 32 first; the products in float32 otherwise).
     ``keep_weight`` keeps W's dense bfloat16 rows too (an output layer: the FlashHead clustering and its candidate
     rows are read from them)."""
 
@@ -121,15 +135,16 @@ class WeightOnlyLinear(nn.Module):
         k = kernel()
         w = linear.weight.detach()
         self.in_features, self.out_features, self.fmt = linear.in_features, linear.out_features, fmt
-        if self.in_features % 16:
-            raise ConfigError(f"weight-only layers need an input width divisible by 16, got {self.in_features}.")
-        if fmt == "int8-weights":
-            q, scale = quantize_int8(w)
-            self.register_buffer("scale", scale, persistent=False)
-        else:
+        if self.in_features % WIDTH[fmt]:
+            raise ConfigError(f"{fmt} layers need an input width divisible by {WIDTH[fmt]}, got {self.in_features}.")
+        if fmt == "bfloat16-weights":
             q = w.to(torch.bfloat16)
             self.register_buffer("scale", None, persistent=False)
-        self.register_buffer("packed_weight", k.pack(q.contiguous()), persistent=False)
+        else:
+            q, scale = quantize_int8(w)
+            self.register_buffer("scale", scale, persistent=False)
+        pack = k.pack_dynamic if fmt == "int8-dynamic" else k.pack
+        self.register_buffer("packed_weight", pack(q.contiguous()), persistent=False)
         self.path = _path_arg()
         bias = linear.bias
         self.register_buffer("packed_bias", None if bias is None else bias.detach().float().clone(), persistent=False)
@@ -140,7 +155,12 @@ class WeightOnlyLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).float()
         with torch.no_grad():
-            y = kernel().linear(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias, self.path)
+            if self.fmt == "int8-dynamic":
+                y = kernel().linear_dynamic(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias,
+                                            self.path)
+            else:
+                y = kernel().linear(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias,
+                                    self.path)
         return y.reshape(*lead, self.out_features)
 
     @property
@@ -148,7 +168,7 @@ class WeightOnlyLinear(nn.Module):
         """The dense weight in float32 (kept rows, else unpacked from the block layout)."""
         if self.dense_weight is not None:
             return self.dense_weight.float()
-        return unpack(self.packed_weight, self.out_features, self.in_features, self.scale)
+        return unpack(self.packed_weight, self.out_features, self.in_features, self.scale, self.fmt)
 
     def weight_bytes(self) -> int:
         """Bytes of weights one product reads (the packed block layout, scales included)."""
@@ -159,8 +179,15 @@ class WeightOnlyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, weights={self.fmt}"
 
 
-def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = None) -> torch.Tensor:
-    """The inverse of the kernel's ``pack``: ``[N, K]`` float32 (times ``scale`` per row for int8)."""
+def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = None,
+           fmt: str = "int8-weights") -> torch.Tensor:
+    """The inverse of the kernel's ``pack`` (``pack_dynamic`` for ``int8-dynamic``): ``[N, K]`` float32 (times
+    ``scale`` per row for int8)."""
+    if fmt == "int8-dynamic":
+        rows = -(-n // 32) * 32
+        levels = (packed ^ 0x80).view(torch.int8)
+        w = levels.view(rows // 32, k // 4, 32, 4).permute(0, 2, 1, 3).reshape(rows, k)[:n].float()
+        return w * scale[:, None]
     rows = -(-n // 4) * 4
     w = packed.view(rows // 4, k // 16, 4, 16).permute(0, 2, 1, 3).reshape(rows, k)[:n].float()
     return w if scale is None else w * scale[:, None]
@@ -168,7 +195,7 @@ def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = No
 
 def convert(model: nn.Module, fmt: str) -> int:
     """Swap every CPU ``nn.Linear`` below ``model`` for a :class:`WeightOnlyLinear` of ``fmt`` (the output layer of an
-    ``int8-weights`` model in ``bfloat16-weights``, its dense rows kept), cast every other parameter and buffer to
+    int8 model in ``bfloat16-weights``, its dense rows kept), cast every other parameter and buffer to
     float32, and return how many layers were swapped. A head tied to the input embedding stays a float32 ``nn.Linear``
     on the embedding (a second copy would cost more than it saves)."""
     from .packing import release_freed_memory
@@ -196,7 +223,7 @@ def convert(model: nn.Module, fmt: str) -> int:
 def _swap(module: nn.Module, fmt: str, head: nn.Module | None) -> int:
     count = 0
     for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.in_features % 16 == 0:
+        if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.in_features % WIDTH[fmt] == 0:
             if child is head:
                 layer = WeightOnlyLinear(child, "bfloat16-weights", keep_weight=True)
             else:

@@ -11,6 +11,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cstdint>
+#include <cmath>
+#include <algorithm>
 
 namespace {
 
@@ -138,6 +140,144 @@ bool has_avx2() {
   return v;
 }
 
+
+// ---- int8 weights x int8 activations ("int8-dynamic") ----
+// Each input row is quantised on the fly, in blocks of kBlock values along the input dimension: a float32 scale per
+// block (its largest magnitude over 127) and int8 levels rounded to nearest. Weights are int8 with a scale per output
+// row, stored as w + 128 (the byte w ^ 0x80) so that AVX-512 VNNI's unsigned-by-signed dot product applies; its
+// excess, 128 times the block's sum of levels, starts the block's integer sum negative. Integer sums are exact in
+// any order, so a block's sum is one number on every path; it is then added into one float32 accumulator per output
+// with one fused multiply-add per block by the block's scale, in ascending block order. Lanes are outputs, so no
+// lane reduction follows. Every path (AVX-512 VNNI, AVX2) therefore computes each output bit for bit alike, and each
+// row of a block equals that row alone.
+constexpr int kBlock = 32;
+constexpr int kGroupOut = 32;  // outputs per packed group: [N/32][K/4][32][4]
+constexpr int kMaxRowsDyn = 6;
+
+struct QRows {
+  const int8_t* q;      // [M, K] levels
+  const int8_t* aq;     // [M, K] their magnitudes (AVX2 path)
+  const float* s;       // [M, K / kBlock] scales
+  const int32_t* corr;  // [M, K / kBlock] -128 x the block's sum of levels (AVX-512 VNNI path)
+  int64_t K;
+};
+
+#define VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+
+template <int MT> VNNI_ATTR void dyn_tile_vnni(const QRows& a, int64_t m0, const uint8_t* grp, float* out,
+                                                int64_t ldo) {
+  const int64_t K = a.K, nb = K / kBlock;
+  __m512 af[MT][2];
+  for (int m = 0; m < MT; ++m) af[m][0] = af[m][1] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i ai[MT][2];
+    for (int m = 0; m < MT; ++m) ai[m][0] = ai[m][1] = _mm512_set1_epi32(a.corr[(m0 + m) * nb + b]);
+    const uint8_t* c0 = grp + b * kBlock * kGroupOut;
+    for (int c = 0; c < kBlock / 4; ++c) {
+      const uint8_t* c1 = c0 + c * 4 * kGroupOut;
+      _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch + 64), _MM_HINT_T0);
+      const __m512i w0 = _mm512_loadu_si512(c1), w1 = _mm512_loadu_si512(c1 + 64);
+      for (int m = 0; m < MT; ++m) {
+        const __m512i av = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(a.q + (m0 + m) * K + b * kBlock + 4 * c));
+        ai[m][0] = _mm512_dpbusd_epi32(ai[m][0], w0, av);
+        ai[m][1] = _mm512_dpbusd_epi32(ai[m][1], w1, av);
+      }
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m512 sv = _mm512_set1_ps(a.s[(m0 + m) * nb + b]);
+      af[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][0]), sv, af[m][0]);
+      af[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][1]), sv, af[m][1]);
+    }
+  }
+  for (int m = 0; m < MT; ++m) {
+    _mm512_storeu_ps(out + m * ldo, af[m][0]);
+    _mm512_storeu_ps(out + m * ldo + 16, af[m][1]);
+  }
+}
+
+// AVX2: 8 outputs per pass (a quarter of a group). |a| times (w signed as a's sign) in unsigned-by-signed byte
+// products (at most 2 x 127 x 127 per pair: no saturation), widened to 32-bit sums.
+template <int MT> AVX2_ATTR void dyn_tile_avx2(const QRows& a, int64_t m0, const uint8_t* grp, int quarter,
+                                                float* out, int64_t ldo) {
+  const int64_t K = a.K, nb = K / kBlock;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 af[MT];
+  for (int m = 0; m < MT; ++m) af[m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i ai[MT];
+    for (int m = 0; m < MT; ++m) ai[m] = _mm256_setzero_si256();
+    const uint8_t* c0 = grp + b * kBlock * kGroupOut + quarter * 32;
+    for (int c = 0; c < kBlock / 4; ++c) {
+      const uint8_t* c1 = c0 + c * 4 * kGroupOut;
+      if (quarter == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch + 64), _MM_HINT_T0);
+      }
+      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c1)), flip);
+      for (int m = 0; m < MT; ++m) {
+        const int64_t o = (m0 + m) * K + b * kBlock + 4 * c;
+        const __m256i av = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(a.q + o));
+        const __m256i mag = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(a.aq + o));
+        const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w, av));
+        ai[m] = _mm256_add_epi32(ai[m], _mm256_madd_epi16(p, ones));
+      }
+    }
+    for (int m = 0; m < MT; ++m)
+      af[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[m]), _mm256_set1_ps(a.s[(m0 + m) * nb + b]), af[m]);
+  }
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + m * ldo, af[m]);
+}
+
+using DynVnniFn = void (*)(const QRows&, int64_t, const uint8_t*, float*, int64_t);
+using DynAvx2Fn = void (*)(const QRows&, int64_t, const uint8_t*, int, float*, int64_t);
+constexpr DynVnniFn kDynVnni[kMaxRowsDyn + 1] = {nullptr, dyn_tile_vnni<1>, dyn_tile_vnni<2>, dyn_tile_vnni<3>,
+                                                 dyn_tile_vnni<4>, dyn_tile_vnni<5>, dyn_tile_vnni<6>};
+constexpr DynAvx2Fn kDynAvx2[kMaxRowsDyn + 1] = {nullptr, dyn_tile_avx2<1>, dyn_tile_avx2<2>, dyn_tile_avx2<3>,
+                                                 dyn_tile_avx2<4>, dyn_tile_avx2<5>, dyn_tile_avx2<6>};
+
+bool has_vnni() {
+  static const bool v = has_avx512() && __builtin_cpu_supports("avx512vnni");
+  return v;
+}
+
+// One row's levels, magnitudes, scales and corrections, in AVX2 on every path (the same operations: IEEE products,
+// rounding to nearest even, exact integer sums).
+AVX2_ATTR void quantize_row(const float* x, int64_t K, int8_t* q, int8_t* aq, float* s, int32_t* corr) {
+  const __m256 nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      mx = _mm256_max_ps(mx, _mm256_and_ps(v[i], nosign));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m256 inv = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    __m256i l[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      l[i] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv))));
+      sum = _mm256_add_epi32(sum, l[i]);
+    }
+    // 32 x int32 -> 32 x int8 in order (packs interleave 128-bit lanes; the permute restores the order)
+    const __m256i w16a = _mm256_packs_epi32(l[0], l[1]), w16b = _mm256_packs_epi32(l[2], l[3]);
+    const __m256i b8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16a, w16b), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kBlock), b8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(aq + b * kBlock), _mm256_abs_epi8(b8));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    s[b] = amax / 127.f;
+    corr[b] = -128 * _mm_cvtsi128_si32(s4);
+  }
+}
+
 }  // namespace
 
 // [N, K] weights (bfloat16 or int8) -> the packed layout, [ceil(N / 4) * 4 * K] of the same dtype (rows past N zero).
@@ -192,10 +332,72 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::opti
   return out.contiguous();
 }
 
+// [N, K] int8 weights -> the int8-dynamic layout, [ceil(N / 32) * 32 * K] bytes of w + 128 (rows past N zero).
+torch::Tensor pack_dynamic(torch::Tensor w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kInt8, "w must be a 2-D int8 tensor");
+  const int64_t N = w.size(0), K = w.size(1);
+  TORCH_CHECK(K % kBlock == 0, "the input width must be a multiple of ", kBlock);
+  const int64_t Np = (N + kGroupOut - 1) / kGroupOut * kGroupOut;
+  auto padded = torch::zeros({Np, K}, w.options());
+  padded.narrow(0, 0, N).copy_(w);
+  // [Np/32, 32, K/4, 4] -> [Np/32, K/4, 32, 4], each byte w ^ 0x80
+  auto blocked = padded.view({Np / kGroupOut, kGroupOut, K / 4, 4}).permute({0, 2, 1, 3}).contiguous().view({-1});
+  return blocked.view(torch::kUInt8).bitwise_xor(0x80);
+}
+
+// y = quantised(x) @ (w * scale)^T + bias, w packed by `pack_dynamic` from [N, K]; path as for `linear`.
+torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scale,
+                             c10::optional<torch::Tensor> bias, int64_t path) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 2, "x must be a 2-D float32 tensor");
+  TORCH_CHECK(packed.scalar_type() == torch::kUInt8, "weights must be packed by pack_dynamic");
+  TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
+  const bool vnni = path == 0 && has_vnni();
+  const int64_t M = x.size(0), K = x.size(1), groups = (N + kGroupOut - 1) / kGroupOut, nb = K / kBlock;
+  TORCH_CHECK(K % kBlock == 0 && packed.numel() == groups * kGroupOut * K, "packed weights do not match x and N");
+  auto xc = x.contiguous();
+  auto q = torch::empty({M, K}, torch::kInt8), aq = torch::empty({M, K}, torch::kInt8);
+  auto s = torch::empty({M, nb}, torch::kFloat32);
+  auto corr = torch::empty({M, nb}, torch::kInt32);
+  const float* xp = xc.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m)
+    quantize_row(xp + m * K, K, q.data_ptr<int8_t>() + m * K, aq.data_ptr<int8_t>() + m * K,
+                 s.data_ptr<float>() + m * nb, corr.data_ptr<int32_t>() + m * nb);
+  const QRows a{q.data_ptr<int8_t>(), aq.data_ptr<int8_t>(), s.data_ptr<float>(), corr.data_ptr<int32_t>(), K};
+  const int64_t Np = groups * kGroupOut;
+  auto y = torch::empty({M, Np}, x.options());
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  const int64_t nthreads = at::get_num_threads();
+  const int64_t grain = std::max<int64_t>(1, (groups + nthreads - 1) / nthreads);
+  at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const uint8_t* grp = wp + g * kGroupOut * K;
+      for (int64_t m = 0; m < M;) {
+        const int mt = static_cast<int>(std::min<int64_t>(kMaxRowsDyn, M - m));
+        float* o = yp + m * Np + g * kGroupOut;
+        if (vnni) {
+          kDynVnni[mt](a, m, grp, o, Np);
+        } else {
+          for (int h = 0; h < kGroupOut / 8; ++h) kDynAvx2[mt](a, m, grp, h, o + 8 * h, Np);
+        }
+        m += mt;
+      }
+    }
+  });
+  auto out = (Np == N ? y : y.narrow(1, 0, N)).mul(scale.to(torch::kFloat32).unsqueeze(0));
+  if (bias.has_value()) out = out.add(bias->to(torch::kFloat32).unsqueeze(0));
+  return out.contiguous();
+}
+
+bool vnni_path() { return has_vnni(); }
+
 bool avx512_path() { return has_avx512(); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
   m.def("linear", &linear, "weight-only linear (bfloat16 or int8 weights, float32 compute)");
+  m.def("pack_dynamic", &pack_dynamic, "int8 weights in the int8-dynamic layout");
+  m.def("linear_dynamic", &linear_dynamic, "int8 weights by int8 activations quantised per block of 32");
+  m.def("vnni_path", &vnni_path, "whether the AVX-512 VNNI path runs on this CPU");
   m.def("avx512_path", &avx512_path, "whether the AVX-512 path runs on this CPU");
 }
