@@ -1154,6 +1154,7 @@ def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
     assert both["dyn_verify5_wo"] == pytest.approx(1.3)  # int8-weights' block of five in the same document
     assert both["dyn_floor"] == pytest.approx(64.0 / 50.0) and both["dyn_fastest"].startswith("the fastest is int8-dyn")
     assert both["avx2_dyn_fastest"] == "not measured"  # no AVX2 document ran int8-dynamic
+    assert (both["wo_doc"], both["avx2_wo_doc"], both["dyn_doc"], both["avx2_dyn_doc"]) == ("2", "1", "3", "none")
     assert pa.weight_only_glued([])["avx2_wo_fastest"] == "not measured"
     assert "none named" in pa.floor_rows([]).iloc[0, 0]
     clear["end_to_end"]["summary"]["same_text_across_precisions"] = 3

@@ -36,7 +36,8 @@ def _reference(lin: torch.nn.Linear, fmt: str) -> torch.Tensor:
 
 def _rounded_input(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """What the format multiplies, in float64: x itself, or (int8-dynamic) x rounded per block of 32 values to
-    levels of the block's largest magnitude over 127, written out here from the format's definition."""
+    levels of the block's largest magnitude over 127 (x times 127 / amax in float32, rounded half to even: the
+    kernel's own arithmetic, in torch)."""
     if fmt != "int8-dynamic":
         return x.double()
     blocks = x.reshape(*x.shape[:-1], -1, 32)
@@ -88,8 +89,9 @@ def test_the_two_paths_differ_only_in_rounding(monkeypatch):
     torch.testing.assert_close(avx2(x).double(), ref, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.skipif(not wo.available() or not wo.kernel().vnni_path(), reason="this CPU has one int8-dynamic path")
 def test_int8_dynamic_computes_alike_on_both_paths(monkeypatch):
-    """Exact integer sums and one fixed chain of block additions: the AVX2 path equals the CPU's own bit for bit."""
+    """Exact integer sums and one fixed chain of block additions: the AVX2 path equals AVX-512 VNNI's bit for bit."""
     torch.manual_seed(4)
     lin = torch.nn.Linear(1536, 96)
     own = wo.WeightOnlyLinear(lin, "int8-dynamic")
@@ -119,6 +121,26 @@ def test_int8_dynamic_rounds_each_block_by_its_own_magnitude():
     assert (y[0, :32] - x[0, :32]).abs().max() <= 1e-3 / 127 / 2 * 1.001  # half a level of the small block
     assert (y[0, 32:] - x[0, 32:]).abs().max() <= 1.0 / 127 / 2 * 1.001
     assert (y[0, :32] != 0).sum() >= 30  # not flushed to zero by the larger block
+
+
+def test_int8_dynamic_keeps_non_finite_and_tiny_blocks_honest(path):
+    """A block holding NaN or an infinity makes NaN outputs (as float32 products would); a block too small for its
+    scale's reciprocal to be finite counts as zero; the other blocks are untouched."""
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(96, 8, bias=False)
+    layer = wo.WeightOnlyLinear(lin, "int8-dynamic")
+    x = torch.randn(5, 96)
+    x[1, 3] = float("nan")
+    x[2, 40] = float("inf")
+    x[3, 70] = -float("inf")
+    x[4, 64:] = 1e-38  # 127 / 1e-38 overflows float32
+    y = layer(x)
+    assert torch.isnan(y[1:4]).all()
+    tail = x[4].clone()
+    tail[64:] = 0
+    assert torch.equal(y[4], layer(tail[None])[0]) and torch.isfinite(y[[0, 4]]).all()
+    with pytest.raises(RuntimeError, match="-127..127"):
+        wo.kernel().pack_dynamic(torch.full((4, 32), -128, dtype=torch.int8))
 
 
 def test_pack_and_unpack_invert_each_other():

@@ -94,14 +94,16 @@ def weight_only(doc: dict | None, fmt: str = "int8-weights", prefix: str = "wo_"
 def weight_only_glued(docs: list[tuple[dict, str]]) -> dict:
     """Chapter 2's glued values from ``PRECISION_FILES_WEIGHT_ONLY``: the documents' labels (``wo_sources``), and
     for each of :data:`FORMAT_PREFIXES` the :func:`weight_only` values of the first document that ran it on the
-    CPU's own kernel path, and of the first that ran it on the AVX2 path (prefixed ``avx2_``)."""
+    CPU's own kernel path, and of the first that ran it on the AVX2 path (prefixed ``avx2_``), with each one's
+    number in the list (``<prefix>doc``)."""
     docs = list(docs)
     out = {"wo_sources": "; ".join(label for _, label in docs) or "no weight-only document named"}
     for fmt, prefix in FORMAT_PREFIXES:
         for path, extra in (("own", ""), ("AVX2", "avx2_")):
-            found = next((d for d, _ in docs if fmt in d.get("precisions", ()) and kernel_path_of(d, fmt) == path),
-                         None)
-            out.update({extra + k: v for k, v in weight_only(found, fmt, prefix).items()})
+            at = next((i for i, (d, _) in enumerate(docs)
+                       if fmt in d.get("precisions", ()) and kernel_path_of(d, fmt) == path), None)
+            out.update({extra + k: v for k, v in weight_only(None if at is None else docs[at][0], fmt, prefix).items()})
+            out[f"{extra}{prefix}doc"] = "none" if at is None else str(at + 1)  # its number in the floor table
     return out
 
 

@@ -55,7 +55,7 @@ def _build_kernel() -> None:
     except ConfigError as e:
         print(f"  not built: {e}; DTYPE auto uses float32 where bf16 is not native")
         return
-    print(f"  ready ({weight_only.kernel_path()} path) in {time.perf_counter() - t0:.0f} s: {weight_only.build_dir()}")
+    print(f"  ready ({weight_only.kernel_path('int8-dynamic')} path for int8-dynamic) in {time.perf_counter() - t0:.0f} s: {weight_only.build_dir()}")
 
 
 def _runner(args, modes):

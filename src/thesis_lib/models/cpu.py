@@ -29,22 +29,28 @@ def cpu_name() -> str:
 
 
 def auto_precision() -> tuple[str, str]:
-    """The precision ``DTYPE: auto`` runs on this CPU, and why: int8 weights by int8 activations rounded per block
-    of 32 (``int8-dynamic``, :mod:`~thesis_lib.models.weight_only`) wherever the project's kernel builds, since a
-    step reads its weights, int8 weights are a quarter of float32's bytes and half of bfloat16's, and integer
-    products keep a verified block close to one token's cost (the fastest of the exact options on every CPU and
-    path measured: the measurement log); else oneDNN-packed bfloat16 where the CPU has native bf16 dot products;
-    else packed float32 (emulated bf16 is slower than float32)."""
+    """The precision ``DTYPE: auto`` runs on this CPU, and why. Wherever the project's kernel builds
+    (:mod:`~thesis_lib.models.weight_only`), int8 weights, a quarter of float32's bytes and half of bfloat16's: with
+    int8 products over activations rounded per block of 32 (``int8-dynamic``) where the CPU has AVX-512 VNNI or no
+    AVX-512 at all, else (AVX-512 without VNNI, where int8-dynamic would fall back to AVX2 but int8-weights runs
+    AVX-512) with float32 products (``int8-weights``): the faster of the two on each path measured (the
+    measurement log). Without the kernel, oneDNN-packed bfloat16 where the CPU has native bf16 dot products, else
+    packed float32 (emulated bf16 is slower than float32)."""
     from . import weight_only
     from .packing import bf16_packing_available
 
     if weight_only.available():
         native = "native bf16 dot products" if fast_bf16() else "no native bf16 dot products"
-        return "int8-dynamic", (f"int8-dynamic: a decode step reads every weight once; int8 weights (one scale per "
-                                f"row) read a quarter of float32's bytes and half of bfloat16's, and integer products "
-                                f"over activations rounded per block of 32 keep a verified block near one token's "
-                                f"cost, every block's rows exact (this CPU: "
-                                f"{weight_only.kernel_path('int8-dynamic')} kernel, {native})")
+        path = weight_only.kernel_path("int8-dynamic")
+        if path == "AVX-512 VNNI" or weight_only.kernel_path("int8-weights") == "AVX2":
+            return "int8-dynamic", (f"int8-dynamic: a decode step reads every weight once; int8 weights (one scale "
+                                    f"per row) read a quarter of float32's bytes and half of bfloat16's, and integer "
+                                    f"products over activations rounded per block of 32 cost less arithmetic than "
+                                    f"float32's, every block's rows exact (this CPU: {path} kernel, {native})")
+        return "int8-weights", (f"int8-weights: a decode step reads every weight once, and int8 weights (one scale "
+                                f"per row) read a quarter of float32's bytes and half of bfloat16's; this CPU has "
+                                f"AVX-512 without VNNI, where float32 products on AVX-512 beat int8 products on "
+                                f"AVX2; every block's rows exact ({native})")
     if fast_bf16() and bf16_packing_available():
         return "bfloat16", ("bfloat16: the CPU has native bf16 dot products (AVX-512 BF16), oneDNN packs bf16 "
                             "(the weight-only kernel is not available here)")

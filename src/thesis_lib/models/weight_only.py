@@ -19,7 +19,7 @@ verified block equals that row computed alone, bit for bit: greedy speculative o
 output by construction (the loader's row probe checks it like any other layer).
 
 :func:`convert` swaps a model's linear layers for :class:`WeightOnlyLinear` and casts the rest (embeddings,
-norms) to float32, the precision the model then computes in. The output layer of an ``int8-weights`` model is
+norms) to float32, the precision the model then computes in. The output layer of an int8 model is
 kept in bfloat16 weights: the draft's FlashHead and the dense greedy head read its rows, and the head is a sixth
 of the target's bytes.
 """
@@ -200,6 +200,8 @@ def convert(model: nn.Module, fmt: str) -> int:
     on the embedding (a second copy would cost more than it saves)."""
     from .packing import release_freed_memory
 
+    if fmt not in FORMATS:
+        raise ConfigError(f"Unknown weight-only format {fmt!r}: use one of {', '.join(FORMATS)}.")
     kernel()  # a clear error before any layer changes
     get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
     out = get_out() if get_out is not None else None
@@ -223,12 +225,9 @@ def convert(model: nn.Module, fmt: str) -> int:
 def _swap(module: nn.Module, fmt: str, head: nn.Module | None) -> int:
     count = 0
     for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.in_features % WIDTH[fmt] == 0:
-            if child is head:
-                layer = WeightOnlyLinear(child, "bfloat16-weights", keep_weight=True)
-            else:
-                layer = WeightOnlyLinear(child, fmt)
-            setattr(module, name, layer)
+        layer_fmt = "bfloat16-weights" if child is head else fmt
+        if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.in_features % WIDTH[layer_fmt] == 0:
+            setattr(module, name, WeightOnlyLinear(child, layer_fmt, keep_weight=child is head))
             count += 1
         else:
             count += _swap(child, fmt, head)

@@ -1,6 +1,7 @@
-// Weight-only linear layers for CPU decoding: y = x @ (W * scale)^T + b with W stored in bfloat16 or int8
+// Low-byte linear layers for CPU decoding: y = x @ (W * scale)^T + b with W stored in bfloat16 or int8
 // (one float32 scale per output row), x and y in float32. A decode step reads every weight once, so fewer
-// bytes per weight shorten it; the products are computed in float32 whatever the CPU supports.
+// bytes per weight shorten it. `linear` computes the products in float32 whatever the CPU supports;
+// `linear_dynamic` (further below) rounds x to int8 per block and computes exact integer products.
 //
 // Each output element is one chain of fused multiply-adds over the input dimension in ascending order, in
 // vector lanes of fixed width, reduced across lanes in a fixed order: the same operations whatever the number of
@@ -11,8 +12,9 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cstdint>
-#include <cmath>
+#include <cstring>
 #include <algorithm>
+#include <limits>
 
 namespace {
 
@@ -162,6 +164,12 @@ struct QRows {
   int64_t K;
 };
 
+inline int32_t load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 #define VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 
 template <int MT> VNNI_ATTR void dyn_tile_vnni(const QRows& a, int64_t m0, const uint8_t* grp, float* out,
@@ -179,7 +187,7 @@ template <int MT> VNNI_ATTR void dyn_tile_vnni(const QRows& a, int64_t m0, const
       _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch + 64), _MM_HINT_T0);
       const __m512i w0 = _mm512_loadu_si512(c1), w1 = _mm512_loadu_si512(c1 + 64);
       for (int m = 0; m < MT; ++m) {
-        const __m512i av = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(a.q + (m0 + m) * K + b * kBlock + 4 * c));
+        const __m512i av = _mm512_set1_epi32(load4(a.q + (m0 + m) * K + b * kBlock + 4 * c));
         ai[m][0] = _mm512_dpbusd_epi32(ai[m][0], w0, av);
         ai[m][1] = _mm512_dpbusd_epi32(ai[m][1], w1, av);
       }
@@ -217,8 +225,8 @@ template <int MT> AVX2_ATTR void dyn_tile_avx2(const QRows& a, int64_t m0, const
       const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c1)), flip);
       for (int m = 0; m < MT; ++m) {
         const int64_t o = (m0 + m) * K + b * kBlock + 4 * c;
-        const __m256i av = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(a.q + o));
-        const __m256i mag = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(a.aq + o));
+        const __m256i av = _mm256_set1_epi32(load4(a.q + o));
+        const __m256i mag = _mm256_set1_epi32(load4(a.aq + o));
         const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w, av));
         ai[m] = _mm256_add_epi32(ai[m], _mm256_madd_epi16(p, ones));
       }
@@ -242,27 +250,36 @@ bool has_vnni() {
 }
 
 // One row's levels, magnitudes, scales and corrections, in AVX2 on every path (the same operations: IEEE products,
-// rounding to nearest even, exact integer sums).
+// rounding to nearest even, exact integer sums). A block holding NaN or an infinity gets scale NaN (its outputs are
+// NaN, as float32 products would make them); a block too small for 127 / amax to be finite (below about 4e-37)
+// rounds to zero.
 AVX2_ATTR void quantize_row(const float* x, int64_t K, int8_t* q, int8_t* aq, float* s, int32_t* corr) {
   const __m256 nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
   const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-127);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const float* xb = x + b * kBlock;
     __m256 v[4];
     __m256 mx = _mm256_setzero_ps();
+    int nonfinite = 0;
     for (int i = 0; i < 4; ++i) {
       v[i] = _mm256_loadu_ps(xb + 8 * i);
-      mx = _mm256_max_ps(mx, _mm256_and_ps(v[i], nosign));
+      const __m256 a = _mm256_and_ps(v[i], nosign);
+      nonfinite |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or above the largest float
+      mx = _mm256_max_ps(mx, a);
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
-    const __m256 inv = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    const float r = amax > 0.f ? 127.f / amax : 0.f;
+    const bool zero = nonfinite || r > std::numeric_limits<float>::max();
+    const __m256 inv = _mm256_set1_ps(zero ? 0.f : r);
     __m256i l[4], sum = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
       l[i] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv))));
+      if (zero) l[i] = _mm256_setzero_si256();
       sum = _mm256_add_epi32(sum, l[i]);
     }
     // 32 x int32 -> 32 x int8 in order (packs interleave 128-bit lanes; the permute restores the order)
@@ -273,7 +290,7 @@ AVX2_ATTR void quantize_row(const float* x, int64_t K, int8_t* q, int8_t* aq, fl
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    s[b] = amax / 127.f;
+    s[b] = nonfinite ? std::numeric_limits<float>::quiet_NaN() : zero ? 0.f : amax / 127.f;
     corr[b] = -128 * _mm_cvtsi128_si32(s4);
   }
 }
@@ -337,6 +354,7 @@ torch::Tensor pack_dynamic(torch::Tensor w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kInt8, "w must be a 2-D int8 tensor");
   const int64_t N = w.size(0), K = w.size(1);
   TORCH_CHECK(K % kBlock == 0, "the input width must be a multiple of ", kBlock);
+  TORCH_CHECK(w.numel() == 0 || w.min().item<int8_t>() > -128, "int8 levels must lie in -127..127");
   const int64_t Np = (N + kGroupOut - 1) / kGroupOut * kGroupOut;
   auto padded = torch::zeros({Np, K}, w.options());
   padded.narrow(0, 0, N).copy_(w);
