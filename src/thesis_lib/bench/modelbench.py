@@ -235,8 +235,9 @@ def step_latency(model, heads: dict[str, torch.nn.Module | None], contexts: Sequ
 
 
 PARTS = ("quality", "head", "step")
-#: Parts run only when asked for: Embedl's own head beside ours (needs PyPI ``flash-head``, extra ``embedl``).
-OPTIONAL_PARTS = ("embedl",)
+#: Parts run only when asked for: Embedl's own head beside ours (needs PyPI ``flash-head``, extra ``embedl``);
+#: both heads at batch sizes 1-32 (:mod:`thesis_lib.bench.batched`).
+OPTIONAL_PARTS = ("embedl", "batch")
 
 
 def default_probe_list(n_clusters: int) -> list[int]:
@@ -253,7 +254,8 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
     """All model-only measurements on one draft: returns one JSON-able document (the data of Tables 4.1-4.4).
 
     ``parts``: any of "quality" (agreement/recall curves), "head" (Tables 4.1/4.2, plus the latency curve
-    over ``probes``), "step" (Tables 4.3/4.4). Hidden states are collected once and shared by all parts.
+    over ``probes``), "step" (Tables 4.3/4.4), "batch" (both heads on B states at once, B = 1 to 32). Hidden
+    states are collected once and shared by all parts.
     """
     unknown = [p for p in parts if p not in PARTS + OPTIONAL_PARTS]
     if unknown:
@@ -301,6 +303,13 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
         finally:
             flash_head.with_probes(saved)
         doc["head_curve"] = curve
+    if "batch" in parts:
+        from .batched import heads_by_batch
+
+        heads = {"dense": dense, "flashhead": flash_head, "flashhead_shared": flash_head.greedy_shared}
+        doc["batch"] = heads_by_batch(heads, states, reps=head_reps, progress=progress)
+        for b, part in doc["batch"]["by_batch"].items():
+            _say_if_disturbed(part, f"the heads at batch {b}")
     if "step" in parts:
         contexts = [encode(loaded.tokenizer, p.text, chat=chat, thinking=thinking) for p in prompts]
         heads = {"dense": dense, "dense_shared": DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit),

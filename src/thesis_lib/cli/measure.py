@@ -38,12 +38,19 @@ def cmd_model_bench(args) -> int:
         raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
     prompts = options.select_prompts(args)
     out_path = options.new_out_path(args)
+    import shlex
+    import sys
+
+    from ..bench.environment import provenance
+
+    measured = provenance()
     loaded = loading.load_model(args.draft, device=args.device, dtype=args.dtype, pack=options.pack(args))
     head = options.flash_head(args, loaded)
     doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
                          head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
                          thinking=options.thinking(args), states_file=args.states)
-    doc.update(draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
+    doc.update(measured=measured, command="thesis-lib " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+               draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=cpu_name(), threads=options.threads(),
                prompts_used=[p.question_id for p in prompts])
     return options.emit(doc, formatting.model_bench_text(doc), out_path)
@@ -275,7 +282,8 @@ def add_parsers(sub) -> None:
     options.models(p, target=False)
     options.chat(p)
     p.add_argument("--parts", default="quality,head,step", help="comma-separated: quality, head, step, embedl "
-                   "(Embedl's head beside ours; needs the embedl extra) (default: %(default)s)")
+                   "(Embedl's head beside ours; needs the embedl extra), batch (both heads on 1-32 states at once) "
+                   "(default: %(default)s)")
     p.add_argument("--probe-list", default=None, help="probe counts for the curves (default: powers of 2, C/16 and C)")
     p.add_argument("--state-tokens", type=int, default=128, help="decode steps per prompt for the hidden states (default: 128)")
     p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")

@@ -221,6 +221,25 @@ class FlashHead(nn.Module):
             return self.reference(hidden, confidence=True)
         return self._fast(_confidence_fused, "_compiled_conf", hidden)
 
+    def greedy_shared(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden: [S, D] -> token ids [S]`` with the rows' probed clusters read once for all rows: the union of
+        the clusters any row probes is scored against every row in one product, then each row's argmax is taken
+        over its own probed clusters and the specials only (eager torch). The candidates are the fast path's; the
+        scores are the same products summed in another order."""
+        h = hidden
+        s = h.shape[0]
+        top = torch.topk(h.to(self.fast_centroids.dtype) @ self.fast_centroids.T, self.n_probes, dim=-1,
+                         sorted=False).indices  # [S, p], as the fast path ranks
+        union = torch.unique(top)  # [U]
+        own = torch.zeros(s, self.n_clusters, dtype=torch.bool, device=h.device).scatter_(1, top, True)[:, union]
+        acc = score_dtype(self.weight_perm.dtype)
+        rows = self.weight_perm[union].reshape(-1, self.weight_perm.shape[-1])  # [U * b, D]
+        scores = (h.to(acc) @ rows.to(acc).T).float().reshape(s, union.numel(), -1) + self.slot_bias[union]
+        scores = scores.masked_fill(~own[:, :, None], float("-inf")).reshape(s, -1)
+        sp = torch.matmul(h.to(acc), self.special_weight.to(acc).T).float() + self.special_bias
+        ids = torch.cat([self.tokens[union].reshape(1, -1).expand(s, -1), self.special_ids.expand(s, -1)], dim=1)
+        return _select(torch.cat([scores, sp], dim=1), ids, self.vocab_size)
+
     def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor):
         """``fn`` on the fast path: compiled (kept in ``compiled_attr``) where ``path`` allows, else eager.
 

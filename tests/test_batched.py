@@ -1,0 +1,110 @@
+"""Heads at batch B (bench.batched): the union of FlashHead's candidate clusters over a group of rows, and the
+timing document's shape, on a tiny model's head."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thesis_lib.bench import batched
+from thesis_lib.errors import ConfigError
+from thesis_lib.heads import clustering as cl
+from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.heads.flashhead import FlashHead
+
+from conftest import TINY_VOCAB
+
+
+@pytest.fixture(scope="module")
+def heads(tiny_models):
+    model = tiny_models[("f32", "qwen2", "target")]
+    w = model.get_output_embeddings().weight.detach()
+    flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=1,
+                      vocab_limit=TINY_VOCAB, path="eager", centroid_dtype="float32")
+    return {"dense": DenseGreedyHead.from_model(model, TINY_VOCAB), "flashhead": flash}
+
+
+def test_the_union_counts_the_distinct_clusters_a_group_probes(heads):
+    """One probe per row: states along 8 distinct centroids probe 8 clusters per group of 8 (nothing shared);
+    eight copies of one state probe one; a mix of two states probes two."""
+    flash = heads["flashhead"]
+    cen = flash.unit_centroids.float()
+    distinct = cen[:8] * 5
+    assert torch.equal(flash.top_clusters(distinct, reference=False)[:, 0], torch.arange(8))
+    apart = batched.candidate_union(flash, distinct.repeat(2, 1), 8)
+    assert apart["groups"] == 2 and apart["clusters"] == 8 and apart["over_one_row"] == 8
+    assert apart["rows"] == 8 * flash.cluster_size + flash.special_ids.numel()
+    same = batched.candidate_union(flash, distinct[:1].repeat(16, 1), 8)
+    assert same["clusters"] == 1 and same["over_one_row"] == 1
+    two = batched.candidate_union(flash, distinct[:2].repeat(8, 1), 4)
+    assert two["clusters"] == 2 and two["groups"] == 4
+    mixed = batched.serving_order(distinct.repeat_interleave(2, 0), seed=1)  # each state twice, shuffled
+    assert sorted(mixed.sum(1).tolist()) == sorted(distinct.repeat_interleave(2, 0).sum(1).tolist())
+    assert batched.candidate_union(flash, distinct.repeat_interleave(2, 0), 2)["clusters"] == 1  # pairs of one state
+    assert batched.candidate_union(flash, mixed, 2)["clusters"] > 1  # the shuffle splits most pairs
+    with pytest.raises(ConfigError, match="no group of 32"):
+        batched.candidate_union(flash, distinct, 32)
+
+
+def test_shared_rows_pick_each_rows_own_greedy_token(tiny_models):
+    """Scoring the union of the rows' clusters once and masking each row to its own: the fast path's tokens, on a
+    float64 head (no rounding to break near ties), for groups of 1 to 16 rows and 1 to 17 probes; a row whose own
+    clusters miss the union's best token still gets its own best."""
+    model = tiny_models[("f64", "qwen2", "target")]
+    w = model.get_output_embeddings().weight.detach()
+    clus = cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False)
+    for p in (1, 3, 17):
+        head = FlashHead(w, clus, n_probes=p, vocab_limit=TINY_VOCAB, path="eager", centroid_dtype="float64")
+        for b in (1, 5, 16):
+            h = torch.randn(b, 64, generator=torch.Generator().manual_seed(b + p), dtype=torch.float64) * 3
+            assert torch.equal(head.greedy_shared(h), head(h)), (p, b)
+    one = FlashHead(w, clus, n_probes=1, vocab_limit=TINY_VOCAB, path="eager", centroid_dtype="float64")
+    h = one.unit_centroids[:2].double() * 5  # two rows probing two different clusters
+    got = one.greedy_shared(h)
+    assert torch.equal(got, one(h))
+    for i in range(2):  # each row's token lies in its own probed cluster, whatever the other row's scores
+        assert int(one.assignments[got[i]]) == int(one.top_clusters(h[i:i + 1], reference=False)[0, 0])
+
+
+def test_heads_by_batch_times_every_batch_and_pairs_the_ratio(heads):
+    states = torch.randn(16, 64, generator=torch.Generator().manual_seed(0)) * 3
+    doc = batched.heads_by_batch(heads, states, batch_sizes=(1, 4, 8), reps=2, warmup=1, progress=False)
+    assert doc["order_seed"] == 0
+    assert doc["batch_sizes"] == [1, 4, 8] and list(doc["by_batch"]) == ["1", "4", "8"]
+    for b, part in doc["by_batch"].items():
+        n = 16 // int(b)
+        assert part["groups"] == n and len(part["times_ms"]["dense"]) == 2 * n
+        assert part["per_row_ms"]["dense"] == pytest.approx(part["stats"]["dense"]["p50_ms"] / int(b))
+        assert 1 <= part["union"]["over_one_row"] <= int(b) and part["dense_rows"] == TINY_VOCAB
+    with pytest.raises(ConfigError, match="two groups"):
+        batched.heads_by_batch(heads, states, batch_sizes=(16,), reps=1, warmup=0, progress=False)
+    with pytest.raises(ConfigError, match="needs the 'dense'"):
+        batched.heads_by_batch({"flashhead": heads["flashhead"]}, states, progress=False)
+
+
+def _doc(speeds: dict[int, list[float]]) -> dict:
+    """A constructed batch document: per batch size, the dense head's time over FlashHead's for each of 4 groups
+    (FlashHead 1 ms per call, two repetitions alike)."""
+    by = {}
+    for b, ratios in speeds.items():
+        dense = [float(r) for r in ratios] * 2
+        by[str(b)] = {"groups": len(ratios), "times_ms": {"dense": dense, "flashhead": [1.0] * len(dense)},
+                      "stats": {"dense": {"p50_ms": 2.0}, "flashhead": {"p50_ms": 1.0}},
+                      "per_row_ms": {"dense": 2.0 / b, "flashhead": 1.0 / b},
+                      "union": {"over_one_row": float(b), "rows": 100.0 * b}, "dense_rows": 1000}
+    return {"base": "dense", "flash": "flashhead", "by_batch": by}
+
+
+def test_the_batch_table_and_where_the_advantage_goes_follow_the_numbers():
+    from thesis_lib.analysis.batched import advantage_gone, batch_rows, shown
+
+    rows = batch_rows(_doc({1: [3, 3.2, 2.9, 3.1], 8: [1.5, 1.6, 1.4, 1.5], 32: [0.5, 0.6, 0.4, 0.5]}))
+    assert rows["FlashHead value"].tolist() == pytest.approx([3.05, 1.5, 0.5])
+    assert (rows["FlashHead lo"] <= rows["FlashHead value"]).all() and (rows["FlashHead value"] <= rows["FlashHead hi"]).all()
+    assert advantage_gone(rows).startswith("FlashHead is slower than the dense head from 32 states")
+    assert advantage_gone(rows, "FlashHead, shared rows") == "not measured"
+    assert "FlashHead lo" not in shown(rows) and "FlashHead speedup" in shown(rows)
+    mixed = batch_rows(_doc({1: [3, 3.2, 2.9, 3.1], 8: [0.5, 2.0, 0.6, 1.9]}))
+    assert advantage_gone(mixed).startswith("from 8 states per call on, the data cannot tell")
+    assert advantage_gone(batch_rows(_doc({1: [3, 3.2, 2.9, 3.1], 2: [2, 2.1, 1.9, 2]}))).startswith("FlashHead stays faster")
+    assert advantage_gone(batch_rows(None)) == "not measured"
