@@ -77,6 +77,17 @@ def test_verdict_words_follow_the_interval():
     assert "cannot be told apart" in u.which_faster(0.99, 1.30, "FlashHead", "dense")
 
 
+def test_a_printed_bound_near_one_keeps_its_side_of_one():
+    """Two decimals, unless they would print 1.00 for a bound that is not 1 (the verdict beside it says "no" for
+    an upper bound of 0.9996, so the reader must not see 1.00)."""
+    from thesis_lib.analysis.uncertainty import bound_text
+
+    assert [bound_text(x) for x in (0.987, 1.234, 1.0, 0.9996, 1.0004, 0.99996)] == [
+        "0.99", "1.23", "1.00", "0.9996", "1.0004", "0.99996"]
+    for x in (0.995, 0.9999, 1.004, 1.00001):
+        assert (float(bound_text(x)) < 1) == (x < 1) and float(bound_text(x)) != 1
+
+
 def test_the_prompts_a_ratio_needs_follow_the_square_root_law():
     # 1.03 with an interval of +-0.05 from 7 prompts: the half-width must shrink to 0.03, (0.05/0.03)^2 x 7 = 19.4
     assert u.prompts_to_resolve(1.03, 0.98, 1.08, 7) == 20

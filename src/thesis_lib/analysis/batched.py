@@ -41,16 +41,22 @@ def shown(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def advantage_gone(rows: pd.DataFrame, head: str = "FlashHead") -> str:
-    """Where ``head`` (a name of :data:`HEAD_NAMES`' values) stops being faster than the dense head: the smallest
-    batch whose interval lies below 1, else the smallest whose interval holds 1 ("cannot tell" from there), else
-    faster at every batch measured."""
+    """Where ``head`` (a name of :data:`HEAD_NAMES`' values) first stops being faster than the dense head: the
+    smallest batch whose interval lies below 1, else the smallest whose interval holds 1 ("cannot tell" there),
+    else faster at every batch measured."""
     if "B" not in rows or f"{head} lo" not in rows:
         return "not measured"
+    rows = rows.sort_values("B")
     below = rows[rows[f"{head} hi"] < 1]
     if len(below):
-        return (f"{head} is slower than the dense head from {int(below['B'].min())} states per call on "
-                f"({below.iloc[0][f'{head} value']:.2f}x)")
+        return (f"{head} is first slower than the dense head at {_states(int(below['B'].iloc[0]))} per call "
+                f"({below[f'{head} value'].iloc[0]:.2f}x)")
     unclear = rows[rows[f"{head} lo"] <= 1]
     if len(unclear):
-        return f"from {int(unclear['B'].min())} states per call on, the data cannot tell whether {head} is faster"
-    return f"{head} stays faster at every batch measured, up to {int(rows['B'].max())} states per call"
+        return (f"at {_states(int(unclear['B'].iloc[0]))} per call the data first cannot tell whether {head} is "
+                f"faster than the dense head")
+    return f"{head} stays faster at every batch measured, up to {_states(int(rows['B'].max()))} per call"
+
+
+def _states(n: int) -> str:
+    return "one state" if n == 1 else f"{n} states"

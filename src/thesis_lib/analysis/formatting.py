@@ -63,6 +63,13 @@ def model_bench_text(doc: dict) -> str:
             st = doc["step"]
             out(f"the dense head's share of the step: {100 * st['head_share_mean']:.1f} % (mean); a free head would "
                   f"give at most {st['head_only_ceiling_mean']:.3f}x (mean), {st['head_only_ceiling_p50']:.3f}x (P50)")
+    if "batch" in doc:
+        from .batched import advantage_gone, batch_rows, shown
+
+        rows = batch_rows(doc["batch"])
+        out("\nthe heads at batch B (ms per call; speedup: the dense head's time over each head's, 95 % interval)")
+        out(shown(rows).round(2).to_string(index=False))
+        out(advantage_gone(rows))
     if "quality" in doc:
         out("\nquality over n_probes (agreement: the fast head's top-1 vs the dense head's)")
         curve = {r["n_probes"]: r for r in doc.get("head_curve", [])}

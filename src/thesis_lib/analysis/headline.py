@@ -53,7 +53,8 @@ def strip(run, model_bench: dict) -> pd.DataFrame:
         mine = ours[table].set_index("Comparison").loc[row]
         lo, hi, thesis = float(mine[tables.LOW]), float(mine[tables.HIGH]), reference.value(table, row, "Speedup")
         rows.append({"Finding": f"{finding} (Table {table})", "Thesis": thesis, "This build": float(mine["Speedup"]),
-                     "95 % interval": f"{lo:.2f}-{hi:.2f}x" if lo == lo else "not recorded",
+                     "95 % interval": (f"{uncertainty.bound_text(lo)}-{uncertainty.bound_text(hi)}x"
+                                       if lo == lo else "not recorded"),
                      "Same direction": uncertainty.direction(thesis, float(mine["Speedup"]), lo, hi)})
     return pd.DataFrame(rows)
 

@@ -194,6 +194,16 @@ def glued_intervals(run: Run, keys=tuple(RATIOS) + tuple(QUANTITIES)) -> dict:
     return {**out, "ci_prompts": prompts, "ci_resamples": RESAMPLES}
 
 
+def bound_text(x: float) -> str:
+    """An interval's bound to two decimals, or to as many more (up to six) as it takes not to print 1.00 for a
+    bound that is not 1: a reader tells from the printed interval whether it holds 1, as the verdict beside it does."""
+    for digits in (2, 3, 4, 5, 6):
+        text = f"{x:.{digits}f}"
+        if float(text) != 1 or x == 1:
+            return text
+    return text
+
+
 def direction(thesis: float, value: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
     """Whether a measured ratio points the thesis' way (both above 1, or both not): ``yes`` or ``no`` when its
     interval lies on one side of 1, ``cannot tell`` when it holds 1; without an interval (NaN) the point

@@ -308,6 +308,7 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
 
         heads = {"dense": dense, "flashhead": flash_head, "flashhead_shared": flash_head.greedy_shared}
         doc["batch"] = heads_by_batch(heads, states, reps=head_reps, progress=progress)
+        doc["batch"]["flashhead_path"] = flash_head.active_path
         for b, part in doc["batch"]["by_batch"].items():
             _say_if_disturbed(part, f"the heads at batch {b}")
     if "step" in parts:
