@@ -76,13 +76,18 @@ def test_every_row_of_a_block_equals_that_row_alone(fmt, path):
             assert torch.equal(layer(x[:n]), alone[:n]), (n_in, n)
 
 
+def _on_both_paths(fmt: str, seed: int, monkeypatch) -> tuple:
+    """A 1536 -> 96 layer in ``fmt`` on the CPU's own path and on the forced AVX2 path, and its linear layer."""
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(1536, 96)
+    own = wo.WeightOnlyLinear(lin, fmt)
+    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+    return lin, own, wo.WeightOnlyLinear(lin, fmt)
+
+
 def test_the_two_paths_differ_only_in_rounding(monkeypatch):
     """AVX-512 sums 16 lanes, AVX2 8: the same products to within float32 rounding (not bit for bit)."""
-    torch.manual_seed(2)
-    lin = torch.nn.Linear(1536, 96)
-    own = wo.WeightOnlyLinear(lin, "bfloat16-weights")
-    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
-    avx2 = wo.WeightOnlyLinear(lin, "bfloat16-weights")
+    lin, own, avx2 = _on_both_paths("bfloat16-weights", 2, monkeypatch)
     x = torch.randn(3, 1536)
     torch.testing.assert_close(own(x), avx2(x), rtol=1e-5, atol=1e-5)
     ref = x.double() @ lin.weight.detach().to(torch.bfloat16).double().T + lin.bias.detach().double()
@@ -92,11 +97,7 @@ def test_the_two_paths_differ_only_in_rounding(monkeypatch):
 @pytest.mark.skipif(not wo.available() or not wo.kernel().vnni_path(), reason="this CPU has one int8-dynamic path")
 def test_int8_dynamic_computes_alike_on_both_paths(monkeypatch):
     """Exact integer sums and one fixed chain of block additions: the AVX2 path equals AVX-512 VNNI's bit for bit."""
-    torch.manual_seed(4)
-    lin = torch.nn.Linear(1536, 96)
-    own = wo.WeightOnlyLinear(lin, "int8-dynamic")
-    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
-    avx2 = wo.WeightOnlyLinear(lin, "int8-dynamic")
+    lin, own, avx2 = _on_both_paths("int8-dynamic", 4, monkeypatch)
     x = torch.randn(7, 1536) * torch.linspace(0.01, 30, 1536)  # blocks of very different magnitudes
     assert own.path == 0 and avx2.path == 1
     assert torch.equal(own(x), avx2(x))

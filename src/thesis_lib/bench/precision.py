@@ -36,6 +36,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
+from ..models.weight_only import FORMATS, kernel
 
 #: int4's quantisation group (weights per scale and zero point along the input dimension)
 INT4_GROUP = 128
@@ -51,18 +52,18 @@ def int4_available() -> bool:
 #: the number formats: float32, bfloat16, the weight-only formats (bf16 or int8 weights, float32 products:
 #: :mod:`thesis_lib.models.weight_only`) and the 4-bit target (its body int4, head and draft bf16)
 PRECISIONS = ("float32", "bfloat16", "bfloat16-weights", "int8-weights", "int8-dynamic", "int4")
-_LOW_BYTE = {"bfloat16-weights": "bfloat16", "int8-weights": "int8", "int8-dynamic": "int8"}  # -> stored weights
 
 
 def dtype_of(precision: str) -> str:
     """The torch dtype name a precision runs its float layers in (int4: bfloat16 activations; the weight-only
     formats: float32)."""
-    return "bfloat16" if precision == "int4" else "float32" if precision in _LOW_BYTE else precision
+    return "bfloat16" if precision == "int4" else "float32" if precision in FORMATS else precision
 
 
 def stored_of(precision: str) -> str:
     """The torch dtype name of a precision's body weights (what a step reads)."""
-    return "bfloat16" if precision == "int4" else _LOW_BYTE.get(precision, precision)
+    stored = {p: str(d).replace("torch.", "") for p, d in FORMATS.items()} | {"int4": "bfloat16"}
+    return stored.get(precision, precision)
 
 
 def emulates_bf16(precisions: Sequence[str]) -> bool:
@@ -87,10 +88,8 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
                           "Use --precisions float32, or --emulated to time the emulation on purpose.")
     if int4_group not in (32, 64, 128, 256):
         raise ConfigError(f"--int4-group must be 32, 64, 128 or 256 (torch's int4 CPU kernel), got {int4_group}.")
-    if any(p in _LOW_BYTE for p in precisions):
-        from ..models import weight_only
-
-        weight_only.kernel()  # a clear error (no compiler, no AVX2) before any weights load
+    if any(p in FORMATS for p in precisions):
+        kernel()  # a clear error (no compiler, no AVX2) before any weights load
     if "int4" in precisions and not int4_available():
         raise ConfigError("--precisions int4 needs torchao (not installed): pip install -e '.[int4]' (torchao 0.18.0).")
     if max_block < 1 or reps < 1:

@@ -38,9 +38,6 @@ def cmd_model_bench(args) -> int:
         raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
     prompts = options.select_prompts(args)
     out_path = options.new_out_path(args)
-    import shlex
-    import sys
-
     from ..bench.environment import provenance
 
     measured = provenance()
@@ -49,12 +46,7 @@ def cmd_model_bench(args) -> int:
     doc = modelbench.run(loaded, head, prompts, parts=parts, probes=probes, state_tokens=args.state_tokens,
                          head_reps=args.head_reps, step_reps=args.step_reps, chat=not args.no_chat,
                          thinking=options.thinking(args), states_file=args.states)
-    argv, kept = sys.argv[1:], []
-    for i, a in enumerate(argv):  # the command without the files it wrote or read (paths of this machine)
-        if a in ("--out", "--states") or (i and argv[i - 1] in ("--out", "--states")) or a.startswith(("--out=", "--states=")):
-            continue
-        kept.append(a)
-    doc.update(measured=measured, command="thesis-lib " + " ".join(shlex.quote(a) for a in kept),
+    doc.update(measured=measured, command=options.command_line(files=("--out", "--states")),
                draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=cpu_name(), threads=options.threads(),
                prompts_used=[p.question_id for p in prompts])

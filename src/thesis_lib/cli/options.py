@@ -144,6 +144,20 @@ def emit(doc: dict, text: str, path: Path | None) -> int:
     return 0
 
 
+def command_line(files: tuple[str, ...] = ("--out",)) -> str:
+    """This process's ``thesis-lib`` command as typed, without the options in ``files`` and their values (paths of
+    this machine, which a committed document must not carry)."""
+    import shlex
+    import sys
+
+    argv, kept = sys.argv[1:], []
+    for i, a in enumerate(argv):
+        if a in files or (i and argv[i - 1] in files) or a.startswith(tuple(f + "=" for f in files)):
+            continue
+        kept.append(a)
+    return "thesis-lib " + " ".join(shlex.quote(a) for a in kept)
+
+
 def threads() -> int:
     import torch
 
