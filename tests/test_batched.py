@@ -74,7 +74,7 @@ def test_shared_rows_pick_each_rows_own_greedy_token(tiny_models):
     assert masked >= 3  # cases where scoring the union without each row's mask would pick another row's token
 
 
-def test_heads_by_batch_times_every_batch_and_pairs_the_ratio(heads):
+def test_heads_by_batch_times_every_batch_on_the_groups_it_counts(heads):
     states = torch.randn(16, 64, generator=torch.Generator().manual_seed(0)) * 3
     doc = batched.heads_by_batch(heads, states, batch_sizes=(1, 4, 8), reps=2, warmup=1, progress=False)
     assert doc["order_seed"] == 0
@@ -82,8 +82,11 @@ def test_heads_by_batch_times_every_batch_and_pairs_the_ratio(heads):
     for b, part in doc["by_batch"].items():
         n = 16 // int(b)
         assert part["groups"] == n and len(part["times_ms"]["dense"]) == 2 * n
-        assert part["per_row_ms"]["dense"] == pytest.approx(part["stats"]["dense"]["p50_ms"] / int(b))
-        assert 1 <= part["union"]["over_one_row"] <= int(b) and part["dense_rows"] == TINY_VOCAB
+        # the union is counted on the very groups timed: the states in serving order, not as given
+        assert part["union"] == batched.candidate_union(heads["flashhead"], batched.serving_order(states, 0), int(b))
+        assert part["dense_rows"] == TINY_VOCAB
+    # and the two orders group these states differently, so the check above tells them apart
+    assert doc["by_batch"]["4"]["union"] != batched.candidate_union(heads["flashhead"], states, 4)
     with pytest.raises(ConfigError, match="two groups"):
         batched.heads_by_batch(heads, states, batch_sizes=(16,), reps=1, warmup=0, progress=False)
     with pytest.raises(ConfigError, match="needs the 'dense'"):
