@@ -120,3 +120,44 @@ def test_the_batch_table_and_where_the_advantage_goes_follow_the_numbers():
     assert advantage_gone(mixed).startswith("at 8 states per call the data first cannot tell")
     assert advantage_gone(batch_rows(_doc({1: [3, 3.2, 2.9, 3.1], 2: [2, 2.1, 1.9, 2]}))).startswith("FlashHead stays faster")
     assert advantage_gone(batch_rows(None)) == "not measured"
+
+
+def _decode_doc(times: dict[str, list[float]], groups: int, costs: dict | None = None) -> dict:
+    """A batched-decoding document at B = 4 with the given decode seconds per mode (rep-major over ``groups``)."""
+    n = len(times["baseline"])
+    return {"modes": list(times), "k": 4, "by_batch": {"4": {
+        "groups": groups, "decode_s": times, "tokens": {m: [40] * n for m in times},
+        "latency_s": {m: [1.0] * n for m in times}, "acceptance": {m: [0.5] * n if m != "baseline" else [] for m in times},
+        "rows_equal": {m: 4 * n for m in times}, "rows": 4 * n, "costs_ms": costs}}}
+
+
+def test_batched_decoding_verdicts_follow_the_intervals():
+    from thesis_lib.analysis import batched as ab
+
+    base = [2.0, 2.2, 1.9, 2.1, 2.0, 2.3]
+    twice = ab.decode_rows(_decode_doc({"baseline": base, "flash_deferred": [x / 2 for x in base]}, 3))
+    best = ab.fastest_at(twice, 4)
+    assert best["mode"] == "FlashHead, deferred" and best["verdict"] == "faster"
+    assert best["value"] == pytest.approx(2.0) and twice["tokens/s"].iloc[1] == pytest.approx(2 * twice["tokens/s"].iloc[0])
+    assert "stays faster at every batch" in ab.speculation_gone(twice)
+    noisy = [1.2, 3.0, 1.4, 2.9, 1.1, 3.1]  # as often faster as slower: the interval holds 1
+    unclear = ab.decode_rows(_decode_doc({"baseline": base, "dense_deferred": noisy}, 3))
+    assert ab.fastest_at(unclear, 4)["verdict"] == "cannot tell"
+    assert "from 4 prompts at once" in ab.speculation_gone(unclear) and "cannot be told apart" in ab.speculation_gone(unclear)
+    slow = ab.decode_rows(_decode_doc({"baseline": base, "dense_deferred": [3 * x for x in base]}, 3))
+    assert ab.fastest_at(slow, 4)["verdict"] == "slower" and ab.fastest_at(slow, 8) is None
+    assert "is slower than" in ab.speculation_gone(slow)
+    assert list(ab.decode_rows(None).columns) == ["batched decoding"]
+
+
+def test_the_modelled_speed_reads_the_costs_of_its_schedule_and_draft():
+    """Every draft token accepted, a free draft and a verify that costs one step: a round emits K + 1 tokens for
+    one step's cost (K + 1 = 5 here); the ordinary schedule pays its append too (2.5); nothing accepted and a dear
+    verify: below 1; no costs recorded: no model."""
+    from thesis_lib.analysis import batched as ab
+
+    costs = {"target_1": 100.0, "target_4": 100.0, "target_5": 100.0, "flash_1": 0.0, "dense_1": 50.0}
+    assert ab._modelled("flash_deferred", costs, 1.0, 4) == pytest.approx(5.0)
+    assert ab._modelled("flash_ordinary", costs, 1.0, 4) == pytest.approx(2.5)
+    assert ab._modelled("dense_deferred", costs, 0.0, 4) == pytest.approx(100 / 300)
+    assert ab._modelled("dense_deferred", None, 0.5, 4) is None and ab._modelled("baseline", costs, None, 4) == 1.0

@@ -271,3 +271,42 @@ def test_llama_bench_without_llama_cpp_fails_before_any_model(monkeypatch, capsy
     assert cli.main(["llama-bench", "--prompts", "2"]) == 2
     err = capsys.readouterr().err
     assert "pip install -e '.[llama]'" in err and "Traceback" not in err
+
+
+def test_serving_bench_decodes_batches_on_tiny_models(tmp_path, tok, capsys, monkeypatch):
+    """serving-bench's decode part on a tiny int8-dynamic pair: every batch size's groups, every mode's rows equal
+    to batched target-only's, the step costs recorded; the table printed; the document never overwritten."""
+    from thesis_lib.models import weight_only
+
+    if not weight_only.available():
+        pytest.skip("the weight-only kernel cannot be built here")
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path / "cache"))
+    target = tiny.tiny_model(seed=0)
+    t = tiny.save_tiny(target, tok, tmp_path / "t")
+    d = tiny.save_tiny(tiny.noisy_copy(target, 0.01, seed=3), tok, tmp_path / "d")
+    out = tmp_path / "serving.json"
+    args = ["serving-bench", "--target", str(t), "--draft", str(d), "--dtype", "int8-dynamic", "--prompt-file", "demo",
+            "--per-category", "1", "--prompts", "4", "--batches", "1,4", "--max-new-tokens", "6", "--reps", "1",
+            "--clusters", "17", "--kmeans-iterations", "4", "--flash-path", "eager", "--out", str(out)]
+    assert cli.main(args) == 0
+    doc = json.loads(out.read_text())
+    dec = doc["decode"]
+    assert dec["batch_sizes"] == [1, 4] and len({p for p in doc["prompts_used"]}) == 4
+    for b, groups in (("1", 4), ("4", 1)):
+        part = dec["by_batch"][b]
+        assert part["groups"] == groups and part["rows"] == 4
+        assert all(part["rows_equal"][m] == 4 for m in dec["modes"]) and len(part["decode_s"]["baseline"]) == groups
+        assert set(part["costs_ms"]) == {"target_1", "target_4", "target_5", "dense_1", "flash_1"}
+    assert "batched greedy decoding" in capsys.readouterr().out
+    assert cli.main(args) == 2
+
+
+@pytest.mark.parametrize("bad", [["--parts", "decode,nope"], ["--batches", "0"], ["--batches", "1,99"],
+                                 ["--modes", "dense_deferred"], ["--modes", "baseline,flash_pipelined"],
+                                 ["--per-category", "0"], ["--reps", "0"], ["-k", "0"]])
+def test_serving_bench_refuses_bad_options_before_any_model(bad, monkeypatch, capsys):
+    from thesis_lib.models import loading
+
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert cli.main(["serving-bench", *bad]) == 2
+    assert "Traceback" not in capsys.readouterr().err

@@ -178,3 +178,24 @@ def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair, every_
             top = torch.topk(torch.mv(w.float(), h[i].float()), 2).values
             allowed = BF16_NEAR_TIE * abs(float(top[0])) if draft.dtype == "bfloat16" else REAL_NEAR_TIE
             assert float(top[0] - top[1]) < allowed
+
+
+def test_batched_speculative_decoding_is_lossless_per_row(real_pair, every_greedy_mode):
+    """Three demo prompts decoded at once (decoding.batched), the FlashHead draft deferred and the dense draft
+    ordinary, 16 new tokens: every row is its prompt's one-row target-only output, and the rows' rounds differ."""
+    from thesis_lib.decoding.batched import batched_greedy, batched_speculative
+
+    target, draft = real_pair
+    head = every_greedy_mode[3]
+    ids = [prompts.encode(target.tokenizer, p.text) for p in prompts.demo_prompts()[:3]]
+    t = ModelState(target.model, vocab_limit=target.vocab_limit)
+    refs = [greedy_generate(t, x, max_new_tokens=16, eos_ids=target.eos_ids).tokens for x in ids]
+    assert [g.tokens for g in batched_greedy(t, ids, max_new_tokens=16, eos_ids=target.eos_ids).generations] == refs
+    for name, h, schedule in (("flash", head, "deferred"), ("dense", None, "ordinary")):
+        d = ModelState(draft.model, head=h, vocab_limit=draft.vocab_limit)
+        run = batched_speculative(t, d, ids, k=4, max_new_tokens=16, eos_ids=target.eos_ids, schedule=schedule,
+                                  name=name)
+        for x, ref, g in zip(ids, refs, run.generations):
+            _check_lossless(target, x, ref, g.tokens, (name, schedule, "batched"))
+            assert g.stats.acceptance > 0.2
+        assert len({tuple(g.stats.accepted) for g in run.generations}) > 1

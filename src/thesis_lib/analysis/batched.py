@@ -60,3 +60,86 @@ def advantage_gone(rows: pd.DataFrame, head: str = "FlashHead") -> str:
 
 def _states(n: int) -> str:
     return "one state" if n == 1 else f"{n} states"
+
+
+#: what batched decoding's modes are called on the page
+MODE_NAMES = {"baseline": "target-only", "dense_ordinary": "dense, ordinary", "dense_deferred": "dense, deferred",
+              "flash_ordinary": "FlashHead, ordinary", "flash_deferred": "FlashHead, deferred"}
+
+
+def decode_rows(doc: dict | None) -> pd.DataFrame:
+    """One row per batch size and mode of a batched-decoding document (:func:`thesis_lib.bench.batched.decode_by_batch`):
+    tokens/s over all rows (decode time: the per-row prefills left out), the speed over batched target-only
+    decoding at the same B with its 95 % bootstrap interval over the groups of prompts (``lo``/``hi`` kept), the
+    median row's latency, the acceptance, the rows equal to target-only's, and the speed the round's cost model
+    gives from the step costs measured at that B and the measured acceptance (:func:`_modelled`)."""
+    if not doc:
+        return pd.DataFrame({"batched decoding": ["none (serving-bench --parts decode)"]})
+    rows = []
+    for b, part in doc["by_batch"].items():
+        base = part["decode_s"]["baseline"]
+        for m in doc["modes"]:
+            row = {"B": int(b), "mode": MODE_NAMES.get(m, m),
+                   "tokens/s": sum(part["tokens"][m]) / sum(part["decode_s"][m]),
+                   "row latency s": float(pd.Series(part["latency_s"][m]).median()),
+                   "acceptance": float(pd.Series(part["acceptance"][m]).mean()) if part["acceptance"][m] else None,
+                   "rows equal": f"{part['rows_equal'][m]}/{part['rows']}"}
+            row["modelled"] = _modelled(m, part.get("costs_ms"), row["acceptance"], doc["k"])
+            if m == "baseline":
+                row.update({"speed": "1", "value": 1.0, "lo": 1.0, "hi": 1.0})
+            else:
+                ci = timing_interval(base, part["decode_s"][m], part["groups"])
+                row.update({"speed": f"{ci['value']:.2f} [{ci['lo']:.2f}, {ci['hi']:.2f}]", "value": ci["value"],
+                            "lo": ci["lo"], "hi": ci["hi"]})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def decode_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`decode_rows` without the numeric interval columns."""
+    return rows[[c for c in rows if c not in ("value", "lo", "hi")]]
+
+
+def fastest_at(rows: pd.DataFrame, batch: int) -> dict | None:
+    """The fastest speculative mode at ``batch`` (by its speed over target-only), with its interval and a verdict:
+    ``faster``, ``slower`` or ``cannot tell`` (the interval holds 1). None where the batch was not measured."""
+    at = rows[(rows.get("B") == batch) & (rows.get("mode") != MODE_NAMES["baseline"])] if "B" in rows else rows[:0]
+    if not len(at):
+        return None
+    best = at.loc[at["value"].idxmax()]
+    verdict = "faster" if best["lo"] > 1 else "slower" if best["hi"] < 1 else "cannot tell"
+    return {"B": batch, "mode": best["mode"], "value": float(best["value"]), "lo": float(best["lo"]),
+            "hi": float(best["hi"]), "verdict": verdict}
+
+
+def speculation_gone(rows: pd.DataFrame) -> str:
+    """The smallest batch at which no speculative mode is faster than batched target-only decoding (its best
+    mode's interval holds 1 or lies below it), or that every batch measured still gains."""
+    if "B" not in rows:
+        return "not measured"
+    for b in sorted(rows["B"].unique()):
+        best = fastest_at(rows, int(b))
+        if best and best["verdict"] != "faster":
+            word = "is slower than" if best["verdict"] == "slower" else "cannot be told apart from"
+            return (f"from {int(b)} prompts at once the fastest speculative mode ({best['mode']}, "
+                    f"{best['value']:.2f}x) {word} batched target-only decoding")
+    return f"speculative decoding stays faster at every batch measured, up to {int(rows['B'].max())} prompts at once"
+
+
+def _modelled(mode: str, costs: dict | None, acceptance: float | None, k: int) -> float | None:
+    """Speed over target-only decoding under chapter 2's model with measured inputs: tokens per round
+    E(acceptance, K) times one batched target step, over the round's cost at this B (K draft steps and the
+    deferred verify over K + 1 tokens, or the ordinary verify over K plus an append)."""
+    from ..decoding.costs import expected_emitted, round_cost
+
+    if mode == "baseline":
+        return 1.0
+    draft = mode.split("_")[0]
+    if not costs or acceptance is None or f"{draft}_1" not in costs:
+        return None
+    step = costs["target_1"]
+    if mode.endswith("deferred"):
+        cost = round_cost(k, costs[f"{draft}_1"], costs[f"target_{k + 1}"])
+    else:
+        cost = round_cost(k, costs[f"{draft}_1"], costs[f"target_{k}"], step)
+    return float(expected_emitted(acceptance, k)) * step / cost

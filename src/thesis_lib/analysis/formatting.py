@@ -83,6 +83,23 @@ def model_bench_text(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def serving_text(doc: dict) -> str:
+    """``thesis-lib serving-bench``'s report: batched decoding (speed: over batched target-only decoding at the
+    same B, 95 % interval over the groups of prompts)."""
+    lines = [f"\n{doc['target']} with {doc['draft']} ({doc.get('precision') or doc['dtype']}), "
+             f"{len(doc['prompts_used'])} prompts"]
+    if "decode" in doc:
+        from .batched import decode_rows, decode_shown, speculation_gone
+
+        d = doc["decode"]
+        rows = decode_rows(d)
+        lines.append(f"\nbatched greedy decoding, K = {d['k']}, {d['max_new_tokens']} new tokens, {d['reps']} repetitions")
+        lines.append(decode_shown(rows).round(3).to_string(index=False))
+        lines.append(speculation_gone(rows))
+    lines.append("")
+    return "\n".join(lines)
+
+
 def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 

@@ -1,4 +1,5 @@
-"""Heads at batch B (issue 48): the dense head against FlashHead on B hidden states at once.
+"""Heads and whole decoding at batch B (issue 48): the dense head against FlashHead on B hidden states at once,
+and greedy decoding of B prompts at once, target-only against speculative.
 
 At batch B the dense head is one matrix product that reads the vocabulary's rows once for all B rows, so its cost
 per row falls as B grows. FlashHead probes its clusters row by row (each row's candidates are its own, exactly as
@@ -6,11 +7,17 @@ at B = 1), so B rows read the union of the clusters their rows probe: one row's 
 that where they share nothing. :func:`candidate_union` counts that union on real states; :func:`heads_by_batch`
 times both heads on the same states grouped B at a time, interleaved, keeping every timing for the intervals
 (:mod:`thesis_lib.analysis.batched` reads them).
+
+:func:`decode_by_batch` decodes the same prompts in groups of B with :mod:`thesis_lib.decoding.batched`: batched
+target-only decoding and batched speculative decoding with each draft and schedule, modes interleaved per group,
+every row checked against the baseline's row. It keeps every run's decode seconds (the target's per-row prefills
+left out: they are the same in every mode) and each row's latency.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Sequence
 
 import torch
@@ -19,8 +26,11 @@ from ..errors import ConfigError
 from .disturbance import Watch
 from .timing import interleaved, stats_ms
 
-#: the batch sizes measured by default
+#: the batch sizes measured by default: heads, and whole decoding
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+DECODE_BATCHES = (1, 2, 4, 8)
+#: batched decoding's modes: target-only, and each draft (``dense``, ``flash``) with each schedule
+DECODE_MODES = ("baseline", "dense_ordinary", "dense_deferred", "flash_ordinary", "flash_deferred")
 
 
 def candidate_union(head, states: torch.Tensor, batch: int) -> dict:
@@ -75,3 +85,92 @@ def heads_by_batch(heads: dict[str, object], states: torch.Tensor, flash: str = 
             "union": candidate_union(heads[flash], states, b), "dense_rows": vocab,
             "times_ms": {k: [round(1e3 * t, 6) for t in ts] for k, ts in times.items()}, "machine": machine.record}
     return {"batch_sizes": list(batch_sizes), "base": base, "flash": flash, "order_seed": order_seed, "by_batch": out}
+
+
+def check_decode(modes: Sequence[str], batch_sizes: Sequence[int], prompts: int) -> None:
+    """Refuse unknown modes, and batch sizes the prompts cannot fill (before any model loads)."""
+    bad = [m for m in modes if m not in DECODE_MODES]
+    if bad or "baseline" not in modes:
+        raise ConfigError(f"Batched decoding runs baseline and some of {', '.join(DECODE_MODES[1:])}; got "
+                          f"{', '.join(modes)}.")
+    if not batch_sizes or min(batch_sizes) < 1 or max(batch_sizes) > prompts:
+        raise ConfigError(f"Batch sizes must lie in 1..{prompts} (the prompts); got {list(batch_sizes)}.")
+
+
+def decode_by_batch(target, drafts: dict, prompts: Sequence[Sequence[int]], *, k: int, max_new_tokens: int,
+                    eos_ids: Sequence[int] = (), batch_sizes: Sequence[int] = DECODE_BATCHES,
+                    modes: Sequence[str] = DECODE_MODES, reps: int = 2, progress: bool = True) -> dict:
+    """For each batch size B, ``prompts`` in ``len(prompts) // B`` groups of B; every mode on every group, modes
+    interleaved with their order alternating, ``reps`` times (after one untimed run of each mode on one short row).
+    ``target`` and each of ``drafts`` (``dense``, ``flash``) are :class:`~thesis_lib.decoding.state.ModelState`.
+    Per B: the decode seconds of every run (index ``rep * groups + group``), the new tokens, each row's latency,
+    acceptance, the rows equal to the baseline's, and the step costs of :func:`step_costs` on the first group."""
+    from ..decoding.batched import batched_greedy, batched_speculative
+    from ..progress import tqdm
+
+    check_decode(modes, batch_sizes, len(prompts))
+
+    def run(mode: str, group: Sequence[Sequence[int]], new: int):
+        if mode == "baseline":
+            return batched_greedy(target, group, max_new_tokens=new, eos_ids=eos_ids)
+        draft, schedule = mode.split("_")
+        return batched_speculative(target, drafts[draft], group, k=k, max_new_tokens=new, eos_ids=eos_ids,
+                                   schedule=schedule, name=draft)
+
+    out = {}
+    for b in batch_sizes:
+        groups = [prompts[i * b:(i + 1) * b] for i in range(len(prompts) // b)]
+        for mode in modes:  # untimed: first calls at this batch's shapes (compilation of a FlashHead head)
+            run(mode, groups[0], min(4, max_new_tokens))
+        part = {"groups": len(groups), "decode_s": {m: [] for m in modes}, "tokens": {m: [] for m in modes},
+                "latency_s": {m: [] for m in modes}, "acceptance": {m: [] for m in modes},
+                "rows_equal": {m: 0 for m in modes}, "rows": 0}
+        with Watch() as machine, tqdm(total=reps * len(groups), desc=f"decoding at batch {b}", unit="group",
+                                      disable=not progress) as bar:
+            for r in range(reps):
+                for g, group in enumerate(groups):
+                    order = list(modes) if (r * len(groups) + g) % 2 == 0 else list(modes)[::-1]
+                    got = {m: run(m, group, max_new_tokens) for m in order}
+                    ref = [x.tokens for x in got["baseline"].generations]
+                    part["rows"] += len(group)
+                    for m in modes:
+                        x = got[m]
+                        part["decode_s"][m].append(round(x.seconds - x.phase_s.get("prefill", 0.0), 6))
+                        part["tokens"][m].append(x.new_tokens)
+                        part["latency_s"][m].extend(round(s.stats.ttft_s + s.stats.decode_s, 6)
+                                                    for s in x.generations)
+                        drafted = sum(sum(s.stats.drafted) for s in x.generations)
+                        if drafted:
+                            part["acceptance"][m].append(sum(sum(s.stats.accepted) for s in x.generations) / drafted)
+                        part["rows_equal"][m] += sum(s.tokens == t for s, t in zip(x.generations, ref))
+                    bar.update()
+        part["machine"] = machine.record
+        part["costs_ms"] = step_costs(target, {d: drafts[d] for d in drafts if any(m.startswith(d) for m in modes)},
+                                      groups[0], k)
+        out[str(b)] = part
+    return {"batch_sizes": list(batch_sizes), "modes": list(modes), "k": k, "max_new_tokens": max_new_tokens,
+            "prompts": len(prompts), "reps": reps, "by_batch": out}
+
+
+@torch.inference_mode()
+def step_costs(target, drafts: dict, prompts: Sequence[Sequence[int]], k: int, reps: int = 5) -> dict:
+    """Median milliseconds of one batched forward (the greedy tokens read back) after ``prompts``' caches, every row
+    feeding the same number of tokens: the target over 1, ``k`` and ``k + 1`` tokens (a step, the ordinary and the
+    deferred verify), each draft over 1 (a draft step). The inputs of the round's cost model at this batch."""
+    from ..decoding.batched import BatchState
+
+    def forward_ms(state, n: int) -> float:
+        batch = BatchState(state)
+        batch.prefill(prompts, max(map(len, prompts)) + n)
+        feed = [list(p[-n:]) + [p[-1]] * (n - len(p[-n:])) for p in prompts]
+        times = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            batch.greedy(feed)
+            times.append(time.perf_counter() - t0)
+            batch.cache.crop([n] * len(prompts))
+        return round(1e3 * statistics.median(times[1:]), 3)
+
+    out = {f"target_{n}": forward_ms(target, n) for n in sorted({1, k, k + 1})}
+    out.update({f"{name}_1": forward_ms(state, 1) for name, state in drafts.items()})
+    return out

@@ -5,6 +5,7 @@
 - measurements (:mod:`.measure`): ``model-bench`` (Tables 4.1-4.4), ``bench`` and ``profile`` (the benchmark
   protocol into a resumable run folder; Tables 4.5-4.11), ``table`` (tables from run folders),
   ``precision-bench`` (float32, bfloat16, int4 side by side), ``sampling-check`` (speculative sampling lossless).
+- the thesis' open questions (:mod:`.serving`): ``serving-bench`` (batches, longer generations, memory).
 - sweeps (:mod:`.sweep`): ``sweep run|status|table|cancel|job``, in order here or one Slurm job per run.
 - the book (:mod:`.book`): ``book``, ``explore`` (live explorer), ``gpu-check`` (the GPU acceptance run).
 
@@ -17,7 +18,7 @@ import argparse
 import sys
 
 from ..errors import ThesisLibError
-from . import book, decode, measure, sweep
+from . import book, decode, measure, serving, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         "FlashHead draft, measured as the thesis measured it.", epilog="Each command takes --help; the README's "
         "table and docs/usage.md describe them.")
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
-    for group in (decode, measure, book, sweep):
+    for group in (decode, measure, serving, book, sweep):
         group.add_parsers(sub)
     return parser
 

@@ -28,25 +28,46 @@ from ..errors import ConfigError
 NAME = "thesis_exact_sdpa"
 def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwargs):
     """transformers' attention-function signature (``query [B, H, q, d]``, ``key``/``value`` with the cache's
-    positions first, ``[B, Hkv, kv, d]``); returns ``([B, q, H, d], None)``. Batch 1 rows with a mask that allows
-    the whole prefix take the one-token path exactly; any row the mask restricts keeps its mask."""
+    positions first, ``[B, Hkv, kv, d]``); returns ``([B, q, H, d], None)``.
+
+    Where the mask lets every query see a prefix of the keys (a causal block after a cache, or the ragged rows of
+    :mod:`thesis_lib.decoding.batched`, one prefix per row and position), each query goes through SDPA alone with
+    that prefix and no mask: a one-token step's call, bit for bit. A query whose prefix is empty (a padded
+    position) gets zeros. Any other mask (left padding) is kept and passed on."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    q, kv = query.shape[2], key.shape[2]
-    if (q == 1 or kv == q or attention_mask is None  # a step, a prefill, or a static cache's prefill (keys cut to q)
+    b, q, kv = query.shape[0], query.shape[2], key.shape[2]
+    if (attention_mask is None or (b == 1 and (q == 1 or kv == q))  # a step, a prefill, a static cache's prefill
             or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None):  # not Qwen's kinds
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
-    rows = []
-    for j in range(q):
-        n = kv - q + j + 1  # the keys position j may see: the cache and the block up to itself
-        mask = attention_mask[:, :, j:j + 1, :n]
-        if mask.dtype == torch.bool and bool(mask.all()):
-            mask = None  # what a one-token step gets
-        out, _ = sdpa_attention_forward(module, query[:, :, j:j + 1], key[:, :, :n], value[:, :, :n], mask,
-                                        *args, **kwargs)
-        rows.append(out)
-    return torch.cat(rows, dim=1), None
+    seen = _prefixes(attention_mask, b, q, kv)
+    if seen is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
+    out = query.new_zeros(b, q, query.shape[1], query.shape[3])
+    for i, row in enumerate(seen):
+        for j, n in enumerate(row):
+            if n:
+                k_, v_ = key[i:i + 1, :, :n], value[i:i + 1, :, :n]
+                if b > 1:  # a slice of a wider cache: laid out as a one-row cache's keys are
+                    k_, v_ = k_.contiguous(), v_.contiguous()
+                out[i:i + 1, j:j + 1], _ = sdpa_attention_forward(module, query[i:i + 1, :, j:j + 1], k_, v_, None,
+                                                                  *args, **kwargs)
+    return out, None
+
+
+def _prefixes(mask, b: int, q: int, kv: int) -> list[list[int]] | None:
+    """Per row and query, how many leading keys a boolean ``[B, 1, q, kv]`` mask allows, if it allows exactly a
+    prefix of them everywhere; else None."""
+    import torch
+
+    if mask.dtype != torch.bool or mask.shape[1] != 1:
+        return None
+    m = mask.expand(b, 1, q, kv)[:, 0]
+    counts = m.sum(-1)
+    if not torch.equal(m, torch.arange(kv, device=m.device) < counts[..., None]):
+        return None
+    return counts.tolist()
 
 
 def register() -> str:

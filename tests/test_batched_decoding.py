@@ -1,0 +1,160 @@
+"""Batched greedy decoding (decoding.batched): B prompts at once, each row accepting its own tokens per round;
+every row's output is its prompt's one-row target-only output, and its rounds are the one-row loop's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from thesis_lib.decoding.batched import BatchState, RaggedCache, batched_greedy, batched_speculative
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.errors import ConfigError
+from thesis_lib.heads import clustering as cl
+from thesis_lib.heads.flashhead import FlashHead
+from thesis_lib.models import attention, tiny
+from thesis_lib.models import weight_only as wo
+
+from conftest import TINY_VOCAB
+
+pytestmark = pytest.mark.skipif(not wo.available(), reason="the weight-only kernel cannot be built here")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """A tiny target and a close draft in int8-dynamic (each row computed alone by construction), row-exact
+    attention; the draft with its dense head and with a FlashHead head (17 clusters, 2 probes)."""
+    target = tiny.tiny_model("qwen2", seed=0)
+    draft = tiny.noisy_copy(target, 0.01, seed=3)
+    w = draft.get_output_embeddings().weight.detach().clone()
+    for m in (target, draft):
+        wo.convert(m, "int8-dynamic")
+        attention.use(m)
+    flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=2,
+                      vocab_limit=TINY_VOCAB, path="eager")
+    return {"target": ModelState(target, vocab_limit=TINY_VOCAB),
+            "dense": (draft, None), "flash": (draft, flash)}
+
+
+HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+prompt = st.lists(st.integers(0, TINY_VOCAB - 1), min_size=1, max_size=12)
+
+
+@HYP
+@given(prompts=st.lists(prompt, min_size=1, max_size=5), k=st.integers(1, 6), max_new=st.integers(1, 30),
+       schedule=st.sampled_from(["ordinary", "deferred"]), name=st.sampled_from(["dense", "flash"]),
+       stop=st.integers(0, 40))
+def test_every_row_is_its_prompts_target_only_output_and_its_rounds_the_one_row_loops(pair, prompts, k, max_new,
+                                                                                      schedule, name, stop):
+    """Random batches: each row equals one-row target-only greedy output, also where an EOS (a token of one
+    row's reference output, ``stop`` picks it) ends rows early; and each row's rounds (accepted per round,
+    verify, append and skip counts) are the one-row speculative loop's, with the same draft."""
+    target = pair["target"]
+    model, head = pair[name]
+    first = greedy_generate(target, prompts[0], max_new_tokens=max_new).tokens
+    eos = [first[stop % len(first)]] if stop < 30 else []
+    refs = [greedy_generate(target, p, max_new_tokens=max_new, eos_ids=eos).tokens for p in prompts]
+    assert batched_greedy(target, prompts, max_new_tokens=max_new, eos_ids=eos).generations[0].tokens == refs[0]
+    run = batched_speculative(target, ModelState(model, head=head, vocab_limit=TINY_VOCAB), prompts, k=k,
+                              max_new_tokens=max_new, eos_ids=eos, schedule=schedule, name=name)
+    assert [g.tokens for g in run.generations] == refs
+    for p, g in zip(prompts, run.generations):
+        one = speculative_generate(target, ModelDrafter(model, head=head, vocab_limit=TINY_VOCAB), p, k=k,
+                                   max_new_tokens=max_new, eos_ids=eos, schedule=schedule).stats
+        got = g.stats
+        assert (got.accepted, got.drafted, got.emitted) == (one.accepted, one.drafted, one.emitted)
+        assert (got.verify_calls, got.append_calls, got.skipped, got.tail_tokens) == (
+            one.verify_calls, one.append_calls, one.skipped, one.tail_tokens)
+
+
+def test_rows_accept_differently_and_end_at_different_times(pair):
+    """The case the ragged cache exists for, pinned: in one batch some rounds accept everything and others
+    nothing, and one row hits its EOS rounds before the others finish; every row still equals its reference."""
+    target = pair["target"]
+    model, _ = pair["dense"]
+    prompts = [[3, 4, 5], [17, 2, 99, 41, 8], [250, 1, 1, 7], [60, 61, 62, 63, 64, 65]]
+    plain = greedy_generate(target, prompts[1], max_new_tokens=24).tokens
+    eos = [plain[5]]
+    refs = [greedy_generate(target, p, max_new_tokens=24, eos_ids=eos).tokens for p in prompts]
+    assert len(refs[1]) == 6 and max(map(len, refs)) == 24
+    for schedule in ("ordinary", "deferred"):
+        run = batched_speculative(target, ModelState(model, vocab_limit=TINY_VOCAB), prompts, k=4,
+                                  max_new_tokens=24, eos_ids=eos, schedule=schedule)
+        assert [g.tokens for g in run.generations] == refs
+        accepted = [a for g in run.generations for a in g.stats.accepted]
+        assert 0 in accepted and 4 in accepted
+        assert run.generations[1].stats.stopped_by == "eos"
+        done = [g.stats.ttft_s + g.stats.decode_s for g in run.generations]
+        assert done[1] < max(done) <= run.seconds
+        assert run.new_tokens == sum(map(len, refs)) and run.tokens_per_s > 0
+
+
+def test_each_row_of_a_ragged_forward_equals_its_one_row_steps_bit_for_bit(pair):
+    """Rows of 2, 9 and 5 cached positions fed 3, 1 and 0 tokens at once: every fed position's final hidden state is,
+    bit for bit, what one-token steps of that row alone compute (the row-exact attention per row and position)."""
+    target = pair["target"]
+    rows, feeds = [[5, 6], [1, 2, 3, 4, 5, 6, 7, 8, 9], [40, 41, 42, 43, 44]], [[7, 8, 9], [10], []]
+    batch = BatchState(target)
+    batch.prefill(rows, capacity=16)
+    got = batch.hidden(feeds)
+    assert batch.cache.lengths == [5, 10, 5]
+    with torch.inference_mode():
+        for r, f, h in zip(rows, feeds, got):
+            target.reset()
+            target.hidden(r)
+            steps = [target.hidden([t]) for t in f]
+            assert torch.equal(h, torch.cat(steps) if steps else h[:0]), r
+
+
+def test_a_ragged_forward_writes_each_row_at_its_own_length():
+    """Constructed caches: rows of 3 and 1 positions, a forward of width 2 where the second row feeds one real
+    token: positions and masks per row, keys written at each row's length, cropping per row, keeping rows."""
+    from transformers import DynamicCache
+
+    caches = []
+    for n in (3, 1):
+        c = DynamicCache()
+        c.update(torch.full((1, 1, n, 2), float(n)), torch.full((1, 1, n, 2), -float(n)), 0)
+        caches.append(c)
+    cache = RaggedCache.from_rows(caches, capacity=8)
+    assert cache.lengths == [3, 1] and cache.capacity == 8
+    positions, mask = cache.feed([2, 1], 2, "cpu")
+    assert positions.tolist() == [[3, 4], [1, 2]]
+    assert mask.shape == (2, 1, 2, 5)
+    assert mask[0, 0].sum(-1).tolist() == [4, 5] and mask[1, 0].sum(-1).tolist() == [2, 0]  # the pad sees nothing
+    k, v = cache.update(torch.tensor([7.0, 8.0]).view(1, 1, 2, 1).expand(2, 1, 2, 2),
+                        torch.zeros(2, 1, 2, 2), 0)
+    assert k.shape == (2, 1, 5, 2)
+    assert k[0, 0, :, 0].tolist() == [3, 3, 3, 7, 8] and k[1, 0, :3, 0].tolist() == [1, 7, 8]
+    cache.advance([2, 1])
+    assert cache.lengths == [5, 2]
+    cache.crop([1, 0])
+    assert cache.lengths == [4, 2]
+    with pytest.raises(ValueError, match="cannot remove"):
+        cache.crop([0, 3])
+    cache.keep([1])
+    assert cache.lengths == [2] and cache.layers[0][0].shape[0] == 1
+    assert cache.layers[0][0][0, 0, :2, 0].tolist() == [1, 7]
+    with pytest.raises(ValueError, match="overflows"):
+        cache.feed([7], 7, "cpu")
+
+
+def test_bad_requests_are_refused_before_any_model_runs(pair):
+    class Untouchable:
+        device = torch.device("cpu")
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the model was touched ({name})")
+
+    bad = Untouchable()
+    with pytest.raises(ConfigError, match="ordinary or deferred"):
+        batched_speculative(bad, bad, [[1, 2]], k=4, max_new_tokens=8, schedule="pipelined")
+    with pytest.raises(ConfigError, match="empty"):
+        batched_speculative(bad, bad, [[1, 2], []], k=4, max_new_tokens=8)
+    with pytest.raises(ConfigError, match="K"):
+        batched_speculative(bad, bad, [[1, 2]], k=0, max_new_tokens=8)
+    with pytest.raises(ConfigError, match="at least one prompt"):
+        batched_greedy(bad, [], max_new_tokens=8)
