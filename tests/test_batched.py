@@ -143,7 +143,7 @@ def test_batched_decoding_verdicts_follow_the_intervals():
     noisy = [1.2, 3.0, 1.4, 2.9, 1.1, 3.1]  # as often faster as slower: the interval holds 1
     unclear = ab.decode_rows(_decode_doc({"baseline": base, "dense_deferred": noisy}, 3))
     assert ab.fastest_at(unclear, 4)["verdict"] == "cannot tell"
-    assert "from 4 prompts at once" in ab.speculation_gone(unclear) and "cannot be told apart" in ab.speculation_gone(unclear)
+    assert "from 4 prompts at once on" in ab.speculation_gone(unclear) and "cannot be told apart" in ab.speculation_gone(unclear)
     slow = ab.decode_rows(_decode_doc({"baseline": base, "dense_deferred": [3 * x for x in base]}, 3))
     assert ab.fastest_at(slow, 4)["verdict"] == "slower" and ab.fastest_at(slow, 8) is None
     assert "is slower than" in ab.speculation_gone(slow)
@@ -161,3 +161,15 @@ def test_the_modelled_speed_reads_the_costs_of_its_schedule_and_draft():
     assert ab._modelled("flash_ordinary", costs, 1.0, 4) == pytest.approx(2.5)
     assert ab._modelled("dense_deferred", costs, 0.0, 4) == pytest.approx(100 / 300)
     assert ab._modelled("dense_deferred", None, 0.5, 4) is None and ab._modelled("baseline", costs, None, 4) == 1.0
+
+
+def test_the_draft_step_table_reads_medians_and_ranges_of_the_step_costs():
+    from thesis_lib.analysis import batched as ab
+
+    costs = {"target_1": 80.0, "dense_1": 40.0, "flash_1": 25.0,
+             "times_ms": {"dense_1": [39.0, 40.0, 47.5], "flash_1": [24.0, 25.0, 30.0]}}
+    doc = {"by_batch": {"1": {"costs_ms": costs}, "8": {"costs_ms": {"target_1": 1.0}}}}  # B = 8: no draft timed
+    rows = ab.draft_step_rows(doc)
+    assert list(rows["B"]) == [1] and rows["dense range"].iloc[0] == "39.0-47.5"
+    assert rows["dense / FlashHead"].iloc[0] == pytest.approx(1.6)
+    assert list(ab.draft_step_rows(None).columns) == ["draft step"]

@@ -93,20 +93,24 @@ def test_rows_accept_differently_and_end_at_different_times(pair):
 
 
 def test_each_row_of_a_ragged_forward_equals_its_one_row_steps_bit_for_bit(pair):
-    """Rows of 2, 9 and 5 cached positions fed 3, 1 and 0 tokens at once: every fed position's final hidden state is,
-    bit for bit, what one-token steps of that row alone compute (the row-exact attention per row and position)."""
+    """Rows of 2, 9 and 5 cached positions fed 3, 1 and 0 tokens at once, and batches of one row: every fed
+    position's final hidden state is, bit for bit, what one-token steps of that row alone compute (the row-exact
+    attention per row and position)."""
     target = pair["target"]
-    rows, feeds = [[5, 6], [1, 2, 3, 4, 5, 6, 7, 8, 9], [40, 41, 42, 43, 44]], [[7, 8, 9], [10], []]
-    batch = BatchState(target)
-    batch.prefill(rows, capacity=16)
-    got = batch.hidden(feeds)
-    assert batch.cache.lengths == [5, 10, 5]
-    with torch.inference_mode():
-        for r, f, h in zip(rows, feeds, got):
-            target.reset()
-            target.hidden(r)
-            steps = [target.hidden([t]) for t in f]
-            assert torch.equal(h, torch.cat(steps) if steps else h[:0]), r
+    cases = [([[5, 6], [1, 2, 3, 4, 5, 6, 7, 8, 9], [40, 41, 42, 43, 44]], [[7, 8, 9], [10], []]),
+             ([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]], [[12]]),  # one row, one token: a batch of one is a batch too
+             ([[30, 31, 32]], [[33, 34, 35, 36]])]
+    for rows, feeds in cases:
+        batch = BatchState(target)
+        batch.prefill(rows, capacity=16)
+        got = batch.hidden(feeds)
+        assert batch.cache.lengths == [len(r) + len(f) for r, f in zip(rows, feeds)]
+        with torch.inference_mode():
+            for r, f, h in zip(rows, feeds, got):
+                target.reset()
+                target.hidden(r)
+                steps = [target.hidden([t]) for t in f]
+                assert torch.equal(h, torch.cat(steps) if steps else h[:0]), r
 
 
 def test_a_ragged_forward_writes_each_row_at_its_own_length():
@@ -124,7 +128,7 @@ def test_a_ragged_forward_writes_each_row_at_its_own_length():
     positions, mask = cache.feed([2, 1], 2, "cpu")
     assert positions.tolist() == [[3, 4], [1, 2]]
     assert mask.shape == (2, 1, 2, 5)
-    assert mask[0, 0].sum(-1).tolist() == [4, 5] and mask[1, 0].sum(-1).tolist() == [2, 0]  # the pad sees nothing
+    assert mask[0, 0].sum(-1).tolist() == [4, 5] and mask[1, 0].sum(-1).tolist() == [2, 1]  # the pad: one key
     k, v = cache.update(torch.tensor([7.0, 8.0]).view(1, 1, 2, 1).expand(2, 1, 2, 2),
                         torch.zeros(2, 1, 2, 2), 0)
     assert k.shape == (2, 1, 5, 2)

@@ -360,6 +360,35 @@ def test_chapter_6_glue(smoke_book):
     assert min(g[f"walk_{t}_{k}_{w}"] for t in ("fl", "sk", "hy") for k in ("draft", "verify") for w in ("model", "run")) >= 0
 
 
+def test_chapter_7_glue(smoke_book):
+    """The serving chapter measured by the smoke build itself (no saved documents): its numbers are those of the
+    documents it cached, recomputed here from their raw timings and byte counts."""
+    g = glued("ch7_serving")
+    runs = smoke_book[2] / "runs"
+    doc = json.loads(next(runs.glob("smoke-serving-*.json")).read_text())
+    d = doc["decode"]
+    rows = sum(part["rows"] for part in d["by_batch"].values()) * len(d["modes"])
+    assert g["decode_rows"] == rows and g["decode_lossless"] == f"all {rows} rows equal their prompt's one-row target-only output"
+    assert g["exactness"].startswith("each row and position goes through") and "bit for bit" in g["exactness"]
+    at = d["by_batch"][str(g["batch_at"])]
+    base = at["decode_s"]["baseline"]
+    mode = {"dense, deferred": "dense_deferred", "FlashHead, deferred": "flash_deferred"}[g["batch_best_mode"]]
+    assert math.isclose(g["batch_best_value"], sum(base) / sum(at["decode_s"][mode]), rel_tol=1e-9)
+    assert g["batch_best_lo"] <= g["batch_best_value"] <= g["batch_best_hi"]
+    assert g["batch_at"] == 2 and g["decode_max_new_tokens"] == 6
+    assert g["cost_at_step"] == at["costs_ms"]["target_1"] > 0
+    assert (g["len_short"], g["len_long"]) == (8, 16) and g["length_prompts"] == 2
+    assert 0 <= g["acc_first_bin"] <= 1 and 0 < g["share_long"] < 1 and g["ctx_long"] - g["ctx_short"] == 8
+    m = doc["memory"]
+    per_token = 2 * 2 * 2 * 16 * 4  # the tiny target: layers x (keys, values) x kv heads x head dim x float32
+    assert g["kv_target_kib"] == m["kv"]["target"]["per_token"] / 1024 == per_token / 1024
+    assert math.isclose(g["fh_mib"], m["flashhead"]["total"] / 2 ** 20) and g["fh_mib"] > 0
+    assert "weight_perm" in m["flashhead"]["tensors"] and g["memory_batch"] == 2
+    heads = json.loads(next(runs.glob("smoke-batch-heads-*.json")).read_text())["batch"]
+    assert g["heads_b_max"] == max(heads["batch_sizes"]) and str(g["heads_b_max"]) in g["heads_table"]
+    assert "not measured yet" in g["gpu_batch"]  # the saved H100 document predates gpu-check's batch part
+
+
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):
     _, html, _ = smoke_book
     assert (html / "index.html").is_file()
@@ -544,6 +573,8 @@ def test_the_gpu_path_rehearsed_on_a_cpu_builds_the_whole_book(rehearsal_book):
         assert rehearsal[key] == thesis[key], key
     assert fates == {n: "executed" for n in execute.NOTEBOOKS}
     # chapter 6 shows the saved sampling check (the smoke book runs one in the notebook instead)
+    g7 = glued("ch7_serving", "rehearsal")  # batched decoding on the virtual GPUs, the model's own attention
+    assert g7["exactness"].startswith("attention here is the model's own") and g7["decode_rows"] > 0
     g6 = glued("ch6_beyond", "rehearsal")
     assert g6["sampling_source"].startswith("`thesis-lib sampling-check --delta 0.01`")
     assert g6["sampling_all_ok"] == "all pass" and g6["sampling_delta"] == 1.0  # percent, from the document
@@ -593,7 +624,7 @@ def test_no_verdict_is_typed_beside_the_numbers():
     """Outside glued spans, the results pages use no verdict word (who wins, what was met, where a model is
     wrong) except in the sentences listed, which speak of the method or the aim."""
     typed = []
-    for name in ("results.md", "conclusion.md", "beyond.md"):
+    for name in ("results.md", "conclusion.md", "beyond.md", "serving.md"):
         text = re.sub(r"\{glue:text\}`[^`]*`", "GLUED", (params.ROOT / "book" / name).read_text(encoding="utf-8"))
         for sentence in re.split(r"(?<=[.:;])\s+", text):
             if VERDICT_WORDS.search(sentence) and not any(n == name and s in sentence for n, s in NOT_VERDICTS):
@@ -612,7 +643,7 @@ def _verdicts_hold(set_name: str) -> dict:
         g = glued(nb, set_name)
         page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
         prose = {"ch2_theory": "theory", "ch3_methods": "methods", "ch4_results": "results",
-                 "ch5_conclusion": "conclusion", "ch6_beyond": "beyond"}[nb]
+                 "ch5_conclusion": "conclusion", "ch6_beyond": "beyond", "ch7_serving": "serving"}[nb]
         text = "".join((execute.build_dir(set_name) / "_build" / "html" / f"{page}.html").read_text()
                        for page in (prose, "machine"))  # the chapter's page and the appendix its details moved to
         text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text))).replace("\u2019", "'")

@@ -274,8 +274,9 @@ def test_llama_bench_without_llama_cpp_fails_before_any_model(monkeypatch, capsy
 
 
 def test_serving_bench_decodes_batches_on_tiny_models(tmp_path, tok, capsys, monkeypatch):
-    """serving-bench's decode part on a tiny int8-dynamic pair: every batch size's groups, every mode's rows equal
-    to batched target-only's, the step costs recorded; the table printed; the document never overwritten."""
+    """serving-bench on a tiny int8-dynamic pair: every batch size's groups, every mode's rows equal to their
+    prompts' one-row target-only output, the step costs recorded; longer generations equal to target-only; the KV
+    bytes of the tiny target per token; the tables printed; the document never overwritten."""
     from thesis_lib.models import weight_only
 
     if not weight_only.available():
@@ -287,17 +288,27 @@ def test_serving_bench_decodes_batches_on_tiny_models(tmp_path, tok, capsys, mon
     out = tmp_path / "serving.json"
     args = ["serving-bench", "--target", str(t), "--draft", str(d), "--dtype", "int8-dynamic", "--prompt-file", "demo",
             "--per-category", "1", "--prompts", "4", "--batches", "1,4", "--max-new-tokens", "6", "--reps", "1",
-            "--clusters", "17", "--kmeans-iterations", "4", "--flash-path", "eager", "--out", str(out)]
+            "--clusters", "17", "--kmeans-iterations", "4", "--flash-path", "eager", "--parts", "decode,lengths,memory",
+            "--lengths", "8,16", "--length-per-category", "1", "--out", str(out)]
     assert cli.main(args) == 0
     doc = json.loads(out.read_text())
+    lengths, mem = doc["lengths"], doc["memory"]
+    assert lengths["lengths"] == [8, 16] and lengths["prompts"] == 2 and len(lengths["head_share"]) == 2
+    assert all(part["equal"]["flash_deferred"] == 2 for part in lengths["by_length"].values())
+    assert mem["kv"]["target"]["per_token"] == 2 * 2 * 2 * 16 * 4 and mem["flashhead"]["total"] > 0
+    assert set(mem["peak"]) == {"baseline", "dense_deferred", "flash_deferred", "batched_baseline",
+                                "batched_flash_deferred"} and mem["peak"]["batched_baseline"]["rows"] == 4
     dec = doc["decode"]
     assert dec["batch_sizes"] == [1, 4] and len({p for p in doc["prompts_used"]}) == 4
     for b, groups in (("1", 4), ("4", 1)):
         part = dec["by_batch"][b]
         assert part["groups"] == groups and part["rows"] == 4
         assert all(part["rows_equal"][m] == 4 for m in dec["modes"]) and len(part["decode_s"]["baseline"]) == groups
-        assert set(part["costs_ms"]) == {"target_1", "target_4", "target_5", "dense_1", "flash_1"}
-    assert "batched greedy decoding" in capsys.readouterr().out
+        costs = part["costs_ms"]
+        assert set(costs) == {"target_1", "target_4", "target_5", "dense_1", "flash_1", "times_ms"}
+        assert all(min(costs["times_ms"][n]) <= costs[n] <= max(costs["times_ms"][n]) for n in costs["times_ms"])
+    printed = capsys.readouterr().out
+    assert "batched greedy decoding" in printed and "acceptance by output position" in printed and "memory" in printed
     assert cli.main(args) == 2
 
 

@@ -121,8 +121,9 @@ def speculation_gone(rows: pd.DataFrame) -> str:
         best = fastest_at(rows, int(b))
         if best and best["verdict"] != "faster":
             word = "is slower than" if best["verdict"] == "slower" else "cannot be told apart from"
-            return (f"from {int(b)} prompts at once the fastest speculative mode ({best['mode']}, "
-                    f"{best['value']:.2f}x) {word} batched target-only decoding")
+            at = "one prompt at a time" if int(b) == 1 else f"{int(b)} prompts at once"
+            return (f"from {at} on, the fastest speculative mode ({best['mode']}, {best['value']:.2f}x) {word} "
+                    f"batched target-only decoding")
     return f"speculative decoding stays faster at every batch measured, up to {int(rows['B'].max())} prompts at once"
 
 
@@ -143,3 +144,25 @@ def _modelled(mode: str, costs: dict | None, acceptance: float | None, k: int) -
     else:
         cost = round_cost(k, costs[f"{draft}_1"], costs[f"target_{k}"], step)
     return float(expected_emitted(acceptance, k)) * step / cost
+
+
+def draft_step_rows(doc: dict | None) -> pd.DataFrame:
+    """The whole draft step at batch B (one forward of B rows, one token each, greedy tokens read back), from a
+    batched-decoding document's step costs: each draft's median ms and range over its timings, and the dense
+    draft's median over FlashHead's."""
+    if not doc:
+        return pd.DataFrame({"draft step": ["none"]})
+    rows = []
+    for b, part in doc["by_batch"].items():
+        c = part.get("costs_ms") or {}
+        if "dense_1" not in c or "flash_1" not in c:
+            continue
+        times = c.get("times_ms", {})
+        row = {"B": int(b)}
+        for name, label in (("dense_1", "dense"), ("flash_1", "FlashHead")):
+            ts = times.get(name) or [c[name]]
+            row[f"{label} ms"] = c[name]
+            row[f"{label} range"] = f"{min(ts):.1f}-{max(ts):.1f}"
+        row["dense / FlashHead"] = c["dense_1"] / c["flash_1"]
+        rows.append(row)
+    return pd.DataFrame(rows) if rows else pd.DataFrame({"draft step": ["none"]})

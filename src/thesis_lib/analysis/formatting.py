@@ -85,7 +85,7 @@ def model_bench_text(doc: dict) -> str:
 
 def serving_text(doc: dict) -> str:
     """``thesis-lib serving-bench``'s report: batched decoding (speed: over batched target-only decoding at the
-    same B, 95 % interval over the groups of prompts)."""
+    same B, 95 % interval over the groups of prompts), longer generations and memory."""
     lines = [f"\n{doc['target']} with {doc['draft']} ({doc.get('precision') or doc['dtype']}), "
              f"{len(doc['prompts_used'])} prompts"]
     if "decode" in doc:
@@ -96,6 +96,21 @@ def serving_text(doc: dict) -> str:
         lines.append(f"\nbatched greedy decoding, K = {d['k']}, {d['max_new_tokens']} new tokens, {d['reps']} repetitions")
         lines.append(decode_shown(rows).round(3).to_string(index=False))
         lines.append(speculation_gone(rows))
+    if "lengths" in doc:
+        from .serving import head_share_rows, length_rows, position_rows
+
+        rows = length_rows(doc["lengths"])
+        lines.append("\nlonger generations (speed: over target-only, 95 % interval over the prompts)")
+        lines.append(rows[[c for c in rows if c not in ("value", "lo", "hi")]].round(3).to_string(index=False))
+        lines.append("\nacceptance by output position")
+        lines.append(position_rows(doc["lengths"]).round(3).to_string(index=False))
+        lines.append("\nthe draft head's share of a step by context length")
+        lines.append(head_share_rows(doc["lengths"]).round(3).to_string(index=False))
+    if "memory" in doc:
+        from .serving import memory_rows
+
+        lines.append("\nmemory")
+        lines.append(memory_rows(doc["memory"]).round(1).to_string(index=False))
     lines.append("")
     return "\n".join(lines)
 

@@ -137,7 +137,10 @@ def float32_layout(doc: dict) -> str:
 
 
 def capability(doc: dict) -> str:
-    """A document's CPU in words: its name and vector extensions (older documents lack ``cpu_capability``)."""
+    """A document's CPU in words: its name and vector extensions (older documents lack ``cpu_capability``; a
+    document that records neither it nor ``fast_bf16``, such as model-bench's, is named by its processor alone)."""
+    if "cpu_capability" not in doc and "fast_bf16" not in doc:
+        return doc["processor"]
     cap = doc.get("cpu_capability") or ("AVX-512" if doc.get("fast_bf16") else "unknown vector extensions")
     bf16 = "native bf16 dot products" if doc.get("fast_bf16") else "no native bf16 dot products"
     return f"{doc['processor']} ({cap}, {bf16})"

@@ -7,6 +7,7 @@ The precision appendix's rules live with its tables in :mod:`~thesis_lib.analysi
 from __future__ import annotations
 
 from . import uncertainty
+from .serving import batched_verdict, length_trend, model_gap, share_trend
 from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
                         padding_effect, unpadded_there)
 
@@ -510,5 +511,12 @@ RULES = {
                                              stop_model="walk_sk_model", stop_run="walk_sk_run")),
         "walk_counts": (walk_counts, dict(modes="walk_modes", rounds="walk_gap_rounds", drafted="walk_gap_drafted",
                                           accepted="walk_gap_accepted")),
+    },
+    "ch7_serving": {
+        "batch_verdict": (batched_verdict, dict(lo="batch_best_lo", hi="batch_best_hi")),
+        "model_verdict": (model_gap, dict(measured="batch_best_value", modelled="modelled_at")),
+        "length_verdict": (length_trend, dict(short_lo="len_short_lo", short_hi="len_short_hi",
+                                              long_lo="len_long_lo", long_hi="len_long_hi")),
+        "share_verdict": (share_trend, dict(share_short="share_short", share_long="share_long")),
     },
 }

@@ -10,7 +10,7 @@ times both heads on the same states grouped B at a time, interleaved, keeping ev
 
 :func:`decode_by_batch` decodes the same prompts in groups of B with :mod:`thesis_lib.decoding.batched`: batched
 target-only decoding and batched speculative decoding with each draft and schedule, modes interleaved per group,
-every row checked against the baseline's row. It keeps every run's decode seconds (the target's per-row prefills
+every row checked against its prompt's one-row target-only output. It keeps every run's decode seconds (the target's per-row prefills
 left out: they are the same in every mode) and each row's latency.
 """
 
@@ -97,26 +97,21 @@ def check_decode(modes: Sequence[str], batch_sizes: Sequence[int], prompts: int)
         raise ConfigError(f"Batch sizes must lie in 1..{prompts} (the prompts); got {list(batch_sizes)}.")
 
 
-def decode_by_batch(target, drafts: dict, prompts: Sequence[Sequence[int]], *, k: int, max_new_tokens: int,
-                    eos_ids: Sequence[int] = (), batch_sizes: Sequence[int] = DECODE_BATCHES,
-                    modes: Sequence[str] = DECODE_MODES, reps: int = 2, progress: bool = True) -> dict:
-    """For each batch size B, ``prompts`` in ``len(prompts) // B`` groups of B; every mode on every group, modes
-    interleaved with their order alternating, ``reps`` times (after one untimed run of each mode on one short row).
-    ``target`` and each of ``drafts`` (``dense``, ``flash``) are :class:`~thesis_lib.decoding.state.ModelState`.
+def decode_by_batch(pair, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                    batch_sizes: Sequence[int] = DECODE_BATCHES, modes: Sequence[str] = DECODE_MODES, reps: int = 2,
+                    progress: bool = True) -> dict:
+    """For each batch size B, ``prompts`` in ``len(prompts) // B`` groups of B; every mode on every group
+    (``pair.batched(mode, group, n)``: :class:`thesis_lib.bench.serving.Pair`), modes interleaved with their order
+    alternating, ``reps`` times, after one untimed short run of each mode at that B.
     Per B: the decode seconds of every run (index ``rep * groups + group``), the new tokens, each row's latency,
-    acceptance, the rows equal to the baseline's, and the step costs of :func:`step_costs` on the first group."""
-    from ..decoding.batched import batched_greedy, batched_speculative
+    acceptance, the rows equal to their prompt's one-row target-only output (``pair.one_row``), and the step
+    costs of :func:`step_costs` on the first group."""
     from ..progress import tqdm
 
     check_decode(modes, batch_sizes, len(prompts))
-
-    def run(mode: str, group: Sequence[Sequence[int]], new: int):
-        if mode == "baseline":
-            return batched_greedy(target, group, max_new_tokens=new, eos_ids=eos_ids)
-        draft, schedule = mode.split("_")
-        return batched_speculative(target, drafts[draft], group, k=k, max_new_tokens=new, eos_ids=eos_ids,
-                                   schedule=schedule, name=draft)
-
+    run = pair.batched
+    # each prompt's one-row target-only output: what every row of every mode must equal
+    refs = [pair.one_row("baseline", ids, max_new_tokens).tokens for ids in prompts]
     out = {}
     for b in batch_sizes:
         groups = [prompts[i * b:(i + 1) * b] for i in range(len(prompts) // b)]
@@ -131,7 +126,7 @@ def decode_by_batch(target, drafts: dict, prompts: Sequence[Sequence[int]], *, k
                 for g, group in enumerate(groups):
                     order = list(modes) if (r * len(groups) + g) % 2 == 0 else list(modes)[::-1]
                     got = {m: run(m, group, max_new_tokens) for m in order}
-                    ref = [x.tokens for x in got["baseline"].generations]
+                    ref = refs[g * b:(g + 1) * b]
                     part["rows"] += len(group)
                     for m in modes:
                         x = got[m]
@@ -145,10 +140,10 @@ def decode_by_batch(target, drafts: dict, prompts: Sequence[Sequence[int]], *, k
                         part["rows_equal"][m] += sum(s.tokens == t for s, t in zip(x.generations, ref))
                     bar.update()
         part["machine"] = machine.record
-        part["costs_ms"] = step_costs(target, {d: drafts[d] for d in drafts if any(m.startswith(d) for m in modes)},
-                                      groups[0], k)
+        part["costs_ms"] = step_costs(pair.state, {d: s for d, s in pair.drafts.items()
+                                                   if any(m.startswith(d) for m in modes)}, groups[0], pair.k)
         out[str(b)] = part
-    return {"batch_sizes": list(batch_sizes), "modes": list(modes), "k": k, "max_new_tokens": max_new_tokens,
+    return {"batch_sizes": list(batch_sizes), "modes": list(modes), "k": pair.k, "max_new_tokens": max_new_tokens,
             "prompts": len(prompts), "reps": reps, "by_batch": out}
 
 
@@ -156,10 +151,13 @@ def decode_by_batch(target, drafts: dict, prompts: Sequence[Sequence[int]], *, k
 def step_costs(target, drafts: dict, prompts: Sequence[Sequence[int]], k: int, reps: int = 5) -> dict:
     """Median milliseconds of one batched forward (the greedy tokens read back) after ``prompts``' caches, every row
     feeding the same number of tokens: the target over 1, ``k`` and ``k + 1`` tokens (a step, the ordinary and the
-    deferred verify), each draft over 1 (a draft step). The inputs of the round's cost model at this batch."""
+    deferred verify), each draft over 1 (a draft step). The inputs of the round's cost model at this batch;
+    ``times_ms`` keeps every timing."""
     from ..decoding.batched import BatchState
 
-    def forward_ms(state, n: int) -> float:
+    times_ms: dict[str, list[float]] = {}
+
+    def forward_ms(state, n: int, name: str) -> float:
         batch = BatchState(state)
         batch.prefill(prompts, max(map(len, prompts)) + n)
         feed = [list(p[-n:]) + [p[-1]] * (n - len(p[-n:])) for p in prompts]
@@ -169,8 +167,36 @@ def step_costs(target, drafts: dict, prompts: Sequence[Sequence[int]], k: int, r
             batch.greedy(feed)
             times.append(time.perf_counter() - t0)
             batch.cache.crop([n] * len(prompts))
+        times_ms[name] = [round(1e3 * t, 4) for t in times[1:]]
         return round(1e3 * statistics.median(times[1:]), 3)
 
-    out = {f"target_{n}": forward_ms(target, n) for n in sorted({1, k, k + 1})}
-    out.update({f"{name}_1": forward_ms(state, 1) for name, state in drafts.items()})
+    out: dict = {f"target_{n}": forward_ms(target, n, f"target_{n}") for n in sorted({1, k, k + 1})}
+    out.update({f"{name}_1": forward_ms(state, 1, f"{name}_1") for name, state in drafts.items()})
+    out["times_ms"] = times_ms
     return out
+
+
+def random_heads_by_batch(device: str, *, quick: bool = False, progress: bool = True, n_probes: int = 593) -> dict:
+    """:func:`heads_by_batch` at the thesis' draft-head shape (Qwen3-0.6B: 151,936 x 1,024, C = 9,496 clusters of
+    16) with RANDOM weights, a random equal-size partition and random states (``gpu-check``'s batch part): latency
+    only. Random states share few probed clusters, so the union is near its largest (B times one row's): the
+    heads' costs where rows do not help each other. ``quick``: a small vocabulary and few states, for a CPU."""
+    from ..heads.dense import DenseGreedyHead
+    from ..heads.flashhead import FlashHead
+    from ..models.specs import QWEN3_CONFIGS
+    from .gpucheck import random_clustering
+
+    shape = QWEN3_CONFIGS["Qwen3-0.6B"]
+    vocab, hidden = (4096, 256) if quick else (shape["vocab_size"], shape["hidden_size"])
+    g = torch.Generator().manual_seed(2)
+    weight = (torch.randn(vocab, hidden, generator=g) * 0.02).to(device=device, dtype=torch.bfloat16)
+    states = torch.randn(64, hidden, generator=g).to(device=device, dtype=torch.bfloat16)
+    clustering = random_clustering(vocab, hidden, vocab // 16)
+    heads = {"dense": DenseGreedyHead(weight),
+             "flashhead": FlashHead(weight, clustering, n_probes=min(n_probes, clustering.n_clusters))}
+    sizes = (1, 4, 32) if quick else BATCH_SIZES
+    doc = heads_by_batch(heads, states, batch_sizes=sizes, reps=2 if quick else 10, warmup=2 if quick else 5,
+                         progress=progress, order_seed=None)
+    doc["note"] = "random weights and states: latency only; random rows share few clusters"
+    doc["flashhead_path"] = heads["flashhead"].active_path
+    return doc

@@ -12,6 +12,8 @@ What it measures, on one device, in bfloat16, timed with CUDA events on a GPU (:
   ``mode="reduce-overhead"`` (CUDA graphs on a GPU), both heads compiled likewise: the launch-free setting in
   which the thesis' vLLM draft ran. In eager transformers a 28-layer step is bound by kernel launches, which
   hides what the head costs; this row shows the head's share where launches are gone.
+- **heads at batch B**: the dense head and FlashHead on B = 1..32 random states at once
+  (:func:`thesis_lib.bench.batched.random_heads_by_batch`).
 - **verify curve**: the forward over a block of n = 1..13 tokens over one step of a Qwen3-32B-shaped stack
   with fewer layers (bf16, not AWQ: the cost of the 4-bit kernels is not in these numbers).
 
@@ -324,6 +326,9 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
     doc["head_profile"] = head_profile(device, calls=5 if quick else 50)
     doc["verify"] = verify_check(device, layers=target_layers or (1 if quick else 8), reps=2 if quick else 10,
                                  context=32 if quick else 256, max_block=5 if quick else 13)
+    from .batched import random_heads_by_batch
+
+    doc["batch_heads"] = random_heads_by_batch(device, quick=quick, progress=progress)
     at_default = next(r for r in doc["head"]["curve"] if r["n_probes"] == 593)
     doc["summary"] = {"head_speedup_at_593": at_default.get(
                           "speedup_triton_queued", at_default.get("speedup_graphs_vs_dense_graphs",
@@ -381,6 +386,10 @@ def text(doc: dict) -> str:
                  f"{prof['topk_sorted_True_ms']:.4f} ms, unsorted {prof['topk_sorted_False_ms']:.4f} ms; FlashHead's "
                  f"kernels per call ({prof.get('flashhead_path')} path, us): "
                  + "; ".join(f"{r['name'][:60]} {r['us_per_head_call']:.1f}" for r in prof["flashhead"][:8]))
+    if "batch_heads" in doc:
+        lines.append("  heads at batch B (random states), FlashHead over the dense head: " + ", ".join(
+            f"B={b} {part['stats']['dense']['p50_ms'] / part['stats']['flashhead']['p50_ms']:.2f}x"
+            for b, part in doc["batch_heads"]["by_batch"].items()))
     v = doc["verify"]
     lines.append(f"  verify / step ({v['how']}): " + ", ".join(f"{n}: {x:.2f}" for n, x in v["over_step"].items())
                  + (f"; captured verify FAILED ({v['captured_error'][:200]})" if "captured_error" in v else ""))

@@ -304,10 +304,11 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
             flash_head.with_probes(saved)
         doc["head_curve"] = curve
     if "batch" in parts:
-        from .batched import heads_by_batch
+        from .batched import BATCH_SIZES, heads_by_batch
 
         heads = {"dense": dense, "flashhead": flash_head, "flashhead_shared": flash_head.greedy_shared}
-        doc["batch"] = heads_by_batch(heads, states, reps=head_reps, progress=progress)
+        sizes = [b for b in BATCH_SIZES if 2 * b <= states.shape[0]]  # two groups of states at least
+        doc["batch"] = heads_by_batch(heads, states, batch_sizes=sizes, reps=head_reps, progress=progress)
         doc["batch"]["flashhead_path"] = flash_head.active_path
         for b, part in doc["batch"]["by_batch"].items():
             _say_if_disturbed(part, f"the heads at batch {b}")

@@ -122,6 +122,18 @@ class Params:
     precision_files_weight_only: list = field(default_factory=list)
     #: a saved ``thesis-lib llama-bench`` document: llama.cpp beside this project in chapter 2
     llama_file: str | None = None
+    #: chapter 7: a saved ``thesis-lib serving-bench`` document (batched decoding, longer generations, memory);
+    #: None: the chapter measures them itself at the SERVING_* sizes below
+    serving_file: str | None = None
+    serving_batches: list = field(default_factory=lambda: [1, 4])
+    serving_prompts: int = 8
+    serving_tokens: int = 16
+    serving_lengths: list = field(default_factory=lambda: [32, 64, 128])
+    serving_length_prompts: int = 1  # per long-answer category (coding, math_reasoning)
+    serving_reps: int = 1
+    #: chapter 7: a saved ``thesis-lib model-bench --parts batch`` document (both heads on 1-32 real states at
+    #: once); None: measured here
+    batch_heads_file: str | None = None
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True
@@ -146,6 +158,16 @@ class Params:
             raise ConfigError(f"K_SWEEP values must be integers >= 1 (got {self.k_sweep!r}).")
         if any(not isinstance(k, int) or k < 1 for k in self.explorer_k or []):
             raise ConfigError(f"EXPLORER_K values must be integers >= 1 (got {self.explorer_k!r}).")
+        for name in ("serving_batches", "serving_lengths"):
+            if not getattr(self, name) or any(not isinstance(n, int) or n < 1 for n in getattr(self, name)):
+                raise ConfigError(f"{name.upper()} must be a list of integers >= 1 (got {getattr(self, name)!r}).")
+        for name in ("serving_prompts", "serving_tokens", "serving_length_prompts", "serving_reps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{name.upper()} must be an integer >= 1 (got {v!r}).")
+        if max(self.serving_batches) > self.serving_prompts:
+            raise ConfigError(f"SERVING_BATCHES go up to {max(self.serving_batches)} prompts at once; SERVING_PROMPTS "
+                              f"is {self.serving_prompts}.")
         if any(not isinstance(n, int) or n < 1 for n in self.explorer_probes):
             raise ConfigError(f"EXPLORER_PROBES values must be integers >= 1 (got {self.explorer_probes!r}).")
         return self

@@ -234,8 +234,9 @@ def saved_document(path: str | None, name: str) -> tuple[dict | None, str]:
     m = doc.get("measured") or {}
     git = m.get("git") or {}
     rev = (git.get("commit") or "unknown")[:10] + (" with uncommitted changes" if git.get("dirty") else "")
+    torch = f", torch {doc['torch']}" if "torch" in doc else ""
     return doc, (f"{doc.get('command', 'thesis-lib precision-bench')}; measured {m.get('recorded_at', '?')[:10]} at "
-                 f"{rev} on {capability(doc)}, {doc['threads']} threads, torch {doc['torch']}; saved in {path}")
+                 f"{rev} on {capability(doc)}, {doc['threads']} threads{torch}; saved in {path}")
 
 
 def cached_document(p: Params, kind: str, key: dict, compute) -> dict:

@@ -19,8 +19,10 @@ from . import options
 def cmd_model_bench(args) -> int:
     from ..analysis import formatting
     from ..bench import embedl_peer, modelbench
+    import torch
+
     from ..models import loading
-    from ..models.cpu import cpu_name
+    from ..models.cpu import cpu_name, fast_bf16
 
     parts = tuple(args.parts.split(","))
     known = modelbench.PARTS + modelbench.OPTIONAL_PARTS
@@ -49,7 +51,8 @@ def cmd_model_bench(args) -> int:
     doc.update(measured=measured, command=options.command_line(files=("--out", "--states")),
                draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
                machine=platform.machine(), processor=cpu_name(), threads=options.threads(),
-               prompts_used=[p.question_id for p in prompts])
+               prompts_used=[p.question_id for p in prompts], torch=torch.__version__, fast_bf16=fast_bf16(),
+               cpu_capability=torch.backends.cpu.get_cpu_capability())
     return options.emit(doc, formatting.model_bench_text(doc), out_path)
 
 

@@ -21,33 +21,16 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
-def _mixed(args) -> list:
-    """``--per-category`` prompts of each category, taken in turn across the categories (a served batch mixes
-    requests), then the first ``--prompts``."""
-    from ..bench.prompts import demo_prompts, load_prompts, select
-
-    if args.per_category < 1:
-        raise ConfigError(f"--per-category must be >= 1 (got {args.per_category}).")
-    kept = select(load_prompts(args.prompt_file) if args.prompt_file else demo_prompts(), args.categories, None,
-                  args.per_category)
-    order = {c: i for i, c in enumerate(dict.fromkeys(p.category for p in kept))}
-    rank: dict[str, int] = {}
-    turns = []
-    for p in kept:
-        rank[p.category] = rank.get(p.category, 0) + 1
-        turns.append((rank[p.category], order[p.category], p))
-    mixed = [p for *_, p in sorted(turns, key=lambda t: t[:2])]
-    return select(mixed, None, args.prompts)
-
-
 def cmd_serving_bench(args) -> int:
     from ..analysis import formatting
-    from ..bench import batched
+    from ..bench import batched, lengths
     from ..bench.environment import provenance
-    from ..bench.prompts import encode
-    from ..decoding.state import ModelState
+    from ..bench.prompts import demo_prompts, encode, load_prompts, select
+    from ..bench.serving import Pair, measure, mixed
+    import torch
+
     from ..models import loading
-    from ..models.cpu import cpu_name
+    from ..models.cpu import cpu_name, fast_bf16
 
     parts = [p for p in args.parts.split(",") if p]
     if not parts or any(p not in PARTS for p in parts):
@@ -56,42 +39,54 @@ def cmd_serving_bench(args) -> int:
     if args.reps < 1:
         raise ConfigError(f"--reps must be >= 1 (got {args.reps}).")
     batches = _ints(args.batches, "--batches")
+    sizes = _ints(args.lengths, "--lengths")
+    lengths.check_lengths(sizes)
     modes = [m for m in args.modes.split(",") if m]
-    found = _mixed(args)
+    if args.per_category < 1:
+        raise ConfigError(f"--per-category must be >= 1 (got {args.per_category}).")
+    source = load_prompts(args.prompt_file) if args.prompt_file else demo_prompts()
+    found = mixed(select(source, args.categories), args.per_category, args.prompts)
     if "decode" in parts:
         batched.check_decode(modes, batches, len(found))
+    long = select(source, args.length_categories, None, args.length_per_category) if "lengths" in parts else []
     options.check_flash(args, args.draft)
     out_path = options.new_out_path(args)
     measured = provenance()
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
                                       pack=options.pack(args))
     head = options.flash_head(args, draft)
-    body = head.body.model if head.body is not None else draft.model
-    t = ModelState(target.model, vocab_limit=target.vocab_limit)
-    drafts = {"dense": ModelState(draft.model, vocab_limit=draft.vocab_limit),
-              "flash": ModelState(body, head=head, vocab_limit=draft.vocab_limit)}
-    ids = [encode(target.tokenizer, p.text, chat=not args.no_chat, thinking=options.thinking(args)) for p in found]
-    doc = {"parts": parts, "target": args.target, "draft": args.draft, "device": args.device,
-           "dtype": target.dtype, "precision": target.info.get("dtype_requested"),
-           "cpu_kernels": target.info.get("cpu_kernels"), "attention": target.info.get("attention"),
-           "flashhead": {"clusters": head.n_clusters, "probes": head.n_probes, "path": head.active_path},
-           "prompts_used": [p.question_id for p in found]}
-    if "decode" in parts:
-        doc["decode"] = batched.decode_by_batch(t, drafts, ids, k=args.k, max_new_tokens=args.max_new_tokens,
-                                                eos_ids=target.eos_ids, batch_sizes=batches, modes=modes,
-                                                reps=args.reps)
+    pair = Pair(target, draft, head, k=args.k)
+
+    def ids(prompts):
+        return [encode(target.tokenizer, p.text, chat=not args.no_chat, thinking=options.thinking(args)) for p in prompts]
+
+    doc = measure(pair, parts, ids(found), long_prompts=ids(long), max_new_tokens=args.max_new_tokens,
+                  batches=batches, modes=modes, reps=args.reps, lengths=sizes)
+    doc.update({"target": args.target, "draft": args.draft, "device": args.device, "dtype": target.dtype,
+                "precision": target.info.get("dtype_requested"), "cpu_kernels": target.info.get("cpu_kernels"),
+                "attention": target.info.get("attention"), "rows_exact": target.info.get("rows_exact"),
+                "flashhead": {"clusters": head.n_clusters, "probes": head.n_probes, "path": head.active_path},
+                "prompts_used": [p.question_id for p in found]})
+    if long:
+        doc["lengths"]["prompts_used"] = [p.question_id for p in long]
     doc.update(measured=measured, command=options.command_line(), machine=platform.machine(), processor=cpu_name(),
-               threads=options.threads())
+               threads=options.threads(), torch=torch.__version__, fast_bf16=fast_bf16(),
+               cpu_capability=torch.backends.cpu.get_cpu_capability())
     return options.emit(doc, formatting.serving_text(doc), out_path)
 
 
 def add_parsers(sub) -> None:
     from ..bench.batched import DECODE_BATCHES, DECODE_MODES
+    from ..bench.lengths import LENGTHS
 
     p = sub.add_parser("serving-bench", help="batches, longer generations and memory (the thesis' open questions)",
                        description="decode: the prompts in groups of B decoded at once, batched target-only "
                        "against batched speculative decoding (each row accepts its own tokens per round; every row "
-                       "checked against target-only), modes interleaved. One JSON document as the last line.")
+                       "checked against target-only), modes interleaved, with the step costs at each B. lengths: "
+                       "target-only and deferred speculative decoding of 32 to 256 new tokens, acceptance by output "
+                       "position, the draft head's share of a step as the context grows. memory: bytes of the "
+                       "models, FlashHead's tensors, the KV caches, and each mode's peak resident memory. One JSON "
+                       "document as the last line.")
     options.pair(p, max_new_tokens=32)
     options.flash(p)
     options.prompts(p, default_file="project")
@@ -103,5 +98,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--modes", default=",".join(DECODE_MODES), help="baseline and some of its drafts and schedules "
                    "(default: %(default)s)")
     p.add_argument("--reps", type=int, default=2, help="repetitions of every group (default: %(default)s)")
+    p.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="lengths part: new tokens per generation "
+                   "(default: %(default)s)")
+    p.add_argument("--length-categories", default="coding,math_reasoning", help="lengths part: categories of "
+                   "the prompt file, long answers (default: %(default)s)")
+    p.add_argument("--length-per-category", type=int, default=2, help="lengths part: prompts of each (default: "
+                   "%(default)s)")
     options.out(p)
     p.set_defaults(func=cmd_serving_bench)

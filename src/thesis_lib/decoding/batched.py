@@ -76,7 +76,7 @@ class RaggedCache:
     def feed(self, counts: Sequence[int], width: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Prepare a forward of ``width`` positions per row, the first ``counts[b]`` real: the position ids
         ``[B, width]`` and the boolean mask ``[B, 1, width, kv]`` (a real query sees its row's prefix up to itself; a
-        padded one sees nothing)."""
+        padded one only the row's first position: a finite result that is discarded, at the least cost)."""
         off = self.lengths
         if max(off) + width > self.capacity:
             raise ValueError(f"a forward of {width} positions overflows the cache's {self.capacity}")
@@ -85,7 +85,7 @@ class RaggedCache:
         start = torch.tensor(off, device=device)
         j = torch.arange(width, device=device)
         positions = start[:, None] + j
-        seen = torch.where(j < torch.tensor(counts, device=device)[:, None], positions + 1, 0)  # [B, width]
+        seen = torch.where(j < torch.tensor(counts, device=device)[:, None], positions + 1, 1)  # [B, width]
         mask = torch.arange(kv, device=device) < seen[..., None]
         return positions, mask[:, None]
 

@@ -32,13 +32,13 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
 
     Where the mask lets every query see a prefix of the keys (a causal block after a cache, or the ragged rows of
     :mod:`thesis_lib.decoding.batched`, one prefix per row and position), each query goes through SDPA alone with
-    that prefix and no mask: a one-token step's call, bit for bit. A query whose prefix is empty (a padded
-    position) gets zeros. Any other mask (left padding) is kept and passed on."""
+    that prefix and no mask: a one-token step's call, bit for bit (a query that sees no key gets zeros). Any other
+    mask (left padding) is kept and passed on."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     b, q, kv = query.shape[0], query.shape[2], key.shape[2]
-    if (attention_mask is None or (b == 1 and (q == 1 or kv == q))  # a step, a prefill, a static cache's prefill
+    if (attention_mask is None or (b == 1 and kv == q)  # a step without a mask, a prefill, a static cache's prefill
             or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None):  # not Qwen's kinds
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
     seen = _prefixes(attention_mask, b, q, kv)

@@ -1,0 +1,128 @@
+"""The serving questions' modes on one loaded pair (``thesis-lib serving-bench``): a mode name runs one prompt
+(:meth:`Pair.one_row`) or a batch of prompts (:meth:`Pair.batched`), and the longer-generations and memory parts
+run those modes (:mod:`.lengths`, :mod:`.memory`; batched decoding: :mod:`.batched`).
+
+Mode names: ``baseline`` (target-only greedy), ``<draft>_<schedule>`` with draft ``dense`` or ``flash`` (the
+FlashHead head on the dense draft's body, or on an Embedl checkpoint's own body) and schedule ``ordinary`` or
+``deferred``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import batched as batched_mod
+from ..decoding.batched import batched_greedy, batched_speculative
+from ..decoding.drafters import ModelDrafter
+from ..decoding.greedy import greedy_generate, speculative_generate
+from ..decoding.state import ModelState
+from ..heads.dense import DenseGreedyHead
+from . import lengths as lengths_mod
+from . import memory
+
+
+class Pair:
+    """A loaded target and draft, the FlashHead head, K and the end-of-sequence ids: what every mode needs."""
+
+    def __init__(self, target, draft, head, *, k: int):
+        self.target, self.draft, self.head, self.k = target, draft, head, k
+        self.body = head.body.model if head.body is not None else draft.model
+        self.eos = target.eos_ids
+        self.state = ModelState(target.model, vocab_limit=target.vocab_limit)
+        self.drafts = {"dense": ModelState(draft.model, vocab_limit=draft.vocab_limit),
+                       "flash": ModelState(self.body, head=head, vocab_limit=draft.vocab_limit)}
+
+    def one_row(self, mode: str, ids: Sequence[int], n: int):
+        if mode == "baseline":
+            return greedy_generate(self.state, ids, max_new_tokens=n, eos_ids=self.eos)
+        draft, schedule = mode.split("_")
+        model, head = (self.draft.model, None) if draft == "dense" else (self.body, self.head)
+        drafter = ModelDrafter(model, head=head, vocab_limit=self.draft.vocab_limit, name=draft)
+        return speculative_generate(self.state, drafter, ids, k=self.k, max_new_tokens=n, eos_ids=self.eos,
+                                    schedule=schedule)
+
+    def batched(self, mode: str, group: Sequence[Sequence[int]], n: int):
+        if mode == "baseline":
+            return batched_greedy(self.state, group, max_new_tokens=n, eos_ids=self.eos)
+        draft, schedule = mode.split("_")
+        return batched_speculative(self.state, self.drafts[draft], group, k=self.k, max_new_tokens=n,
+                                   eos_ids=self.eos, schedule=schedule, name=draft)
+
+
+def filler(prompts: Sequence[Sequence[int]], n: int) -> list[int]:
+    """``n`` real tokens: the prompts one after another, repeated as needed (a context whose length is what counts)."""
+    out: list[int] = []
+    while len(out) < n:
+        for p in prompts:
+            out += list(p)
+    return out[:n]
+
+
+def lengths_part(pair: Pair, prompts: Sequence[Sequence[int]], lengths: Sequence[int], *,
+                 context_prompts: Sequence[Sequence[int]], progress: bool = True) -> dict:
+    """Speedup and acceptance by length on ``prompts`` (:func:`.lengths.by_length`), and the draft head's share of a
+    step after the longest prompt of ``prompts`` plus each length (:func:`.lengths.head_share_by_context`)."""
+    doc = lengths_mod.by_length(pair.one_row, prompts, lengths=lengths, progress=progress)
+    first = max(map(len, prompts))
+    contexts = [first + n for n in lengths]
+    heads = {"dense": DenseGreedyHead.from_model(pair.draft.model, pair.draft.vocab_limit), "flashhead": pair.head}
+    state = ModelState(pair.draft.model, vocab_limit=pair.draft.vocab_limit)
+    doc["head_share"] = lengths_mod.head_share_by_context(state, heads, filler(context_prompts, max(contexts)),
+                                                          contexts)
+    return doc
+
+
+def memory_part(pair: Pair, prompts: Sequence[Sequence[int]], *, longest: int, batch: int, batch_tokens: int) -> dict:
+    """Bytes of both models and of FlashHead's tensors against the dense head; KV bytes per token of each model
+    (read from real caches after ``longest`` tokens of context); the peak resident memory of each one-row mode
+    over ``longest`` new tokens on the first prompt, and of batched target-only and FlashHead deferred decoding of
+    ``batch`` prompts (``batch_tokens`` new tokens each)."""
+    context = filler(prompts, longest)
+    doc = {"models": {"target": memory.tensor_bytes(pair.target.model), "draft": memory.tensor_bytes(pair.draft.model)},
+           "flashhead": memory.flashhead_bytes(pair.head, pair.draft.model.get_output_embeddings()),
+           "kv": {"target": memory.kv_bytes(ModelState(pair.target.model), context),
+                  "draft": memory.kv_bytes(ModelState(pair.draft.model), context)},
+           "peak": {}}
+    if pair.head.body is not None:
+        doc["models"]["flashhead_body"] = memory.tensor_bytes(pair.body)
+    for mode in lengths_mod.LENGTH_MODES:
+        run = (lambda m=mode: pair.one_row(m, prompts[0], longest))
+        doc["peak"][mode] = {"rows": 1, "new_tokens": longest, **memory.peak_rss(run, pair.target.device)}
+    group = list(prompts[:batch])
+    for mode in ("baseline", "flash_deferred"):
+        run = (lambda m=mode: pair.batched(m, group, batch_tokens))
+        doc["peak"][f"batched_{mode}"] = {"rows": len(group), "new_tokens": batch_tokens,
+                                          **memory.peak_rss(run, pair.target.device)}
+    return doc
+
+
+def mixed(prompts: Sequence, per_category: int, count: int | None):
+    """``per_category`` prompts of each category, taken in turn across the categories (a served batch mixes
+    requests), then the first ``count``."""
+    from .prompts import select
+
+    kept = select(list(prompts), None, None, per_category)
+    order = {c: i for i, c in enumerate(dict.fromkeys(p.category for p in kept))}
+    rank: dict[str, int] = {}
+    turns = []
+    for p in kept:
+        rank[p.category] = rank.get(p.category, 0) + 1
+        turns.append((rank[p.category], order[p.category], p))
+    return select([p for *_, p in sorted(turns, key=lambda t: t[:2])], None, count)
+
+
+def measure(pair: Pair, parts: Sequence[str], prompts: Sequence[Sequence[int]], *, long_prompts=(),
+            max_new_tokens: int, batches: Sequence[int], modes: Sequence[str], reps: int,
+            lengths: Sequence[int], progress: bool = True) -> dict:
+    """The ``parts`` of ``serving-bench`` (``decode``, ``lengths``, ``memory``) on a pair: batched decoding of
+    ``prompts``, longer generations of ``long_prompts``, memory; one document."""
+    doc = {"parts": list(parts)}
+    if "decode" in parts:
+        doc["decode"] = batched_mod.decode_by_batch(pair, prompts, max_new_tokens=max_new_tokens, batch_sizes=batches,
+                                                    modes=modes, reps=reps, progress=progress)
+    if "lengths" in parts:
+        doc["lengths"] = lengths_part(pair, long_prompts, lengths, context_prompts=prompts, progress=progress)
+    if "memory" in parts:
+        doc["memory"] = memory_part(pair, prompts, longest=max(lengths), batch=max(batches),
+                                    batch_tokens=max_new_tokens)
+    return doc
