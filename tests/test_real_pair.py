@@ -182,20 +182,24 @@ def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair, every_
 
 def test_batched_speculative_decoding_is_lossless_per_row(real_pair, every_greedy_mode):
     """Three demo prompts decoded at once (decoding.batched), the FlashHead draft deferred and the dense draft
-    ordinary, 16 new tokens: every row is its prompt's one-row target-only output, and the rows' rounds differ."""
+    ordinary, 12 new tokens, one row ended early by a token of its own output taken as end-of-sequence: every row
+    is its prompt's one-row target-only output, and the rows' rounds differ."""
     from thesis_lib.decoding.batched import batched_greedy, batched_speculative
+    from thesis_lib.decoding.stats import cut_at_eos
 
     target, draft = real_pair
     head = every_greedy_mode[3]
     ids = [prompts.encode(target.tokenizer, p.text) for p in prompts.demo_prompts()[:3]]
     t = ModelState(target.model, vocab_limit=target.vocab_limit)
-    refs = [greedy_generate(t, x, max_new_tokens=16, eos_ids=target.eos_ids).tokens for x in ids]
-    assert [g.tokens for g in batched_greedy(t, ids, max_new_tokens=16, eos_ids=target.eos_ids).generations] == refs
+    plain = [greedy_generate(t, x, max_new_tokens=12, eos_ids=target.eos_ids).tokens for x in ids]
+    eos = frozenset(target.eos_ids) | {plain[1][4]}  # the second row ends at its fifth token (or before)
+    refs = [cut_at_eos(r, eos)[0] for r in plain]
+    assert len(refs[1]) <= 5 < max(map(len, refs))
+    assert [g.tokens for g in batched_greedy(t, ids, max_new_tokens=12, eos_ids=eos).generations] == refs
     for name, h, schedule in (("flash", head, "deferred"), ("dense", None, "ordinary")):
         d = ModelState(draft.model, head=h, vocab_limit=draft.vocab_limit)
-        run = batched_speculative(t, d, ids, k=4, max_new_tokens=16, eos_ids=target.eos_ids, schedule=schedule,
-                                  name=name)
+        run = batched_speculative(t, d, ids, k=4, max_new_tokens=12, eos_ids=eos, schedule=schedule, name=name)
         for x, ref, g in zip(ids, refs, run.generations):
             _check_lossless(target, x, ref, g.tokens, (name, schedule, "batched"))
-            assert g.stats.acceptance > 0.2
+        assert sum(sum(g.stats.accepted) for g in run.generations) > 0.2 * sum(sum(g.stats.drafted) for g in run.generations)
         assert len({tuple(g.stats.accepted) for g in run.generations}) > 1

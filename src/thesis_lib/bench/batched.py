@@ -111,7 +111,8 @@ def decode_by_batch(pair, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
     check_decode(modes, batch_sizes, len(prompts))
     run = pair.batched
     # each prompt's one-row target-only output: what every row of every mode must equal
-    refs = [pair.one_row("baseline", ids, max_new_tokens).tokens for ids in prompts]
+    refs = [pair.one_row("baseline", ids, max_new_tokens).tokens
+            for ids in tqdm(prompts, desc="one-row target-only references", unit="prompt", disable=not progress)]
     out = {}
     for b in batch_sizes:
         groups = [prompts[i * b:(i + 1) * b] for i in range(len(prompts) // b)]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import batched as batched_mod
 from ..decoding.batched import batched_greedy, batched_speculative
 from ..decoding.drafters import ModelDrafter
 from ..decoding.greedy import greedy_generate, speculative_generate
 from ..decoding.state import ModelState
 from ..heads.dense import DenseGreedyHead
+from ..progress import tqdm
+from . import batched as batched_mod
 from . import lengths as lengths_mod
 from . import memory
 
@@ -72,7 +73,8 @@ def lengths_part(pair: Pair, prompts: Sequence[Sequence[int]], lengths: Sequence
     return doc
 
 
-def memory_part(pair: Pair, prompts: Sequence[Sequence[int]], *, longest: int, batch: int, batch_tokens: int) -> dict:
+def memory_part(pair: Pair, prompts: Sequence[Sequence[int]], *, longest: int, batch: int, batch_tokens: int,
+                progress: bool = True) -> dict:
     """Bytes of both models and of FlashHead's tensors against the dense head; KV bytes per token of each model
     (read from real caches after ``longest`` tokens of context); the peak resident memory of each one-row mode
     over ``longest`` new tokens on the first prompt, and of batched target-only and FlashHead deferred decoding of
@@ -85,14 +87,12 @@ def memory_part(pair: Pair, prompts: Sequence[Sequence[int]], *, longest: int, b
            "peak": {}}
     if pair.head.body is not None:
         doc["models"]["flashhead_body"] = memory.tensor_bytes(pair.body)
-    for mode in lengths_mod.LENGTH_MODES:
-        run = (lambda m=mode: pair.one_row(m, prompts[0], longest))
-        doc["peak"][mode] = {"rows": 1, "new_tokens": longest, **memory.peak_rss(run, pair.target.device)}
     group = list(prompts[:batch])
-    for mode in ("baseline", "flash_deferred"):
-        run = (lambda m=mode: pair.batched(m, group, batch_tokens))
-        doc["peak"][f"batched_{mode}"] = {"rows": len(group), "new_tokens": batch_tokens,
-                                          **memory.peak_rss(run, pair.target.device)}
+    runs = [(m, 1, longest, lambda m=m: pair.one_row(m, prompts[0], longest)) for m in lengths_mod.LENGTH_MODES]
+    runs += [(f"batched_{m}", len(group), batch_tokens, lambda m=m: pair.batched(m, group, batch_tokens))
+             for m in ("baseline", "flash_deferred")]
+    for name, rows, new, run in tqdm(runs, desc="peak memory per mode", unit="run", disable=not progress):
+        doc["peak"][name] = {"rows": rows, "new_tokens": new, **memory.peak_rss(run, pair.target.device)}
     return doc
 
 
@@ -124,5 +124,5 @@ def measure(pair: Pair, parts: Sequence[str], prompts: Sequence[Sequence[int]], 
         doc["lengths"] = lengths_part(pair, long_prompts, lengths, context_prompts=prompts, progress=progress)
     if "memory" in parts:
         doc["memory"] = memory_part(pair, prompts, longest=max(lengths), batch=max(batches),
-                                    batch_tokens=max_new_tokens)
+                                    batch_tokens=max_new_tokens, progress=progress)
     return doc

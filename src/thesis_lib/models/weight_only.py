@@ -148,8 +148,9 @@ class WeightOnlyLinear(nn.Module):
         self.path = _path_arg()
         bias = linear.bias
         self.register_buffer("packed_bias", None if bias is None else bias.detach().float().clone(), persistent=False)
-        # a plain attribute, not a buffer: model.float() must not make it a float32 copy
-        self.dense_weight = w.to(torch.bfloat16) if keep_weight else None
+        # a plain attribute, not a buffer: model.float() must not make it a float32 copy. Its own storage: a view of
+        # the loaded weights would keep the whole memory-mapped checkpoint file mapped and resident
+        self.dense_weight = w.to(torch.bfloat16, copy=True) if keep_weight else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
