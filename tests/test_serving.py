@@ -131,3 +131,9 @@ def test_the_exactness_sentence_follows_the_attention_and_precision_recorded():
     probed = served.exactness({"attention": "row-exact (...)", "precision": "float32", "rows_exact": True})
     assert "up to 13 rows" in probed and "held" in probed
     assert served.exactness({"attention": "sdpa", "precision": "bfloat16"}).startswith("attention here is the model's")
+
+
+def test_the_memory_rise_verdict_reads_both_ways():
+    assert served.rise_verdict(0.1).startswith("the runs' caches and activations fit")
+    assert served.rise_verdict(250.0).startswith("the runs needed")
+    assert served.rise_verdict(float("nan")).startswith("the peak was not read")

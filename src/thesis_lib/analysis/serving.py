@@ -160,3 +160,13 @@ def exactness(doc: dict) -> str:
     return ("each row and position goes through the same attention call that a one-token step makes; the linear "
             "layers compute a row alone where the loader's probe says so, which covers blocks of up to 13 rows "
             f"(probe: {'held' if doc.get('rows_exact') else 'failed'} here), not every batch")
+
+
+def rise_verdict(max_rise_mib: float) -> str:
+    """What the largest rise of resident memory during a mode's run says: under one MiB, the runs' caches and
+    activations fit in memory the process already held; else the runs needed that much more."""
+    if max_rise_mib != max_rise_mib:
+        return "the peak was not read on this system"
+    if max_rise_mib < 1:
+        return "the runs' caches and activations fit in memory the process already held"
+    return "the runs needed that much memory beyond what the process held"

@@ -7,7 +7,7 @@ The precision appendix's rules live with its tables in :mod:`~thesis_lib.analysi
 from __future__ import annotations
 
 from . import uncertainty
-from .serving import batched_verdict, length_trend, model_gap, share_trend
+from .serving import batched_verdict, length_trend, model_gap, rise_verdict, share_trend
 from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
                         padding_effect, unpadded_there)
 
@@ -518,5 +518,6 @@ RULES = {
         "length_verdict": (length_trend, dict(short_lo="len_short_lo", short_hi="len_short_hi",
                                               long_lo="len_long_lo", long_hi="len_long_hi")),
         "share_verdict": (share_trend, dict(share_short="share_short", share_long="share_long")),
+        "rise_verdict": (rise_verdict, dict(max_rise_mib="max_rise")),
     },
 }
