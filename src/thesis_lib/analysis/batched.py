@@ -166,3 +166,56 @@ def draft_step_rows(doc: dict | None) -> pd.DataFrame:
         row["dense / FlashHead"] = c["dense_1"] / c["flash_1"]
         rows.append(row)
     return pd.DataFrame(rows) if rows else pd.DataFrame({"draft step": ["none"]})
+
+
+def heads_values(rows: pd.DataFrame) -> dict:
+    """What chapter 7 says of the heads at batch B (:func:`batch_rows`): FlashHead's speed over the dense head with
+    its interval at the smallest and the largest batch, the union of clusters and the shared-rows head there."""
+    first, last = rows.iloc[0], rows.iloc[-1]
+    out = {"heads_gone": advantage_gone(rows), "heads_b_max": int(last["B"]),
+           "union_bmax": float(last["clusters / one row's"]), "shared_bmax": float(last["FlashHead, shared rows value"])}
+    for key, row in (("b1", first), ("bmax", last)):
+        out.update({f"heads_{key}_{part}": float(row[f"FlashHead {part}"]) for part in ("value", "lo", "hi")})
+    return out
+
+
+def gpu_batch_sentence(gpu: dict | None) -> str:
+    """The heads at batch B on a GPU, from a saved gpu-check document's batch part, or why there is none."""
+    gb = (gpu or {}).get("batch_heads")
+    if not gb:
+        return "not measured yet: the saved GPU document predates gpu-check's batch part, which the next lent GPU runs"
+    g = batch_rows(gb)
+    return (f"on the lent {gpu['versions'].get('gpu', 'GPU')} with random weights, FlashHead over the dense head is "
+            f"{g['FlashHead value'].iloc[0]:.2f}x at one state and {g['FlashHead value'].iloc[-1]:.2f}x at "
+            f"{int(g['B'].iloc[-1])} ({advantage_gone(g)})")
+
+
+def decode_values(doc: dict, rows: pd.DataFrame, steps: pd.DataFrame, asked: int = 4) -> dict:
+    """What chapter 7 says of batched decoding (:func:`decode_rows`, :func:`draft_step_rows`): the run's sizes, how
+    many rows equal their one-row output, the fastest speculative mode at ``asked`` prompts at once (or the largest
+    batch measured below it) with its interval and modelled speed, the step costs there and at the smallest batch
+    (a target step in ms; the verify over K + 1 tokens and a FlashHead draft step in target steps), and the draft
+    step's dense-over-FlashHead ratio at the smallest and largest batch."""
+    out = {f"decode_{key}": doc[key] for key in ("k", "max_new_tokens", "prompts", "reps")}
+    equal = sum(n for part in doc["by_batch"].values() for n in part["rows_equal"].values())
+    total = sum(part["rows"] for part in doc["by_batch"].values()) * len(doc["modes"])
+    out["decode_rows"] = total
+    out["decode_lossless"] = (f"all {total} rows equal their prompt's one-row target-only output" if equal == total
+                              else f"ONLY {equal} OF {total} ROWS EQUAL THEIR PROMPT'S ONE-ROW TARGET-ONLY OUTPUT")
+    batches = sorted(int(b) for b in doc["by_batch"])
+    at = max(b for b in batches if b <= asked) if batches[0] <= asked else batches[0]
+    best = fastest_at(rows, at)
+    out.update(batch_at=at, batch_best_mode=best["mode"], speculation_gone=speculation_gone(rows),
+               **{f"batch_best_{part}": best[part] for part in ("value", "lo", "hi")})
+    modelled = rows[(rows["B"] == at) & (rows["mode"] == best["mode"])]["modelled"].iloc[0]
+    out["modelled_at"] = float("nan") if modelled is None else float(modelled)
+    k = doc["k"]
+    for key, b in (("first", batches[0]), ("at", at)):
+        c = doc["by_batch"][str(b)]["costs_ms"]
+        out.update({f"cost_{key}_step": c["target_1"], f"cost_{key}_verify": c[f"target_{k + 1}"] / c["target_1"],
+                    f"cost_{key}_draft": c.get("flash_1", c.get("dense_1")) / c["target_1"]})
+    out["cost_first_b"] = batches[0]
+    out.update(draft_first_b=int(steps["B"].iloc[0]), draft_last_b=int(steps["B"].iloc[-1]),
+               draft_first_ratio=float(steps["dense / FlashHead"].iloc[0]),
+               draft_last_ratio=float(steps["dense / FlashHead"].iloc[-1]))
+    return out

@@ -95,9 +95,45 @@ def memory_rows(doc: dict | None, contexts=(256, 512), batch: int = 8) -> pd.Dat
     for mode, p in doc["peak"].items():
         name = MODE_NAMES.get(mode.removeprefix("batched_"), mode)
         label = f"peak resident, {name}" + (f", {p['rows']} prompts at once" if p["rows"] > 1 else "")
-        rise = (p["peak"] - p["before"]) / MIB if p.get("peak") and p.get("before") else None
-        rows.append({"part": label, "MiB": p["peak"] / MIB if p.get("peak") else None, "rise MiB": rise})
+        rows.append({"part": label, "MiB": p["peak"] / MIB if p.get("peak") else None, "rise MiB": _rise(p)})
     return pd.DataFrame(rows)
+
+
+def _rise(peak: dict) -> float | None:
+    """MiB a run's peak resident memory rose above what the process held before it (None where not read)."""
+    return (peak["peak"] - peak["before"]) / MIB if peak.get("peak") and peak.get("before") else None
+
+
+def memory_values(doc: dict, batch: int) -> dict:
+    """What chapter 7 says of memory: FlashHead's tensors (MiB, and % of the draft's weights) beside the dense head,
+    KV KiB per token of each model and MiB of both caches for ``batch`` sequences of 4,096 tokens, the memory held
+    before the runs, the models' tensors, and the largest rise during a run."""
+    fh, kv, before = doc["flashhead"], doc["kv"], doc["peak"]["baseline"].get("before")
+    rises = [r for r in map(_rise, doc["peak"].values()) if r is not None]
+    return {"fh_mib": fh["total"] / MIB, "fh_dense_mib": fh["dense_head"] / MIB,
+            "fh_share_draft": 100 * fh["total"] / doc["models"]["draft"],
+            "kv_target_kib": kv["target"]["per_token"] / 1024, "kv_draft_kib": kv["draft"]["per_token"] / 1024,
+            "kv_batch_4096_mib": (kv["target"]["per_token"] + kv["draft"]["per_token"]) * 4096 * batch / MIB,
+            "memory_batch": batch, "resident_mib": before / MIB if before else float("nan"),
+            "models_mib": sum(doc["models"].values()) / MIB, "max_rise": max(rises) if rises else float("nan")}
+
+
+def length_values(doc: dict, lengths: pd.DataFrame, positions: pd.DataFrame, shares: pd.DataFrame) -> dict:
+    """What chapter 7 says of longer generations: the FlashHead draft's speedup with its interval at the shortest
+    and the longest length, its acceptance in the first and last position bins, and the dense head's share of a
+    draft step at the shortest and longest context."""
+    flash = lengths[lengths["mode"] == MODE_NAMES["flash_deferred"]].sort_values("new tokens")
+    out = {"length_prompts": doc["prompts"]}
+    for key, row in (("short", flash.iloc[0]), ("long", flash.iloc[-1])):
+        out[f"len_{key}"] = int(row["new tokens"])
+        out.update({f"len_{key}_{part}": float(row[part]) for part in ("value", "lo", "hi")})
+    change = share_change(shares)
+    out.update(share_short=change["from"], share_long=change["to"], share_short_pct=100 * change["from"],
+               share_long_pct=100 * change["to"], ctx_short=change["short"], ctx_long=change["long"])
+    acc = positions[f"{MODE_NAMES['flash_deferred']} acceptance"]
+    out.update(acc_first_bin=float(acc.iloc[0]), acc_last_bin=float(acc.iloc[-1]),
+               first_bin=positions["output positions"].iloc[0], last_bin=positions["output positions"].iloc[-1])
+    return out
 
 
 def batched_verdict(lo: float, hi: float) -> str:

@@ -33,6 +33,14 @@ class Pair:
         self.drafts = {"dense": ModelState(draft.model, vocab_limit=draft.vocab_limit),
                        "flash": ModelState(self.body, head=head, vocab_limit=draft.vocab_limit)}
 
+    def describe(self) -> dict:
+        """What a document records of the pair: specs, device, precision and kernels, attention, FlashHead."""
+        t, h = self.target, self.head
+        return {"target": t.spec, "draft": self.draft.spec, "device": t.device, "dtype": t.dtype,
+                "precision": t.info.get("dtype_requested"), "cpu_kernels": t.info.get("cpu_kernels"),
+                "attention": t.info.get("attention"), "rows_exact": t.info.get("rows_exact"),
+                "flashhead": {"clusters": h.n_clusters, "probes": h.n_probes, "path": h.active_path}}
+
     def one_row(self, mode: str, ids: Sequence[int], n: int):
         if mode == "baseline":
             return greedy_generate(self.state, ids, max_new_tokens=n, eos_ids=self.eos)
@@ -115,7 +123,7 @@ def measure(pair: Pair, parts: Sequence[str], prompts: Sequence[Sequence[int]], 
             max_new_tokens: int, batches: Sequence[int], modes: Sequence[str], reps: int,
             lengths: Sequence[int], progress: bool = True) -> dict:
     """The ``parts`` of ``serving-bench`` (``decode``, ``lengths``, ``memory``) on a pair: batched decoding of
-    ``prompts``, longer generations of ``long_prompts``, memory; one document."""
+    ``prompts``, longer generations of ``long_prompts``, memory; one document, with the pair's description."""
     doc = {"parts": list(parts)}
     if "decode" in parts:
         doc["decode"] = batched_mod.decode_by_batch(pair, prompts, max_new_tokens=max_new_tokens, batch_sizes=batches,
@@ -125,4 +133,5 @@ def measure(pair: Pair, parts: Sequence[str], prompts: Sequence[Sequence[int]], 
     if "memory" in parts:
         doc["memory"] = memory_part(pair, prompts, longest=max(lengths), batch=max(batches),
                                     batch_tokens=max_new_tokens, progress=progress)
+    doc.update(pair.describe())
     return doc

@@ -38,9 +38,7 @@ def serving(p: Params) -> tuple[dict, str]:
                       max_new_tokens=p.serving_tokens, batches=p.serving_batches,
                       modes=("baseline", "dense_deferred", "flash_deferred"), reps=p.serving_reps,
                       lengths=p.serving_lengths, progress=p.progress)
-        doc.update(target=p.target, draft=p.draft, precision=target.info.get("dtype_requested"),
-                   attention=target.info.get("attention"), rows_exact=target.info.get("rows_exact"),
-                   prompts_used=key["prompts"])
+        doc["prompts_used"] = key["prompts"]
         return doc
 
     doc = cached_document(p, "serving", key, compute)

@@ -22,13 +22,13 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def cmd_serving_bench(args) -> int:
+    import torch
+
     from ..analysis import formatting
     from ..bench import batched, lengths
     from ..bench.environment import provenance
     from ..bench.prompts import demo_prompts, encode, load_prompts, select
     from ..bench.serving import Pair, measure, mixed
-    import torch
-
     from ..models import loading
     from ..models.cpu import cpu_name, fast_bf16
 
@@ -62,11 +62,7 @@ def cmd_serving_bench(args) -> int:
 
     doc = measure(pair, parts, ids(found), long_prompts=ids(long), max_new_tokens=args.max_new_tokens,
                   batches=batches, modes=modes, reps=args.reps, lengths=sizes)
-    doc.update({"target": args.target, "draft": args.draft, "device": args.device, "dtype": target.dtype,
-                "precision": target.info.get("dtype_requested"), "cpu_kernels": target.info.get("cpu_kernels"),
-                "attention": target.info.get("attention"), "rows_exact": target.info.get("rows_exact"),
-                "flashhead": {"clusters": head.n_clusters, "probes": head.n_probes, "path": head.active_path},
-                "prompts_used": [p.question_id for p in found]})
+    doc["prompts_used"] = [p.question_id for p in found]
     if long:
         doc["lengths"]["prompts_used"] = [p.question_id for p in long]
     doc.update(measured=measured, command=options.command_line(), machine=platform.machine(), processor=cpu_name(),
