@@ -61,6 +61,31 @@ class ModelState:
             self.cache.crop(-pad)  # the padded positions' keys and values
         return out.last_hidden_state[0, :n]
 
+    def hidden_masked(self, ids: Sequence[int], positions: Sequence[int], visible: torch.Tensor) -> torch.Tensor:
+        """Run ``ids`` after the cached prefix with their own position ids and a boolean mask ``visible [S, length
+        + S]`` (what each new token attends to: cached positions and the new ones); their keys and values are
+        appended to the cache in order. Returns final hidden states ``[S, D]`` (a token tree's forward)."""
+        dev = self.device
+        ids_t = torch.tensor([list(ids)], dtype=torch.long, device=dev)
+        pos = torch.tensor([list(positions)], dtype=torch.long, device=dev)
+        out = self.body(input_ids=ids_t, attention_mask=visible.to(dev)[None, None], position_ids=pos,
+                        past_key_values=self.cache, use_cache=True)
+        self.length += len(ids)
+        return out.last_hidden_state[0]
+
+    def keep(self, base: int, offsets: Sequence[int]) -> None:
+        """Keep the cached positions before ``base`` and ``base + offsets`` (moved, in that order, to ``base``
+        onwards); drop every other position from ``base`` on (a verified tree keeps its accepted path)."""
+        if any(not 0 <= o < self.length - base for o in offsets) or base > self.length:
+            raise ValueError(f"cannot keep {list(offsets)} after {base} of {self.length} cached positions")
+        n = len(offsets)
+        if list(offsets) != list(range(n)):
+            idx = torch.tensor([base + o for o in offsets], dtype=torch.long, device=self.device)
+            for layer in self.cache.layers:
+                layer.keys[:, :, base:base + n] = layer.keys.index_select(2, idx)
+                layer.values[:, :, base:base + n] = layer.values.index_select(2, idx)
+        self.crop(self.length - base - n)
+
     def greedy(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Feed ``ids``; return the greedy next token after each fed position (``[S]``, or ``[1]`` if ``last_only``)."""
         h = self.hidden(ids)

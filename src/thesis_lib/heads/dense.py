@@ -4,7 +4,9 @@ A *head* maps hidden states ``h: [S, D]``, already moved to its ``device``, to g
 tensor, no host sync); FlashHead (:mod:`thesis_lib.heads.flashhead`) has the same interface, so a drafter can
 swap heads. The dense head takes the argmax over the first ``vocab_limit`` rows (padding never wins), ties
 to the lowest id. ``greedy_confidence(hidden) -> (tokens, probs)`` adds each greedy token's softmax probability
-(:func:`top_probability`), for :class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below``.
+(:func:`top_probability`), for :class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below``; ``top(hidden,
+r) -> (tokens [S, r], log-probabilities [S, r])`` the ``r`` best candidates, the greedy token first
+(:func:`ranked`), for the token trees of :mod:`thesis_lib.decoding.trees`.
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ class DenseGreedyHead(nn.Module):
         tokens = self._refined(hidden, raw) if self.refine else logits.argmax(dim=-1)
         return tokens, top_probability(logits)
 
+    def top(self, hidden: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden: [S, D] -> (token ids [S, r], log-probabilities [S, r])``: the greedy token, then the next best."""
+        raw = self.logits(hidden)
+        first = self._refined(hidden, raw) if self.refine else raw.argmax(dim=-1)
+        return ranked(raw.float(), None, first, r)
+
     def _refined(self, hidden: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The greedy tokens of the unrounded logits (see the class docstring)."""
         return refined_argmax(self.weight, self.bias, hidden, logits)
@@ -107,3 +115,17 @@ def top_probability(scores: torch.Tensor) -> torch.Tensor:
     """``softmax(scores).max(-1)`` without forming the softmax: ``exp(max - logsumexp)``, float32."""
     scores = scores.float()
     return torch.exp(scores.amax(dim=-1) - torch.logsumexp(scores, dim=-1))
+
+
+def ranked(scores: torch.Tensor, ids: torch.Tensor | None, first: torch.Tensor, r: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``r`` best candidates of each row: ``scores [S, n]`` float32 over candidate token ``ids [S, n]`` (None: the
+    columns are the ids), each row's greedy token ``first [S]`` ranked first whatever its score's rounding, then the
+    others by score. Returns their ids and log-probabilities under the softmax over the ``n`` candidates."""
+    cols = torch.arange(scores.shape[-1], device=scores.device)
+    ids = cols.expand_as(scores) if ids is None else ids
+    is_first = ids == first[:, None]
+    logz = torch.logsumexp(scores, dim=-1, keepdim=True)
+    first_score = scores.masked_fill(~is_first, float("-inf")).amax(dim=-1, keepdim=True)
+    vals, at = torch.topk(scores.masked_fill(is_first, float("-inf")), min(r, scores.shape[-1]) - 1, dim=-1)
+    return torch.cat([first[:, None], ids.gather(1, at)], dim=1), torch.cat([first_score, vals], dim=1) - logz

@@ -33,7 +33,7 @@ from ..errors import ClusteringAssetError, ConfigError
 from ..models.cpu import fast_bf16
 from .clustering import Clustering
 from . import gpu_kernels
-from .dense import top_probability
+from .dense import ranked, top_probability
 from .draws import multinomial
 
 PATHS = ("auto", "compiled", "eager", "reference", "triton")
@@ -105,6 +105,14 @@ def _confidence_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, s
     scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
                                     n_probes, cluster_scores)
     return _select(scores, ids, sentinel), top_probability(scores)
+
+
+def _top_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids, n_probes: int,
+               sentinel: int, r: int, cluster_scores=_torch_cluster_scores) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``r`` best candidates, greedy token first, and their log-probabilities among the candidates."""
+    scores, ids = _candidates_fused(h, centroids, weight_perm, slot_bias, tokens, special_w, special_b, special_ids,
+                                    n_probes, cluster_scores)
+    return ranked(scores, ids, _select(scores, ids, sentinel), r)
 
 
 @dataclass
@@ -221,6 +229,17 @@ class FlashHead(nn.Module):
             return self.reference(hidden, confidence=True)
         return self._fast(_confidence_fused, "_compiled_conf", hidden)
 
+    def top(self, hidden: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden: [S, D] -> (token ids [S, r], log-probabilities [S, r])``: the greedy token (``forward``'s), then
+        the next best candidates; probabilities under the softmax over the candidates (a token tree's ranks)."""
+        if self.path == "reference":
+            out = []
+            for h in hidden.float():
+                scores, ids = self._candidate_scores(h, self.top_clusters(h[None])[0])
+                out.append(ranked(scores[None], ids[None], _select(scores[None], ids[None], self.vocab_size), r))
+            return torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])
+        return self._fast(_top_fused, f"_compiled_top{r}", hidden, r)
+
     def greedy_shared(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden: [S, D] -> token ids [S]`` with the rows' probed clusters read once for all rows: the union of
         the clusters any row probes is scored against every row in one product, then each row's argmax is taken
@@ -240,7 +259,7 @@ class FlashHead(nn.Module):
         ids = torch.cat([self.tokens[union].reshape(1, -1).expand(s, -1), self.special_ids.expand(s, -1)], dim=1)
         return _select(torch.cat([scores, sp], dim=1), ids, self.vocab_size)
 
-    def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor):
+    def _fast(self, fn, compiled_attr: str, hidden: torch.Tensor, *extra):
         """``fn`` on the fast path: compiled (kept in ``compiled_attr``) where ``path`` allows, else eager.
 
         Only a failure of compilation itself demotes an "auto" head to eager, loudly and for good: when the
@@ -248,7 +267,7 @@ class FlashHead(nn.Module):
         raised, the head's path unchanged. ``compile_error`` keeps what failed. Hitting dynamo's recompile limit
         (many probe counts in a sweep) resets the compiled cache and compiles again, counted in
         ``recompile_resets``, instead of running uncompiled behind the compiled path's name."""
-        args = (hidden, *self.fast_arguments())
+        args = (hidden, *self.fast_arguments(), *extra)
         if self.path == "triton" or (self.path == "auto" and gpu_kernels.serves(self.device, self.cluster_size,
                                                                                  self.weight_perm.shape[-1])):
             # on a GPU "auto" takes the Triton kernels (torch.compile's code for this head is not trusted there)
@@ -257,7 +276,7 @@ class FlashHead(nn.Module):
                 return gpu_kernels.greedy(*args)
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
         if self.path in ("auto", "compiled"):
-            if getattr(self, compiled_attr) is None:
+            if getattr(self, compiled_attr, None) is None:
                 compile_settings()
                 setattr(self, compiled_attr, torch.compile(fn, dynamic=False, mode=self.compile_mode))
             try:

@@ -30,10 +30,12 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
     """transformers' attention-function signature (``query [B, H, q, d]``, ``key``/``value`` with the cache's
     positions first, ``[B, Hkv, kv, d]``); returns ``([B, q, H, d], None)``.
 
-    Where the mask lets every query see a prefix of the keys (a causal block after a cache, or the ragged rows of
-    :mod:`thesis_lib.decoding.batched`, one prefix per row and position), each query goes through SDPA alone with
-    that prefix and no mask: a one-token step's call, bit for bit (a query that sees no key gets zeros). Any other
-    mask (left padding) is kept and passed on."""
+    Where a boolean mask says which keys each query sees (a causal block after a cache; the ragged rows of
+    :mod:`thesis_lib.decoding.batched`, one prefix per row and position; a token tree of
+    :mod:`thesis_lib.decoding.trees`, the prefix plus the query's ancestors), each query goes through SDPA alone
+    with exactly those keys, in cache order, and no mask: a one-token step's call over the same keys, bit for bit
+    (a query that sees no key gets zeros). A prefix is a slice of the cache; any other set is gathered. Any other
+    mask (additive floats) is passed on."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -41,33 +43,45 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
     if (attention_mask is None or (b == 1 and kv == q)  # a step without a mask, a prefill, a static cache's prefill
             or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None):  # not Qwen's kinds
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
-    seen = _prefixes(attention_mask, b, q, kv)
+    seen = _visible(attention_mask, b, q, kv)
     if seen is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
     out = query.new_zeros(b, q, query.shape[1], query.shape[3])
     for i, row in enumerate(seen):
-        for j, n in enumerate(row):
-            if n:
-                k_, v_ = key[i:i + 1, :, :n], value[i:i + 1, :, :n]
+        for j, keys in enumerate(row):
+            if isinstance(keys, int):
+                if not keys:
+                    continue
+                k_, v_ = key[i:i + 1, :, :keys], value[i:i + 1, :, :keys]
                 if b > 1:  # a slice of a wider cache: laid out as a one-row cache's keys are
                     k_, v_ = k_.contiguous(), v_.contiguous()
-                out[i:i + 1, j:j + 1], _ = sdpa_attention_forward(module, query[i:i + 1, :, j:j + 1], k_, v_, None,
-                                                                  *args, **kwargs)
+            else:
+                k_, v_ = key[i:i + 1].index_select(2, keys), value[i:i + 1].index_select(2, keys)
+            out[i:i + 1, j:j + 1], _ = sdpa_attention_forward(module, query[i:i + 1, :, j:j + 1], k_, v_, None,
+                                                              *args, **kwargs)
     return out, None
 
 
-def _prefixes(mask, b: int, q: int, kv: int) -> list[list[int]] | None:
-    """Per row and query, how many leading keys a boolean ``[B, 1, q, kv]`` mask allows, if it allows exactly a
-    prefix of them everywhere; else None."""
+#: the last mask :func:`_visible` read and what it found (every layer of a forward gets the same mask tensor;
+#: the tensor is held here, so its identity cannot be reused by another before it is replaced)
+_LAST: list = [None, None]
+
+
+def _visible(mask, b: int, q: int, kv: int) -> list[list] | None:
+    """Per row and query of a boolean ``[B, 1, q, kv]`` mask, the keys it allows: a count where they are a
+    prefix, else a tensor of their indices; None for a mask of another kind."""
     import torch
 
     if mask.dtype != torch.bool or mask.shape[1] != 1:
         return None
+    if _LAST[0] is mask:
+        return _LAST[1]
     m = mask.expand(b, 1, q, kv)[:, 0]
     counts = m.sum(-1)
-    if not torch.equal(m, torch.arange(kv, device=m.device) < counts[..., None]):
-        return None
-    return counts.tolist()
+    prefix = (m == (torch.arange(kv, device=m.device) < counts[..., None])).all(-1)
+    seen = [[int(counts[i, j]) if prefix[i, j] else m[i, j].nonzero()[:, 0] for j in range(q)] for i in range(b)]
+    _LAST[:] = [mask, seen]
+    return seen
 
 
 def register() -> str:

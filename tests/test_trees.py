@@ -1,0 +1,195 @@
+"""Token trees (decoding.trees): shapes, the tree drafter's cache, exact tree verification; greedy output equals
+target-only output for random shapes, prompts and budgets."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
+from thesis_lib.errors import ConfigError
+from thesis_lib.heads import clustering as cl
+from thesis_lib.heads.flashhead import FlashHead
+from thesis_lib.models import attention, tiny
+from thesis_lib.models import weight_only as wo
+
+from conftest import TINY_VOCAB
+
+pytestmark = pytest.mark.skipif(not wo.available(), reason="the weight-only kernel cannot be built here")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """A tiny target and a close draft in int8-dynamic (rows computed alone), row-exact attention; the draft with
+    its dense head and with a FlashHead head (17 clusters, 2 probes)."""
+    target = tiny.tiny_model("qwen2", seed=0)
+    draft = tiny.noisy_copy(target, 0.01, seed=3)
+    w = draft.get_output_embeddings().weight.detach().clone()
+    for m in (target, draft):
+        wo.convert(m, "int8-dynamic")
+        attention.use(m)
+    flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=2,
+                      vocab_limit=TINY_VOCAB, path="eager")
+    return {"target": ModelState(target, vocab_limit=TINY_VOCAB), "draft": draft, "dense": None, "flash": flash}
+
+
+@st.composite
+def shapes(draw, max_nodes: int = 12):
+    """Random trees: each node a new child (of a random rank) of the root or of a node already in the tree."""
+    paths: list[tuple[int, ...]] = []
+    for _ in range(draw(st.integers(1, max_nodes))):
+        parent = draw(st.sampled_from([()] + paths))
+        taken = {p[-1] for p in paths if p[:-1] == parent}
+        rank = draw(st.integers(0, 4).filter(lambda r: r not in taken))
+        paths.append(parent + (rank,))
+    return TreeShape(tuple(sorted(paths, key=lambda p: (len(p), p))))
+
+
+HYP = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+prompt = st.lists(st.integers(0, TINY_VOCAB - 1), min_size=1, max_size=12)
+
+
+@HYP
+@given(shape=shapes(), ids=prompt, max_new=st.integers(1, 30), name=st.sampled_from(["dense", "flash"]),
+       stop=st.integers(0, 40))
+def test_tree_decoding_equals_target_only_greedy(pair, shape, ids, max_new, name, stop):
+    """Any tree shape, prompt and budget, with an EOS taken from the reference output (``stop`` picks it) or none."""
+    target = pair["target"]
+    plain = greedy_generate(target, ids, max_new_tokens=max_new).tokens
+    eos = [plain[stop % len(plain)]] if stop < 30 else []
+    ref = greedy_generate(target, ids, max_new_tokens=max_new, eos_ids=eos).tokens
+    drafter = TreeDrafter(pair["draft"], head=pair[name], vocab_limit=TINY_VOCAB, name=name)
+    gen = tree_generate(target, drafter, ids, shape=shape, max_new_tokens=max_new, eos_ids=eos)
+    assert gen.tokens == ref
+    st_ = gen.stats
+    assert sum(st_.emitted) + st_.tail_tokens + 1 == len(ref)
+    assert all(a <= d <= shape.depth for a, d in zip(st_.accepted, st_.drafted))
+
+
+@HYP
+@given(shape=shapes(max_nodes=9), ids=prompt)
+def test_each_node_of_a_verified_tree_computes_what_one_token_steps_over_its_path_compute(pair, shape, ids):
+    """The tree forward (tree mask, row-exact attention) against a fresh one-token-at-a-time pass over each node's
+    own path: equal final hidden states, bit for bit."""
+    target = pair["target"]
+    tokens = [(7 * i + 3) % TINY_VOCAB for i in range(shape.size)]
+    with torch.inference_mode():
+        target.reset()
+        target.hidden(ids[:-1] or ids)
+        base = target.length
+        root = ids[-1] if len(ids) > 1 else ids[0]
+        depths = [len(p) for p in shape.paths]
+        tree = target.hidden_masked([root] + tokens, [base] + [base + d for d in depths], shape.verify_mask(base))
+        for i in range(shape.size):
+            path = [j for j in range(shape.size) if shape.ancestry[i, j]]
+            target.reset()
+            target.hidden(ids[:-1] or ids)
+            steps = [target.hidden([t]) for t in [root] + [tokens[j] for j in path]]
+            assert torch.equal(tree[1 + i], steps[-1][0]), (shape.paths[i], path)
+        assert torch.equal(tree[0], steps[0][0])
+
+
+@HYP
+@given(shape=shapes(max_nodes=9), ids=prompt, name=st.sampled_from(["dense", "flash"]))
+def test_every_drafted_node_is_its_paths_ranked_candidate(pair, shape, ids, name):
+    """The drafter's cache handles branches: each node's token is the rank its path names among the draft head's
+    candidates after the context and the node's ancestors, computed afresh one token at a time."""
+    head = pair[name]
+    drafter = TreeDrafter(pair["draft"], head=head, vocab_limit=TINY_VOCAB)
+    drafter.begin(ids)
+    tokens = drafter.propose(shape)
+    fresh = ModelState(pair["draft"], head=head, vocab_limit=TINY_VOCAB)
+    with torch.inference_mode():
+        for i, p in enumerate(shape.paths):
+            ancestors = [tokens[j] for j in range(shape.size) if shape.ancestry[i, j] and j != i]
+            fresh.reset()
+            h = fresh.hidden(list(ids) + ancestors)[-1:]
+            assert fresh.head.top(h, p[-1] + 1)[0][0, p[-1]].item() == tokens[i], p
+
+
+def test_a_width_one_tree_is_the_deferred_chain(pair):
+    """Round by round: the chain of K as a tree drafts, accepts and emits what the deferred chain loop does."""
+    target = pair["target"]
+    for name in ("dense", "flash"):
+        for ids in ([5, 9, 13], [200, 3, 3, 3, 41, 7], list(range(40, 52))):
+            chain = speculative_generate(target, ModelDrafter(pair["draft"], head=pair[name], vocab_limit=TINY_VOCAB),
+                                         ids, k=4, max_new_tokens=40, schedule="deferred")
+            tree = tree_generate(target, TreeDrafter(pair["draft"], head=pair[name], vocab_limit=TINY_VOCAB), ids,
+                                 shape=TreeShape.chain(4), max_new_tokens=40)
+            assert tree.tokens == chain.tokens
+            assert (tree.stats.accepted, tree.stats.emitted) == (chain.stats.accepted, chain.stats.emitted)
+
+
+def test_the_longest_accepted_path_follows_the_targets_tokens():
+    """A constructed tree: the walk takes the matching child at each depth, whatever its rank, and stops where no
+    child matches; without a match at the root nothing is accepted."""
+    shape = TreeShape(((0,), (1,), (2,), (0, 0), (1, 0), (1, 1), (1, 1, 0)))
+    tokens = [10, 11, 12, 20, 21, 22, 30]
+    # target after root, then after each node (index 1 + i)
+    target = [11, 0, 22, 0, 0, 0, 30, 0]
+    assert shape.accept(tokens, target) == [1, 5, 6]
+    target[6] = 5  # after node 5 the target wants a token no child has
+    assert shape.accept(tokens, target) == [1, 5]
+    assert shape.accept(tokens, [99] * 8) == []
+
+
+def test_shapes_refuse_what_is_not_a_tree():
+    for bad in ((), ((0, 0),), ((0,), (0,)), ((0,), (-1,)), ((0, 0), (0,))):
+        with pytest.raises(ConfigError):
+            TreeShape(bad)
+    assert TreeShape.beam(5, 1) == TreeShape.chain(5)
+    assert TreeShape.beam(3, 2).widths == (2, 2, 2)
+
+
+def _all_trees(max_nodes: int, ranks: int, depth: int):
+    """Every tree of up to ``max_nodes`` nodes with ranks below ``ranks``, at most ``depth`` deep (brute force)."""
+    candidates = [p for d in range(1, depth + 1) for p in itertools.product(range(ranks), repeat=d)]
+    for n in range(1, max_nodes + 1):
+        for nodes in itertools.combinations(candidates, n):
+            s = set(nodes)
+            if all(len(p) == 1 or p[:-1] in s for p in nodes):
+                yield sorted(nodes, key=lambda p: (len(p), p))
+
+
+def test_grown_trees_are_the_best_trees_of_their_size():
+    """Against every tree of up to 5 nodes (3 ranks, depth 3) under a depth-dependent table: the grown tree's
+    expected accepted tokens is the largest of its size."""
+    table = [[0.55, 0.2, 0.1], [0.7, 0.12, 0.05], [0.8, 0.1, 0.02]]
+    best: dict[int, float] = {}
+    for nodes in _all_trees(5, 3, 3):
+        e = TreeShape(tuple(nodes)).expected_accepted(table)
+        best[len(nodes)] = max(best.get(len(nodes), 0.0), e)
+    for n, e in best.items():
+        grown = TreeShape.grown(n, table, max_depth=3, max_rank=3)
+        assert grown.size == n
+        assert grown.expected_accepted(table) == pytest.approx(e)
+
+
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference"])
+def test_a_heads_ranked_candidates_start_with_its_greedy_token_and_fall_in_probability(pair, path):
+    """``top``: rank 0 is the head's own greedy token; the rest follow in falling probability; FlashHead's fast paths
+    rank what its reference computation ranks; the dense head's log-probabilities are the full softmax's."""
+    w = pair["draft"].get_output_embeddings().weight.detach().clone()
+    flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=3,
+                      vocab_limit=TINY_VOCAB, path=path)
+    h = torch.randn(6, w.shape[1], generator=torch.Generator().manual_seed(4))
+    ref = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=3,
+                    vocab_limit=TINY_VOCAB, path="reference")
+    ids, lp = flash.top(h, 5)
+    assert torch.equal(ids[:, 0], flash(h))
+    assert (lp[:, 1:].diff(dim=1) <= 0).all() and (lp <= 0).all()
+    ref_ids, ref_lp = ref.top(h, 5)
+    assert torch.equal(ids, ref_ids)
+    torch.testing.assert_close(lp, ref_lp, rtol=1e-4, atol=1e-4)
+    dense = ModelState(pair["draft"], vocab_limit=TINY_VOCAB).head
+    d_ids, d_lp = dense.top(h, 4)
+    assert torch.equal(d_ids[:, 0], dense(h))
+    full = torch.log_softmax(dense.logits(h).float(), dim=-1)
+    torch.testing.assert_close(d_lp, full.gather(1, d_ids))
