@@ -631,7 +631,8 @@ def test_accepted_lengths_are_sized_by_the_longest_block(tmp_path):
 def test_committed_run_folders_still_load_and_keep_their_names():
     """Run folders written before parameters left the library (``outliers``, ``split_threads``) load at the value
     every run had; the default book's folders, written since, read back as written (so they keep the names their
-    parameters hash to); and a value the library can no longer run is refused."""
+    parameters hash to: a parameter added since is absent from them and reads back at its default, outside their
+    identity); and a value the library can no longer run is refused."""
     import glob
     from pathlib import Path
 
@@ -643,7 +644,12 @@ def test_committed_run_folders_still_load_and_keep_their_names():
     assert sum("outliers" not in doc for doc in docs) >= 5  # the default book's, written after
     for doc in docs:
         if "outliers" not in doc:  # written after both left: it reads back as written
-            assert protocol.BenchConfig.from_dict(doc).to_dict() == doc
+            cfg = protocol.BenchConfig.from_dict(doc)
+            added = {k: v for k, v in cfg.to_dict().items() if k not in doc}
+            assert {k: v for k, v in cfg.to_dict().items() if k in doc} == doc
+            assert set(added) <= set(protocol.LATER_FIELDS) and all(
+                v == getattr(protocol.BenchConfig(), k) for k, v in added.items())
+            assert not set(added) & set(cfg.identity())
             continue
         assert doc["outliers"] == 0.0 and doc.get("split_threads", False) is False
         cfg = protocol.BenchConfig.from_dict(doc)

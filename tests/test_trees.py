@@ -193,3 +193,12 @@ def test_a_heads_ranked_candidates_start_with_its_greedy_token_and_fall_in_proba
     assert torch.equal(d_ids[:, 0], dense(h))
     full = torch.log_softmax(dense.logits(h).float(), dim=-1)
     torch.testing.assert_close(d_lp, full.gather(1, d_ids))
+
+
+def test_a_shape_reads_back_from_its_text():
+    shape = TreeShape.beam(4, 3)
+    assert TreeShape.parse(str(shape)) == shape
+    assert TreeShape.parse("0.1 0 1 0.0") == TreeShape(((0,), (1,), (0, 0), (0, 1)))
+    for bad in ("0 x", "0.0", ""):
+        with pytest.raises(ConfigError):
+            TreeShape.parse(bad)

@@ -108,8 +108,9 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     the draft feeds after a fully accepted block are left out."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
-    if rec["mode"] in SAMPLE_MODES or k_policy_of(rec["mode"]) != "fixed" or split_mode(rec["mode"])[0] not in ("dense", "flash", "shared"):
-        return None  # the model below knows one fixed K and the dense/FlashHead step costs only
+    if (rec["mode"] in SAMPLE_MODES or k_policy_of(rec["mode"]) != "fixed"
+            or split_mode(rec["mode"])[0] not in ("dense", "flash", "shared") or split_mode(rec["mode"])[1] == "tree"):
+        return None  # the model below knows one fixed K (a chain) and the dense/FlashHead step costs only
     mode, k = base_mode(rec["mode"]), rec["k"]
     verify = costs.get(f"target_verify_{k + 1}_s" if mode.endswith("deferred") else f"target_verify_{k}_s")
     step = costs["flash_draft_step_s"] if mode.startswith("flash") else costs["draft_step_s"]

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..decoding.sampling import Sampler
+from ..decoding.trees import TreeShape
 from ..errors import ConfigError
 from ..progress import note
 from ..heads.clustering import check_cluster_count
@@ -35,8 +36,8 @@ from .disturbance import Watch, judge
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
-from .modes import (SAMPLE_MODES, SPEC_MODES, THESIS_MODES, base_mode, check_modes, k_policy_of, needs_flash_head,
-                    profile_modes, split_mode, variant_of)
+from .modes import (SAMPLE_MODES, SPEC_MODES, THESIS_MODES, TREE_MODES, base_mode, check_modes, k_policy_of,
+                    needs_flash_head, profile_modes, split_mode, tree_of, variant_of)
 from .prompts import TURNS, Prompt, load_prompts, select
 from .runner import Runner
 from .runs import Run, check_new_run, open_run, record_environment, write_environment
@@ -94,6 +95,9 @@ class BenchConfig:
     top_p: float | None = 0.8
     # draft-confidence block ends (modes *_sk): the draft's probability below which a block stops
     stop_below: float | None = None
+    # token trees (modes *_tree): K deep and tree_width wide, or tree_shape's nodes (rank paths, "0 1 0.0 0.1")
+    tree_width: int = 3
+    tree_shape: str | None = None
     #: torch's intra-op threads for the run (None: every core this process may use); recorded with the run
     threads: int | None = None
 
@@ -155,8 +159,16 @@ class BenchConfig:
         block-length policies and the confidence stop, which the runner bounds by it) plus the deferred schedule's
         carried token; 1 (one decoded token) for a run of no mode of ours that verifies blocks."""
         ks = [self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k
-              for m in self.modes if base_mode(m) in SPEC_MODES + SAMPLE_MODES and base_mode(m) != "sample_baseline"]
-        return max(ks, default=0) + 1
+              for m in self.modes if base_mode(m) in SPEC_MODES + SAMPLE_MODES and base_mode(m) != "sample_baseline"
+              and base_mode(m) not in TREE_MODES]
+        trees = [self.tree().size if self.tree_shape and "@" not in m else
+                 tree_of(m)[1] or (variant_of(m)[1] or self.k) * (tree_of(m)[0] or self.tree_width)
+                 for m in self.modes if base_mode(m) in TREE_MODES]
+        return max(ks + trees, default=0) + 1
+
+    def tree(self) -> TreeShape | None:
+        """The tree modes' shape where ``tree_shape`` names one (checked)."""
+        return TreeShape.parse(self.tree_shape) if self.tree_shape else None
 
     def sampler(self) -> Sampler:
         return Sampler(self.temperature, self.top_k, self.top_p)
@@ -199,6 +211,9 @@ class BenchConfig:
         if self.turns not in TURNS:
             raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
         check_modes(self.modes)
+        if not isinstance(self.tree_width, int) or self.tree_width < 1:
+            raise ConfigError(f"tree_width must be an integer >= 1 (got {self.tree_width!r}).")
+        self.tree()
         if self.profile:
             bad = [m for m in self.modes if split_mode(m)[0] == "hf"]
             if bad:
@@ -215,7 +230,7 @@ class BenchConfig:
 #: Parameters added after the first runs; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
                 "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below",
-                "thinking", "threads")
+                "thinking", "threads", "tree_width", "tree_shape")
 #: Parameters that have left the library, with the one value runs may still hold (from_dict drops them there).
 RETIRED_FIELDS = {"outliers": 0.0, "split_threads": False}
 #: Retired parameters that named runs (outside LATER_FIELDS): the identity keeps them at their value.
@@ -311,6 +326,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
+                    tree_width=cfg.tree_width, tree_shape=cfg.tree(),
                     sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}

@@ -24,10 +24,11 @@ from ..decoding.greedy import greedy_generate, speculative_generate
 from ..decoding.sampling import SamplingModelDrafter, sample_generate, speculative_sample
 from ..decoding.state import ModelState
 from ..decoding.stats import DecodeStats, Generation
+from ..decoding.trees import PRIOR, TreeDrafter, TreeShape, tree_generate
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..models.loading import LoadedModel, output_rows
-from .modes import CONFIDENCE_DRAFTS, k_policy_of, split_mode, variant_of
+from .modes import CONFIDENCE_DRAFTS, DEFAULTS_PEER, k_policy_of, split_mode, tree_of, variant_of
 
 
 class _Stamps:
@@ -69,6 +70,12 @@ class Runner:
     k_costs: dict | None = None
     seed: int = 0
     stop_below: float | None = None
+    #: the tree modes' shape: ``tree_shape`` where given, else K deep and ``tree_width`` wide (a variant: its own K
+    #: and width, or its node count), its nodes chosen by ``tree_tables[draft]`` (the measured rank probabilities of
+    #: :mod:`thesis_lib.decoding.tree_shapes`; none: :data:`thesis_lib.decoding.trees.PRIOR`)
+    tree_width: int = 3
+    tree_shape: TreeShape | None = None
+    tree_tables: dict | None = None
 
     def __post_init__(self):
         self.eos = self.target.eos_ids
@@ -107,6 +114,9 @@ class Runner:
                 self.confident_drafters["flash"] = confident("flash", flash_model, self.flash_head)
                 self.confident_drafters["hybrid"] = HybridDrafter(confident("hybrid", flash_model, self.flash_head),
                                                                   pad=False)
+        self.tree_drafters = {"dense": TreeDrafter(dense_model, vocab_limit=limit, name="dense")}
+        if self.flash_head is not None:
+            self.tree_drafters["flash"] = TreeDrafter(flash_model, head=self.flash_head, vocab_limit=limit, name="flash")
         self.sample_drafters = {}
         if self.sampler is not None:
             self.sample_drafters["dense"] = SamplingModelDrafter(dense_model, self.sampler, vocab_limit=limit)
@@ -126,23 +136,33 @@ class Runner:
         """One generation of ``mode`` (a variant at its own K and probe count: the runner's K and the FlashHead
         head's probes are set for this call and restored after it)."""
         base, k, probes = variant_of(mode)
-        if k is None and probes is None:
+        width, nodes = tree_of(mode)
+        if k is None and probes is None and width is None and nodes is None:
             return self._run(mode, ids)
         if probes is not None and self.flash_head is None:
             raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
-        k0, p0 = self.k, getattr(self.flash_head, "n_probes", None)
+        k0, p0, w0, s0 = self.k, getattr(self.flash_head, "n_probes", None), self.tree_width, self.tree_shape
         try:
             self.k = k if k is not None else k0
             if probes is not None:
                 self.flash_head.with_probes(probes)
+            if nodes is not None:  # the grown tree of that many nodes, at most K deep (or k_max)
+                table = (self.tree_tables or {}).get(split_mode(base)[0]) or [PRIOR]
+                self.tree_shape = TreeShape.grown(nodes, table, max_depth=k or self.k_max, max_rank=len(table[0]))
+            elif k is not None or width is not None:  # a variant's tree is K deep and its width wide
+                self.tree_width, self.tree_shape = width or w0, None
             gen = self._run(base, ids)
         finally:
-            self.k = k0
+            self.k, self.tree_width, self.tree_shape = k0, w0, s0
             if probes is not None:
                 self.flash_head.with_probes(p0)
         if probes is not None:
             gen.extra["probes"] = probes
         return gen
+
+    def shape(self, draft: str = "flash") -> TreeShape:
+        """The tree the tree modes of ``draft`` grow now (see the fields)."""
+        return self.tree_shape or TreeShape.beam(self.k, self.tree_width, (self.tree_tables or {}).get(draft))
 
     def _run(self, mode: str, ids: Sequence[int]) -> Generation:
         draft, schedule = split_mode(mode)
@@ -155,6 +175,13 @@ class Runner:
             gen = greedy_generate(self.t_state, ids, **common)
         elif draft == "sample":
             gen = self._sample(schedule, ids)
+        elif schedule == "tree":
+            drafter = self.tree_drafters.get(draft)
+            if drafter is None:
+                raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+            shape = self.shape(draft)
+            gen = tree_generate(self.t_state, drafter, ids, shape=shape, **common)
+            gen.extra.update(tree=str(shape), tree_size=shape.size)
         else:
             confident = k_policy_of(mode) == "confidence"
             drafter = (self.confident_drafters if confident else self.drafters).get(draft)
@@ -216,11 +243,14 @@ class Runner:
         rows = output_rows(model)
         if self.target.vocab_limit < rows:  # padding rows past the tokenizer: never chosen, as in our loops
             kwargs["suppress_tokens"] = list(range(self.target.vocab_limit, rows))
-        if mode == "hf_assisted":
+        if mode in ("hf_assisted", DEFAULTS_PEER):
             gc = self.draft.model.generation_config
-            gc.num_assistant_tokens = self.k
-            gc.num_assistant_tokens_schedule = "constant"
-            gc.assistant_confidence_threshold = 0.0
+            if mode == DEFAULTS_PEER:  # unset: generate() fills in its own defaults
+                gc.num_assistant_tokens = gc.num_assistant_tokens_schedule = gc.assistant_confidence_threshold = None
+            else:
+                gc.num_assistant_tokens = self.k
+                gc.num_assistant_tokens_schedule = "constant"
+                gc.assistant_confidence_threshold = 0.0
             kwargs["assistant_model"] = self.draft.model
         stamps = _Stamps()
         t0 = time.perf_counter()

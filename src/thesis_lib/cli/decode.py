@@ -70,7 +70,8 @@ def _runner(args, modes):
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
                                       dtype=args.dtype, pack=options.pack(args))
     return Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
-                  flash_head=options.flash_head(args, draft) if flash else None)
+                  flash_head=options.flash_head(args, draft) if flash else None, tree_width=args.tree_width,
+                  tree_shape=options.tree_shape(args))
 
 
 def cmd_generate(args) -> int:
@@ -153,7 +154,8 @@ def cmd_cluster(args) -> int:
     return 0
 
 
-MODES_HELP = "baseline, <dense|flash|shared>_<ordinary|deferred|pipelined>, hf_greedy or hf_assisted"
+MODES_HELP = ("baseline, <dense|flash|shared>_<ordinary|deferred|pipelined>, <dense|flash>_tree, hf_greedy, "
+              "hf_assisted or hf_assisted_defaults")
 
 
 def add_parsers(sub) -> None:

@@ -73,7 +73,8 @@ def _bench_config(args, profile: bool):
         thinking=options.thinking(args), warmup=args.warmup, iterations=args.iterations, seed=args.seed,
         costs=not args.no_costs, profile=profile, probes=args.probes, clusters=args.clusters, assets=args.assets,
         flash_path=args.flash_path, centroid_dtype=args.centroid_dtype, cluster_seed=args.cluster_seed,
-        kmeans_iterations=args.kmeans_iterations, threads=args.threads, **beyond)
+        kmeans_iterations=args.kmeans_iterations, threads=args.threads, tree_width=args.tree_width,
+        tree_shape=args.tree_shape, **beyond)
 
 
 def _run_protocol(args, profile: bool) -> int:

@@ -39,6 +39,10 @@ def decoding(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
     g.add_argument("-k", "--k", type=int, default=4, help="block length K: draft tokens per round (default: %(default)s)")
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
                    help="tokens to generate per prompt (default: %(default)s)")
+    g.add_argument("--tree-width", type=int, default=3, help="*_tree modes: most nodes per depth of a K-deep token "
+                   "tree (default: %(default)s)")
+    g.add_argument("--tree-shape", default=None, help="*_tree modes: every node's rank path instead, e.g. "
+                   "'0 1 0.0 0.1 0.0.0' (thesis-lib tree-shapes chooses one)")
     chat(g)
 
 
@@ -87,6 +91,17 @@ def check_decoding(args) -> None:
         raise ConfigError(f"--k must be >= 1 (got {args.k}).")
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens}).")
+    if getattr(args, "tree_width", 1) < 1:
+        raise ConfigError(f"--tree-width must be >= 1 (got {args.tree_width}).")
+    tree_shape(args)
+
+
+def tree_shape(args):
+    """The ``--tree-shape`` argument as a :class:`~thesis_lib.decoding.trees.TreeShape` (checked), or None."""
+    from ..decoding.trees import TreeShape
+
+    text = getattr(args, "tree_shape", None)
+    return TreeShape.parse(text) if text else None
 
 
 class FlashArgs:

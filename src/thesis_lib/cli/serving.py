@@ -1,5 +1,6 @@
 """``serving-bench``: the thesis' open questions of section 5.3 on any pair and device: greedy decoding of B prompts
-at once (``decode``), longer generations (``lengths``) and the memory each mode holds (``memory``)."""
+at once (``decode``), longer generations (``lengths``) and the memory each mode holds (``memory``). ``tree-bench``:
+token trees beside the best chains and transformers' assisted generation (:mod:`thesis_lib.bench.trees`)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,48 @@ def cmd_serving_bench(args) -> int:
     return options.emit(doc, formatting.serving_text(doc), out_path)
 
 
+def cmd_tree_bench(args) -> int:
+    import torch
+
+    from ..analysis import trees as tree_text
+    from ..bench.environment import provenance
+    from ..bench.prompts import encode, load_prompts, select
+    from ..bench.runner import Runner
+    from ..bench.trees import MAX_NODES, measure
+    from ..models import loading
+    from ..models.cpu import cpu_name, fast_bf16
+
+    options.check_decoding(args)
+    if args.iterations < 1 or args.calibration_per_category < 1 or args.calibration_tokens < 2:
+        raise ConfigError("--iterations and --calibration-per-category must be >= 1, --calibration-tokens >= 2.")
+    source = load_prompts(args.prompt_file or "project")
+    found = select(source, args.categories, args.prompts, args.per_category)
+    measured_ids = {p.question_id for p in found}
+    seen: dict[str, int] = {}
+    calib = []
+    for p in source:  # per category, the first prompts the run does not measure
+        if p.question_id not in measured_ids and seen.get(p.category, 0) < args.calibration_per_category:
+            seen[p.category] = seen.get(p.category, 0) + 1
+            calib.append(p)
+    options.check_flash(args, args.draft)
+    out_path = options.new_out_path(args)
+    measured = provenance()
+    target, draft = loading.load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
+                                      pack=options.pack(args))
+    loading.probe_rows(target, 1 + MAX_NODES)
+    runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
+                    flash_head=options.flash_head(args, draft))
+    calib_ids = [encode(target.tokenizer, p.text, chat=True) for p in calib]
+    doc = measure(runner, calib_ids, found, calibration_tokens=args.calibration_tokens, iterations=args.iterations)
+    doc.update(prompts_used=[p.question_id for p in found], calibration_prompts=[p.question_id for p in calib],
+               target=args.target, draft=args.draft, pair=runner.target.info | {"draft": runner.draft.info},
+               rows_exact=target.info.get("rows_exact"), rows_probed=target.info.get("rows_probed"),
+               measured=measured, command=options.command_line(), machine=platform.machine(), processor=cpu_name(),
+               threads=options.threads(), torch=torch.__version__, fast_bf16=fast_bf16(),
+               cpu_capability=torch.backends.cpu.get_cpu_capability())
+    return options.emit(doc, tree_text.tree_text(doc), out_path)
+
+
 def add_parsers(sub) -> None:
     from ..bench.batched import DECODE_BATCHES, DECODE_MODES
     from ..bench.lengths import LENGTHS
@@ -102,3 +145,22 @@ def add_parsers(sub) -> None:
                    "%(default)s)")
     options.out(p)
     p.set_defaults(func=cmd_serving_bench)
+
+    p = sub.add_parser("tree-bench", help="token trees beside the best chains and assisted generation",
+                       description="Calibration prompts (held out): the rank of the target's tokens among each draft "
+                       "head's candidates, this machine's verify and draft cost curves, and the tree shapes a cost "
+                       "model picks from them. Then, on the measured prompts: tokens per target forward of a set of "
+                       "shapes, and target-only decoding, the best chains, the best trees and transformers' assisted "
+                       "generate() (at the chain's K and at its own defaults) timed side by side. One JSON document "
+                       "as the last line.")
+    options.pair(p, max_new_tokens=48)
+    options.flash(p)
+    options.prompts(p, default_file="project")
+    p.add_argument("--per-category", type=int, default=2, help="measured prompts per category (default: %(default)s)")
+    p.add_argument("--calibration-per-category", type=int, default=3, help="held-out prompts per category for the "
+                   "rank table (default: %(default)s)")
+    p.add_argument("--calibration-tokens", type=int, default=64, help="tokens of each calibration continuation "
+                   "(default: %(default)s)")
+    p.add_argument("--iterations", type=int, default=2, help="timed repetitions of every prompt (default: %(default)s)")
+    options.out(p)
+    p.set_defaults(func=cmd_tree_bench)

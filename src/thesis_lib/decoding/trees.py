@@ -76,6 +76,19 @@ class TreeShape:
         if [len(p) for p in paths] != sorted(len(p) for p in paths):
             raise ConfigError("a tree's nodes are listed breadth first (every depth before the next).")
 
+    def __str__(self) -> str:
+        """The nodes' rank paths, ranks joined by dots: ``"0 1 0.0 0.1"`` (what :meth:`parse` reads)."""
+        return " ".join(".".join(map(str, p)) for p in self.paths)
+
+    @classmethod
+    def parse(cls, text: str) -> "TreeShape":
+        """A shape from its :meth:`str` form (nodes in any order; a node needs its parent)."""
+        try:
+            paths = [tuple(int(r) for r in node.split(".")) for node in str(text).split()]
+        except ValueError:
+            raise ConfigError(f"A tree shape is rank paths like '0 1 0.0 0.1' (got {text!r}).") from None
+        return cls(tuple(sorted(paths, key=lambda p: (len(p), p))), f"n{len(paths)}")
+
     # ---------------------------------------------------------------- structure
     @property
     def size(self) -> int:
@@ -231,9 +244,9 @@ class TreeDrafter:
         tokens: list[int | None] = [None] * shape.size
         slots: dict[int, int] = {}
         fed = [-1]
+        r = max(p[-1] for p in shape.paths) + 1  # one count for every depth: fewer shapes for a compiled head
         for d in range(1, shape.depth + 1):
             kids = [shape.children[i] for i in fed]
-            r = max((shape.paths[c][-1] for ks in kids for c in ks), default=-1) + 1
             ids = head.top(h, r)[0].tolist()
             for row, ks in zip(ids, kids):
                 for c in ks:

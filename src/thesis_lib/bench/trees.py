@@ -1,0 +1,162 @@
+"""``tree-bench``: token trees measured on a pair (beyond the thesis; :mod:`thesis_lib.decoding.trees`).
+
+1. **Calibration** (held-out prompts): the target's greedy continuations; the rank of each of its tokens among each
+   draft head's candidates on that text (:func:`ranks`); the rank table; the cost curves of this machine (the
+   target's forward over 1..N tokens, each draft's over 1..W); the model's best grown tree, chain and beam per draft
+   (:func:`thesis_lib.decoding.tree_shapes.search`).
+2. **Shapes** (the measured prompts, untimed): tokens per target forward of a set of shapes, beside the model's.
+3. **Timed** (the measured prompts, interleaved as the benchmark protocol runs modes): target-only decoding, the best
+   chains, the best trees, and transformers' assisted generation at the chain's K and at its own defaults.
+
+Everything lands in one JSON document; the book and ``thesis-lib tree-bench`` read it through
+:mod:`thesis_lib.analysis.trees`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+import torch
+
+from ..decoding.greedy import greedy_generate
+from ..decoding.state import ModelState
+from ..decoding.tree_shapes import MISS, independent_nodes, rank_table, search
+from ..decoding.trees import TreeShape, tree_generate
+from .execute import execute
+
+#: Ranks kept per node, depths of the table, the largest tree searched, the draft widths timed.
+KEPT, DEPTH, MAX_NODES, WIDTHS = 8, 12, 32, 8
+
+
+@torch.inference_mode()
+def ranks(state: ModelState, prompt: Sequence[int], output: Sequence[int], kept: int = KEPT) -> list[int]:
+    """The rank of each output token after the first among the draft head's ``kept`` best candidates after the prompt
+    and the output before it (:data:`MISS` past them); one prefill, then the head one row at a time (the shape a
+    decoding step gives it)."""
+    state.reset()
+    h = state.hidden(list(prompt) + list(output[:-1]))[len(prompt):]
+    out = []
+    for row, token in zip(h, output[1:]):
+        ids = state.head.top(row[None], kept)[0][0].tolist()
+        out.append(ids.index(token) if token in ids else MISS)
+    state.reset()
+    return out
+
+
+@torch.inference_mode()
+def forward_curve(state: ModelState, ids: Sequence[int], sizes: Sequence[int], reps: int = 3) -> dict[int, float]:
+    """Median seconds of ``state``'s greedy forward over n tokens after ``ids``, for each n of ``sizes``."""
+    state.reset()
+    state.greedy(ids, last_only=True)
+    tail = list(ids) * (1 + max(sizes) // max(1, len(ids)))
+    out = {n: statistics.median(state.timed_forward(tail[-n:]) for _ in range(reps)) for n in sizes}
+    state.reset()
+    return out
+
+
+def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, reps: int = 3,
+              max_nodes: int = MAX_NODES, progress: bool = True) -> dict:
+    """Step 1 of the module docstring, for the dense and (where the runner has one) FlashHead drafts."""
+    from ..progress import tqdm
+
+    drafts = {name: d.state for name, d in runner.tree_drafters.items()}
+    outputs = []
+    rank_lists: dict[str, list[list[int]]] = {name: [] for name in drafts}
+    for ids in tqdm(prompts, desc="tree calibration", unit="prompt", disable=not progress):
+        out = greedy_generate(runner.t_state, ids, max_new_tokens=max_new_tokens, eos_ids=runner.eos).tokens
+        outputs.append(len(out))
+        for name, state in drafts.items():
+            rank_lists[name].append(ranks(state, ids, out))
+    context = list(prompts[0])
+    verify = forward_curve(runner.t_state, context, range(1, max_nodes + 2), reps)
+    doc = {"prompts": len(prompts), "tokens": outputs, "kept": KEPT, "verify_s": verify, "drafts": {}}
+    for name, state in drafts.items():
+        table, trials = rank_table(rank_lists[name], DEPTH, KEPT)
+        curve = forward_curve(state, context, range(1, WIDTHS + 1), reps)
+        shapes = search(table, curve, verify, verify[1], max_nodes=max_nodes, max_depth=DEPTH)
+        alpha = table[0][0]  # the chain's first-position acceptance, for the closed form
+        doc["drafts"][name] = {
+            "ranks": rank_lists[name], "table": table, "trials": trials, "draft_s": curve, "search": shapes,
+            "independent_nodes": {f"w{w}d{d}": independent_nodes(alpha, w, d) for w in (2, 3) for d in (2, 3, 4)}}
+    return doc
+
+
+def shape_modes(doc: dict) -> dict[str, TreeShape]:
+    """The shapes step 2 runs per draft: FlashHead's grown trees of several sizes (the best among them) and beams at
+    its best chain's K; each draft's best grown tree and best chain."""
+    out = {}
+    for name, d in doc["drafts"].items():
+        best = d["search"]["best"]
+        k = best["chain"]["depth"]
+        sizes = {best["grown"]["nodes"]} | ({2, 4, 8, 16, 24} if name == "flash" else set())
+        shapes = [TreeShape.parse(r["shape"]) for r in d["search"]["grown"] if r["nodes"] in sizes]
+        if name == "flash":
+            shapes += [TreeShape.beam(k, w, d["table"]) for w in (2, 3)]
+        out[name] = list(dict.fromkeys(shapes + [TreeShape.chain(k)]))
+    return out
+
+
+@torch.inference_mode()
+def shape_runs(runner, doc: dict, prompts: Sequence[Sequence[int]], progress: bool = True) -> list[dict]:
+    """Step 2: per draft and shape, rounds and tokens emitted per round on each measured prompt (greedy output
+    checked against target-only output)."""
+    from ..progress import tqdm
+
+    refs = [greedy_generate(runner.t_state, ids, max_new_tokens=runner.max_new_tokens, eos_ids=runner.eos).tokens
+            for ids in prompts]
+    plan = [(name, s) for name, shapes in shape_modes(doc).items() for s in shapes]
+    rows = []
+    for name, shape in tqdm(plan, desc="tree shapes", unit="shape", disable=not progress):
+        rounds = emitted = equal = 0
+        for ids, ref in zip(prompts, refs):
+            g = tree_generate(runner.t_state, runner.tree_drafters[name], ids, shape=shape,
+                              max_new_tokens=runner.max_new_tokens, eos_ids=runner.eos)
+            rounds += g.stats.rounds
+            emitted += sum(g.stats.emitted)
+            equal += g.tokens == ref
+        rows.append({"draft": name, "shape": str(shape), "label": shape.label, "nodes": shape.size,
+                     "depth": shape.depth, "rounds": rounds, "emitted_per_round": emitted / rounds if rounds else None,
+                     "model_emitted": 1 + shape.expected_accepted(doc["drafts"][name]["table"]),
+                     "equal": equal, "prompts": len(prompts)})
+    return rows
+
+
+def timed_modes(doc: dict) -> tuple[list[str], dict[str, int]]:
+    """Step 3's modes and the chain K the peers use: target-only, each draft's best chain (FlashHead's also one
+    shorter and one longer), each draft's best grown tree, assisted generation at the dense chain's K and at its
+    defaults."""
+    best = {name: d["search"]["best"] for name, d in doc["drafts"].items()}
+    modes = ["baseline"]
+    for name, b in best.items():
+        k = b["chain"]["depth"]
+        ks = [k - 1, k, k + 1] if name == "flash" else [k]
+        modes += [f"{name}_deferred@k{x}" for x in ks if x >= 1]
+        modes.append(f"{name}_tree@n{b['grown']['nodes']}")
+    modes += ["hf_assisted", "hf_assisted_defaults"]
+    return modes, {"k": best["dense"]["chain"]["depth"]}
+
+
+def measure(runner, calibration: Sequence[Sequence[int]], prompts, *, calibration_tokens: int = 64,
+            iterations: int = 2, warmup_tokens: int = 12, progress: bool = True) -> dict:
+    """Steps 1-3 (module docstring) on ``runner``'s pair: ``calibration`` token ids, ``prompts`` the measured
+    :class:`~thesis_lib.bench.prompts.Prompt` s (chat-formatted as the benchmark sends them)."""
+    from .prompts import encode, prompt_text
+
+    t0 = time.perf_counter()
+    doc = {"calibration": calibrate(runner, calibration, max_new_tokens=calibration_tokens, progress=progress)}
+    runner.tree_tables = {name: d["table"] for name, d in doc["calibration"]["drafts"].items()}
+    ids = [encode(runner.target.tokenizer, prompt_text(p, "first"), chat=True) for p in prompts]
+    doc["shapes"] = shape_runs(runner, doc["calibration"], ids, progress=progress)
+    modes, peer = timed_modes(doc["calibration"])
+    k0 = runner.k
+    runner.k = peer["k"]
+    try:
+        doc["records"] = execute(runner, prompts, modes, iterations=iterations, warmup_tokens=warmup_tokens,
+                                 costs=False, desc="tree bench", progress=progress)
+    finally:
+        runner.k = k0
+    doc.update(modes=modes, peer_k=peer["k"], max_new_tokens=runner.max_new_tokens, iterations=iterations,
+               seconds=time.perf_counter() - t0)
+    return doc
