@@ -261,7 +261,12 @@ class Runner:
         st = DecodeStats(mode=mode, k=self.k if mode == "hf_assisted" else 0, new_tokens=len(tokens),
                          ttft_s=t1 - t0, decode_s=t2 - t1, first_emit=min(stamps.first_count, len(tokens)),
                          stopped_by="eos" if tokens and tokens[-1] in self.eos else "max_new_tokens")
-        return Generation(tokens, st)
+        gen = Generation(tokens, st)
+        if mode == DEFAULTS_PEER:
+            from transformers.utils import is_sklearn_available
+
+            gen.extra["threshold_adapts"] = is_sklearn_available()  # transformers adapts it only with scikit-learn
+        return gen
 
 
 def drafter_counters(drafter) -> dict:
