@@ -389,6 +389,35 @@ def test_chapter_7_glue(smoke_book):
     assert "not measured yet" in g["gpu_batch"]  # the saved H100 document predates gpu-check's batch part
 
 
+def test_chapter_8_glue(smoke_book):
+    """The token-tree chapter measured by the smoke build itself: its numbers are those of the document it cached,
+    recomputed here from the raw samples (tokens over decode time, emitted over rounds), and every timed sample
+    equals target-only output."""
+    g = glued("ch8_trees")
+    doc = json.loads(next((smoke_book[2] / "runs").glob("smoke-trees-*.json")).read_text())
+    recs = doc["records"]
+    assert g["equal"] == g["samples"] == len(recs) == sum(bool(r["matches_baseline"]) for r in recs) > 0
+
+    def pooled(mode, num, den):
+        rs = [r for r in recs if r["mode"] == mode]
+        return sum(r[num] for r in rs) / sum(r[den] for r in rs)
+
+    tree, chain = g["flash_tree"], g["flash_chain"]
+    k = int(re.fullmatch(r"flash_deferred@k(\d+)", chain).group(1))
+    assert tree == f"flash_tree@k{k}n{2 * k}"  # the tree at the chain's depth, twice its nodes
+    assert math.isclose(g["flash_forward_value"],
+                        pooled(tree, "emitted", "rounds") / pooled(chain, "emitted", "rounds"), rel_tol=1e-9)
+    speed = {m: pooled(m, "decode_tokens", "decode_s") for m in (tree, chain, "hf_assisted_defaults")}
+    assert math.isclose(g["flash_speed_value"], speed[tree] / speed[chain], rel_tol=1e-9)
+    assert math.isclose(g["vs_defaults_value"], speed[tree] / speed["hf_assisted_defaults"], rel_tol=1e-9)
+    assert g["flash_speed_lo"] <= g["flash_speed_value"] <= g["flash_speed_hi"]
+    table = doc["calibration"]["drafts"]["flash"]["table"]
+    assert (g["p00"], g["p01"]) == (table[0][0], table[0][1]) and 0 <= g["p_miss"] <= 1
+    assert g["indep_w3d3"] > 0 and g["rank_w3d3"] <= 3  # no round of depth 3 accepts more than 3
+    assert g["calibration_prompts"] == doc["calibration"]["prompts"] == 7
+    assert "fig-8-1" in (smoke_book[1] / "trees.html").read_text(encoding="utf-8")
+
+
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):
     _, html, _ = smoke_book
     assert (html / "index.html").is_file()
@@ -624,7 +653,7 @@ def test_no_verdict_is_typed_beside_the_numbers():
     """Outside glued spans, the results pages use no verdict word (who wins, what was met, where a model is
     wrong) except in the sentences listed, which speak of the method or the aim."""
     typed = []
-    for name in ("results.md", "conclusion.md", "beyond.md", "serving.md"):
+    for name in ("results.md", "conclusion.md", "beyond.md", "serving.md", "trees.md"):
         text = re.sub(r"\{glue:text\}`[^`]*`", "GLUED", (params.ROOT / "book" / name).read_text(encoding="utf-8"))
         for sentence in re.split(r"(?<=[.:;])\s+", text):
             if VERDICT_WORDS.search(sentence) and not any(n == name and s in sentence for n, s in NOT_VERDICTS):
@@ -643,7 +672,8 @@ def _verdicts_hold(set_name: str) -> dict:
         g = glued(nb, set_name)
         page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
         prose = {"ch2_theory": "theory", "ch3_methods": "methods", "ch4_results": "results",
-                 "ch5_conclusion": "conclusion", "ch6_beyond": "beyond", "ch7_serving": "serving"}[nb]
+                 "ch5_conclusion": "conclusion", "ch6_beyond": "beyond", "ch7_serving": "serving",
+                 "ch8_trees": "trees"}[nb]
         text = "".join((execute.build_dir(set_name) / "_build" / "html" / f"{page}.html").read_text()
                        for page in (prose, "machine"))  # the chapter's page and the appendix its details moved to
         text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text))).replace("\u2019", "'")

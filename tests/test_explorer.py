@@ -65,6 +65,21 @@ def test_every_mode_of_the_panel_runs_and_is_lossless():
     assert panel.runs == len(widgets.EXPLORER_MODES)
 
 
+def test_the_tree_width_control_shapes_the_tree_modes_only():
+    """The width slider is live for the tree modes and idle otherwise; a width move reruns the tree at that width
+    (a tree K deep and that many nodes per depth), lossless, and the history remembers it."""
+    panel = widgets.live_panel(_smoke_params())
+    assert panel.idle(120) and panel.w.disabled
+    panel.mode.value = "flash_tree"
+    assert panel.idle(60) and not panel.w.disabled
+    panel.w.value = 3
+    assert panel.idle(60)
+    assert 'data-width="3"' in panel.result.value and 'data-lossless="True"' in panel.result.value
+    assert [(h["mode"], h["width"]) for h in panel.history[:2]] == [("flash_tree", 3), ("flash_tree", 2)]
+    panel.mode.value = "dense_deferred"
+    assert panel.idle(60) and panel.w.disabled and 'data-width=""' in panel.result.value
+
+
 def test_a_bad_parameter_set_fails_before_any_server_starts():
     with pytest.raises(ConfigError, match="Unknown parameter set"):
         live.prepare("no-such-set")

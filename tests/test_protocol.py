@@ -141,6 +141,15 @@ def test_the_largest_block_covers_every_mode_s_k_and_the_carried_token(pair_dir,
     assert cfg(k=3, k_max=9, modes=("baseline", "dense_deferred")).largest_block() == 4  # k_max bounds no mode here
     assert cfg(k=4, modes=("sample_baseline", "sample_flash")).largest_block() == 5  # speculative sampling: K + 1
     assert cfg(k=4, modes=("baseline", "sample_baseline", "hf_greedy")).largest_block() == 1  # one token a step
+    # a tree verifies its root and every node: K x width nodes at most, a variant's own, or the shape's
+    assert cfg(k=4, tree_width=3, modes=("baseline", "flash_tree")).largest_block() == 13
+    assert cfg(k=4, modes=("baseline", "flash_tree@k5w2", "dense_tree@n20")).largest_block() == 21
+    assert cfg(k=2, tree_shape="0 1 0.0 0.1 1.0", modes=("baseline", "dense_tree")).largest_block() == 6
+    for bad in (dict(tree_width=0), dict(tree_shape="0.0")):
+        with pytest.raises(ConfigError):
+            cfg(modes=("baseline", "flash_tree"), **bad).check()
+    with pytest.raises(ConfigError, match="width"):
+        cfg(modes=("baseline", "flash_deferred@k4w2")).check()
 
 
 def test_the_predicted_rate_charges_each_round_s_forwards_at_their_measured_costs():

@@ -110,10 +110,12 @@ def test_dense_draft_equals_target_only_greedy(real_pair, qid):
 
 
 #: Every greedy mode of the benchmark: the thesis' drafts and schedules, and chapter 6's drafters and block-length
-#: policies (adaptive K: heuristic and cost model; the confidence stop), through the runner the benchmark uses.
+#: policies (adaptive K: heuristic and cost model; the confidence stop), and chapter 8's token trees (a beam, and
+#: the 6 most probable nodes under the prior), through the runner the benchmark uses.
 GREEDY_MODES = ("dense_ordinary", "dense_deferred", "dense_pipelined", "flash_ordinary", "flash_deferred",
                 "flash_pipelined", "shared_ordinary", "adaflash_deferred", "ngram_deferred", "hybrid_deferred",
-                "dense_deferred_hk", "flash_deferred_ck", "flash_deferred_sk", "hybrid_deferred_sk")
+                "dense_deferred_hk", "flash_deferred_ck", "flash_deferred_sk", "hybrid_deferred_sk", "flash_tree@k4w2",
+                "dense_tree@n6")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import uncertainty
 from .serving import batched_verdict, length_trend, model_gap, rise_verdict, share_trend
+from .trees import forward_verdict, gpu_trees, peer_target, tree_vs_chain, tree_vs_peer
 from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
                         padding_effect, unpadded_there)
 
@@ -519,5 +520,18 @@ RULES = {
                                               long_lo="len_long_lo", long_hi="len_long_hi")),
         "share_verdict": (share_trend, dict(share_short="share_short", share_long="share_long")),
         "rise_verdict": (rise_verdict, dict(max_rise_mib="max_rise")),
+    },
+    "ch8_trees": {
+        "flash_forward_verdict": (forward_verdict, dict(lo="flash_forward_lo", hi="flash_forward_hi")),
+        "dense_forward_verdict": (forward_verdict, dict(lo="dense_forward_lo", hi="dense_forward_hi")),
+        "flash_speed_verdict": (tree_vs_chain, dict(lo="flash_speed_lo", hi="flash_speed_hi")),
+        "dense_speed_verdict": (tree_vs_chain, dict(lo="dense_speed_lo", hi="dense_speed_hi")),
+        "fastest_verdict": (tree_vs_chain, dict(lo="vs_fastest_lo", hi="vs_fastest_hi")),
+        "assisted_verdict": (tree_vs_peer, dict(lo="vs_assisted_lo", hi="vs_assisted_hi")),
+        "defaults_verdict": (tree_vs_peer, dict(lo="vs_defaults_lo", hi="vs_defaults_hi")),
+        "peer_target_verdict": (peer_target, dict(value_a="vs_assisted_value", lo_a="vs_assisted_lo",
+                                                  hi_a="vs_assisted_hi", value_d="vs_defaults_value",
+                                                  lo_d="vs_defaults_lo", hi_d="vs_defaults_hi")),
+        "gpu_verdict": (gpu_trees, dict(tree_speedup="gpu_tree_speedup", chain_speedup="gpu_chain_speedup")),
     },
 }

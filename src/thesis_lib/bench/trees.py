@@ -6,7 +6,8 @@
    (:func:`thesis_lib.decoding.tree_shapes.search`).
 2. **Shapes** (the measured prompts, untimed): tokens per target forward of a set of shapes, beside the model's.
 3. **Timed** (the measured prompts, interleaved as the benchmark protocol runs modes): target-only decoding, the best
-   chains, the best trees, and transformers' assisted generation at the chain's K and at its own defaults.
+   chains, trees at the chain's depth with twice its nodes (and the model's best tree where it branches), and
+   transformers' assisted generation at the chain's K and at its own defaults.
 
 Everything lands in one JSON document; the book and ``thesis-lib tree-bench`` read it through
 :mod:`thesis_lib.analysis.trees`.
@@ -83,18 +84,26 @@ def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, 
     return doc
 
 
-def shape_modes(doc: dict) -> dict[str, TreeShape]:
-    """The shapes step 2 runs per draft: FlashHead's grown trees of several sizes (the best among them) and beams at
-    its best chain's K; each draft's best grown tree and best chain."""
+def at_depth(table, k: int, nodes: int) -> TreeShape:
+    """The best tree of ``nodes`` nodes at most ``k`` deep (a chain's depth, with branches where they are worth
+    most): how much branching adds at a fixed number of draft forwards."""
+    return TreeShape.grown(nodes, table, max_depth=k, max_rank=len(table[0]))
+
+
+def shape_modes(doc: dict) -> dict[str, list[TreeShape]]:
+    """The shapes step 2 runs per draft: each draft's best chain and its best trees of 2K and 3K nodes at the chain's
+    depth K; for FlashHead also the model's best grown tree, grown trees of 8, 16 and 24 nodes (deeper) and beams of
+    width 2 and 3 at depth K."""
     out = {}
     for name, d in doc["drafts"].items():
         best = d["search"]["best"]
         k = best["chain"]["depth"]
-        sizes = {best["grown"]["nodes"]} | ({2, 4, 8, 16, 24} if name == "flash" else set())
-        shapes = [TreeShape.parse(r["shape"]) for r in d["search"]["grown"] if r["nodes"] in sizes]
+        shapes = [TreeShape.chain(k)] + [at_depth(d["table"], k, m * k) for m in (2, 3)]
         if name == "flash":
+            sizes = {best["grown"]["nodes"], 8, 16, 24}
+            shapes += [TreeShape.parse(r["shape"]) for r in d["search"]["grown"] if r["nodes"] in sizes]
             shapes += [TreeShape.beam(k, w, d["table"]) for w in (2, 3)]
-        out[name] = list(dict.fromkeys(shapes + [TreeShape.chain(k)]))
+        out[name] = list(dict.fromkeys(shapes))
     return out
 
 
@@ -124,22 +133,36 @@ def shape_runs(runner, doc: dict, prompts: Sequence[Sequence[int]], progress: bo
 
 
 def timed_modes(doc: dict) -> tuple[list[str], dict[str, int]]:
-    """Step 3's modes and the chain K the peers use: target-only, each draft's best chain (FlashHead's also one
-    shorter and one longer), each draft's best grown tree, assisted generation at the dense chain's K and at its
-    defaults."""
+    """Step 3's modes and the chain K the peers use: target-only; each draft's best chain K (FlashHead's also K - 1
+    and K + 1), its best tree of 2K nodes at depth K (branching where the rank table says it is worth most), and the
+    model's best grown tree where that one branches; assisted generation at the dense chain's K and at its defaults."""
     best = {name: d["search"]["best"] for name, d in doc["drafts"].items()}
     modes = ["baseline"]
     for name, b in best.items():
         k = b["chain"]["depth"]
         ks = [k - 1, k, k + 1] if name == "flash" else [k]
         modes += [f"{name}_deferred@k{x}" for x in ks if x >= 1]
-        modes.append(f"{name}_tree@n{b['grown']['nodes']}")
+        modes.append(f"{name}_tree@k{k}n{2 * k}")
+        if max(b["grown"]["widths"]) > 1:
+            modes.append(f"{name}_tree@n{b['grown']['nodes']}")
     modes += ["hf_assisted", "hf_assisted_defaults"]
     return modes, {"k": best["dense"]["chain"]["depth"]}
 
 
+def calibration_prompts(source, measured, per_category: int) -> list:
+    """Per category, the first ``per_category`` prompts of ``source`` that are not among ``measured``."""
+    taken = {q.question_id for q in measured}
+    seen: dict[str, int] = {}
+    out = []
+    for q in source:
+        if q.question_id not in taken and seen.get(q.category, 0) < per_category:
+            seen[q.category] = seen.get(q.category, 0) + 1
+            out.append(q)
+    return out
+
+
 def measure(runner, calibration: Sequence[Sequence[int]], prompts, *, calibration_tokens: int = 64,
-            iterations: int = 2, warmup_tokens: int = 12, progress: bool = True) -> dict:
+            iterations: int = 2, warmup_tokens: int = 12, thinking: bool | None = None, progress: bool = True) -> dict:
     """Steps 1-3 (module docstring) on ``runner``'s pair: ``calibration`` token ids, ``prompts`` the measured
     :class:`~thesis_lib.bench.prompts.Prompt` s (chat-formatted as the benchmark sends them)."""
     from .prompts import encode, prompt_text
@@ -147,14 +170,14 @@ def measure(runner, calibration: Sequence[Sequence[int]], prompts, *, calibratio
     t0 = time.perf_counter()
     doc = {"calibration": calibrate(runner, calibration, max_new_tokens=calibration_tokens, progress=progress)}
     runner.tree_tables = {name: d["table"] for name, d in doc["calibration"]["drafts"].items()}
-    ids = [encode(runner.target.tokenizer, prompt_text(p, "first"), chat=True) for p in prompts]
+    ids = [encode(runner.target.tokenizer, prompt_text(p, "first"), chat=True, thinking=thinking) for p in prompts]
     doc["shapes"] = shape_runs(runner, doc["calibration"], ids, progress=progress)
     modes, peer = timed_modes(doc["calibration"])
     k0 = runner.k
     runner.k = peer["k"]
     try:
         doc["records"] = execute(runner, prompts, modes, iterations=iterations, warmup_tokens=warmup_tokens,
-                                 costs=False, desc="tree bench", progress=progress)
+                                 costs=False, thinking=thinking, desc="tree bench", progress=progress)
     finally:
         runner.k = k0
     doc.update(modes=modes, peer_k=peer["k"], max_new_tokens=runner.max_new_tokens, iterations=iterations,

@@ -109,3 +109,29 @@ def category_bars(table, value_name: str = "decode speedup over target-only"):
     ax.set_ylabel(value_name)
     ax.legend(fontsize=7, ncol=2)
     return fig
+
+
+def tree_accepted(doc: dict, draft: str = "flash"):
+    """Chapter 8: tokens per target forward against the tree's nodes: the model's grown trees (line), the shapes run on
+    the measured prompts (dots; beams and the chain marked), and the model's best tree."""
+    search = doc["calibration"]["drafts"][draft]["search"]
+    fig, ax = plt.subplots(figsize=(6.8, 3.4))
+    grown = search["grown"]
+    ax.plot([r["nodes"] for r in grown], [r["expected_emitted"] for r in grown], color=COLORS["flash"], lw=1.2,
+            label="grown trees, model")
+    ran = [r for r in doc["shapes"] if r["draft"] == draft]
+    for kind, pick, marker in (("grown, measured", lambda r: r["label"].startswith("n"), "o"),
+                               ("beams, measured", lambda r: "w" in r["label"], "s"),
+                               ("chain, measured", lambda r: r["label"].startswith("k") and "w" not in r["label"], "D")):
+        rows = [r for r in ran if pick(r)]
+        if rows:
+            ax.scatter([r["nodes"] for r in rows], [r["emitted_per_round"] for r in rows], marker=marker, s=36,
+                       color=COLORS["target"] if marker == "o" else COLORS["accent"], zorder=4, label=kind)
+            for r in rows:
+                ax.annotate(r["label"], (r["nodes"], r["emitted_per_round"]), fontsize=7, textcoords="offset points",
+                            xytext=(3, -9))
+    best = search["best"]["grown"]
+    ax.axvline(best["nodes"], color="grey", ls=":", lw=1)
+    ax.set_xlabel("nodes verified per round"), ax.set_ylabel("tokens per target forward")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig

@@ -15,9 +15,10 @@ from urllib.parse import urlparse
 from ..errors import ConfigError
 
 PAGES = ("index.html", "intro.html", "theory.html", "methods.html", "results.html", "conclusion.html", "beyond.html",
-         "serving.html", "reproduce.html", "environment.html", "machine.html", "notebooks/ch2_theory.html",
+         "serving.html", "trees.html", "reproduce.html", "environment.html", "machine.html", "notebooks/ch2_theory.html",
          "notebooks/ch3_methods.html", "notebooks/ch4_results.html", "notebooks/ch5_conclusion.html",
-         "notebooks/ch6_beyond.html", "notebooks/ch7_serving.html", "notebooks/explorer.html")
+         "notebooks/ch6_beyond.html", "notebooks/ch7_serving.html", "notebooks/ch8_trees.html",
+         "notebooks/explorer.html")
 #: Chromium flags for a closed network (no background connections, no component updates).
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]

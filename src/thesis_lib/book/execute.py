@@ -21,9 +21,11 @@ from .params import DEFAULT_SET, ROOT, Params, set_label, values_of
 from .shared import digest
 
 NOTEBOOK_DIR = ROOT / "notebooks"
-NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "ch6_beyond", "ch7_serving", "explorer")
+NOTEBOOKS = ("ch2_theory", "ch3_methods", "ch4_results", "ch5_conclusion", "ch6_beyond", "ch7_serving", "ch8_trees",
+             "explorer")
 #: Chapter 4 runs the benchmarks the others read, so it goes first.
-RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "ch6_beyond", "ch7_serving", "explorer")
+RUN_ORDER = ("ch4_results", "ch2_theory", "ch3_methods", "ch5_conclusion", "ch6_beyond", "ch7_serving", "ch8_trees",
+             "explorer")
 
 
 def kernel_manager(folder: Path):

@@ -134,6 +134,15 @@ class Params:
     #: chapter 7: a saved ``thesis-lib model-bench --parts batch`` document (both heads on 1-32 real states at
     #: once); None: measured here
     batch_heads_file: str | None = None
+    #: chapter 8: a saved ``thesis-lib tree-bench`` document (token trees); None: the chapter measures it itself
+    #: with the TREE_* sizes below (measured prompts per category, held-out calibration prompts per category and
+    #: their tokens, new tokens per measured generation, timed repetitions)
+    tree_file: str | None = None
+    tree_per_category: int = 2
+    tree_calibration: int = 3
+    tree_calibration_tokens: int = 64
+    tree_tokens: int = 48
+    tree_iterations: int = 2
     sampling_delta: float = 0.01
     fig_dir: str = "figures"
     progress: bool = True
@@ -161,7 +170,8 @@ class Params:
         for name in ("serving_batches", "serving_lengths"):
             if not getattr(self, name) or any(not isinstance(n, int) or n < 1 for n in getattr(self, name)):
                 raise ConfigError(f"{name.upper()} must be a list of integers >= 1 (got {getattr(self, name)!r}).")
-        for name in ("serving_prompts", "serving_tokens", "serving_length_prompts", "serving_reps"):
+        for name in ("serving_prompts", "serving_tokens", "serving_length_prompts", "serving_reps", "tree_per_category",
+                     "tree_calibration", "tree_calibration_tokens", "tree_tokens", "tree_iterations"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{name.upper()} must be an integer >= 1 (got {v!r}).")

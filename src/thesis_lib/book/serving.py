@@ -9,7 +9,7 @@ from ..bench import modelbench
 from ..bench.prompts import encode, load_prompts, prompt_text, select
 from ..bench.serving import Pair, measure, mixed
 from .params import Params, selected_prompts
-from .shared import cached_document, pair, saved_document
+from .shared import pair, saved_or_measured
 
 #: the long-answer categories of the longer-generations part
 LONG_CATEGORIES = "coding,math_reasoning"
@@ -17,11 +17,6 @@ LONG_CATEGORIES = "coding,math_reasoning"
 
 def serving(p: Params) -> tuple[dict, str]:
     """The serving document and a label saying where it comes from."""
-    if p.serving_file:
-        doc, label = saved_document(p.serving_file, "SERVING_FILE")
-        if doc is None:
-            raise FileNotFoundError(f"SERVING_FILE names {p.serving_file}, which does not exist")
-        return doc, label
     source = load_prompts(p.prompt_file)
     found = mixed(source, 3, p.serving_prompts)
     long = select(source, LONG_CATEGORIES, None, p.serving_length_prompts)
@@ -41,17 +36,11 @@ def serving(p: Params) -> tuple[dict, str]:
         doc["prompts_used"] = key["prompts"]
         return doc
 
-    doc = cached_document(p, "serving", key, compute)
-    return doc, f"measured by this build ({p.set_name}), {doc['measured'].get('recorded_at', '?')[:10]}"
+    return saved_or_measured(p, "SERVING_FILE", "serving", key, compute)
 
 
 def batch_heads(p: Params) -> tuple[dict, str]:
     """Both heads on B real draft states at once (``model-bench``'s batch part) and a label."""
-    if p.batch_heads_file:
-        doc, label = saved_document(p.batch_heads_file, "BATCH_HEADS_FILE")
-        if doc is None:
-            raise FileNotFoundError(f"BATCH_HEADS_FILE names {p.batch_heads_file}, which does not exist")
-        return doc["batch"], label
     prompts = selected_prompts(p)
     key = {"draft": p.draft, "prompts": [q.question_id for q in prompts], "state_tokens": p.state_tokens,
            "reps": p.head_reps, "probes": p.probes, "clusters": p.clusters, "assets": p.assets,
@@ -62,5 +51,5 @@ def batch_heads(p: Params) -> tuple[dict, str]:
         return modelbench.run(draft, head, prompts, parts=("batch",), state_tokens=p.state_tokens,
                               head_reps=p.head_reps, progress=p.progress, thinking=p.thinking)
 
-    doc = cached_document(p, "batch-heads", key, compute)
-    return doc["batch"], f"measured by this build ({p.set_name}), {doc['measured'].get('recorded_at', '?')[:10]}"
+    doc, label = saved_or_measured(p, "BATCH_HEADS_FILE", "batch-heads", key, compute)
+    return doc["batch"], label

@@ -224,6 +224,19 @@ def precision_benches(p: Params, name: str) -> list[tuple[dict, str]]:
             for doc, label in [saved_document(path, name)] if doc is not None]
 
 
+def saved_or_measured(p: Params, name: str, kind: str, key: dict, compute) -> tuple[dict, str]:
+    """The document the parameter ``name`` (``SERVING_FILE``, ...) names, an error where that file is missing; without
+    one, the document this build measures (:func:`cached_document`); and a label saying which."""
+    path = getattr(p, name.lower())
+    if path:
+        doc, label = saved_document(path, name)
+        if doc is None:
+            raise FileNotFoundError(f"{name} names {path}, which does not exist")
+        return doc, label
+    doc = cached_document(p, kind, key, compute)
+    return doc, f"measured by this build ({p.set_name}), {doc['measured'].get('recorded_at', '?')[:10]}"
+
+
 def saved_document(path: str | None, name: str) -> tuple[dict | None, str]:
     """A saved measurement document under the project root and its label (None, and why, where it is missing)."""
     from ..analysis.precision import capability

@@ -16,24 +16,27 @@ from ..bench.runner import Runner
 from ..bench.timing import head_ms
 from ..decoding.clocks import PhaseClock
 from ..decoding.greedy import greedy_generate, speculative_generate
+from ..decoding.trees import TreeShape, tree_generate
 from . import figures
 
-#: What the panel offers: target-only decoding, the thesis' four speculative modes, and chapter 6's prompt lookup
-#: and lookup + FlashHead hybrid.
+#: What the panel offers: target-only decoding, the thesis' four speculative modes, chapter 6's prompt lookup
+#: and lookup + FlashHead hybrid, and chapter 8's token trees (K deep, the width slider's nodes per depth).
 EXPLORER_MODES = ("flash_deferred", "dense_deferred", "flash_ordinary", "dense_ordinary", "baseline",
-                  "ngram_deferred", "hybrid_deferred")
+                  "ngram_deferred", "hybrid_deferred", "flash_tree", "dense_tree")
 MODE_LABELS = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, deferred",
                "flash_ordinary": "FlashHead, ordinary", "dense_ordinary": "dense, ordinary",
-               "baseline": "target only", "ngram_deferred": "prompt lookup", "hybrid_deferred": "lookup + FlashHead"}
-K_MAX = 10
+               "baseline": "target only", "ngram_deferred": "prompt lookup", "hybrid_deferred": "lookup + FlashHead",
+               "flash_tree": "FlashHead tree", "dense_tree": "dense tree"}
+K_MAX, WIDTH_MAX = 10, 4
 
 
 def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k: int, max_new_tokens: int,
                     probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None,
-                    runner: Runner | None = None, warmup: bool = False) -> dict:
+                    runner: Runner | None = None, warmup: bool = False, width: int = 1) -> dict:
     """One generation of ``mode``: tokens and their origins, speed, acceptance, head latency, whether it equals
     target-only output (``baseline``: one to reuse). ``runner``: one to reuse (K is this call's). ``warmup``: run it
-    untimed first, so the head's compilations for a new probe count (one per input shape) are not timed."""
+    untimed first, so the head's compilations for a new probe count (one per input shape) are not timed. A tree
+    mode grows a tree K deep and ``width`` nodes wide (:meth:`~thesis_lib.decoding.trees.TreeShape.beam`)."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
@@ -45,14 +48,19 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
         if kind == "baseline":
             gen, clock, drafter = baseline, None, None
         else:
-            drafter = runner.drafters[kind]
+            tree = schedule == "tree"
+            drafter = (runner.tree_drafters if tree else runner.drafters)[kind]
+
+            def generate(clock=None):
+                common = dict(max_new_tokens=max_new_tokens, eos_ids=runner.eos, clock=clock)
+                if tree:
+                    return tree_generate(runner.t_state, drafter, ids, shape=TreeShape.beam(k, width), **common)
+                return speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, **common)
             if warmup:
-                speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule,
-                                     max_new_tokens=max_new_tokens, eos_ids=runner.eos)
+                generate()
             clock = PhaseClock([runner.t_state.device] + ([drafter.state.device] if hasattr(drafter, "state") else []),
                                trace=trace)
-            gen = speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, clock=clock,
-                                       max_new_tokens=max_new_tokens, eos_ids=runner.eos)
+            gen = generate(clock)
     head_ms_ = None
     model_drafter = drafter if hasattr(drafter, "state") else getattr(drafter, "model", None)
     if model_drafter is not None and hasattr(model_drafter, "state"):
@@ -61,7 +69,7 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
         head_ms_ = head_ms(model_drafter.state.head, hidden, rows=1, reps=20, warmup=1)
     s = gen.stats
     origins = figures.token_origins(s) if kind != "baseline" else ["target"] * len(gen.tokens)
-    return {"mode": mode, "k": k if kind != "baseline" else None,
+    return {"mode": mode, "k": k if kind != "baseline" else None, "width": width if schedule == "tree" else None,
             "probes": getattr(flash_head, "n_probes", None) if kind in ("flash", "hybrid") else None,
             "tokens": list(gen.tokens), "origins": origins, "html": figures.tokens_html(target.tokenizer, gen.tokens, origins),
             "decode_tokens_per_s": s.decode_tokens_per_s, "baseline_tokens_per_s": baseline.stats.decode_tokens_per_s,
@@ -80,10 +88,10 @@ def summary_html(r: dict, seconds: float) -> str:
     speed, base = r["decode_tokens_per_s"], r["baseline_tokens_per_s"]
     ratio = speed / base if speed and base else None
     head = f"<b>{html.escape(MODE_LABELS.get(r['mode'], r['mode']))}</b>" + (f", K = {r['k']}" if r["k"] else "") + (
-        f", {r['probes']} probes" if r["probes"] else "")
+        f", width {r['width']}" if r.get("width") else "") + (f", {r['probes']} probes" if r["probes"] else "")
     spec = r["k"] is not None
     return (f'<div class="tc-result" data-mode="{r["mode"]}" data-k="{r["k"] or ""}" data-probes="{r["probes"] or ""}" '
-            f'data-lossless="{r["lossless"]}">' + head
+            f'data-width="{r.get("width") or ""}" data-lossless="{r["lossless"]}">' + head
             + (f"<br>acceptance {_num(r['acceptance'], '.3f')} (accepted / drafted), {_num(r['mean_emitted'], '.2f')} "
                f"tokens per round" if spec else "")
             + f"<br>decode {_num(speed, '.2f')} tok/s vs target-only {_num(base, '.2f')} tok/s "
@@ -105,7 +113,7 @@ class Explorer:
         self.models = None
         self.runner = None
         self.baselines: dict = {}
-        self._warmed: set = set()  # (mode, probes) settings whose first-call costs were paid untimed
+        self._warmed: set = set()  # (mode, probes, width) settings whose first-call costs were paid untimed
         self.history: list[dict] = []
         self.runs = 0  # generations finished (the tests count them)
         self._want, self._latest, self._busy = threading.Event(), None, False
@@ -114,25 +122,29 @@ class Explorer:
         self.bar = w.IntProgress(value=0, min=0, max=3, description="loading")
         self.k = w.IntSlider(value=max(1, min(k, K_MAX)), min=1, max=K_MAX, description="K", continuous_update=False)
         self.p = w.IntSlider(value=1, min=1, max=1, description="probes", continuous_update=False, disabled=True)
+        self.w = w.IntSlider(value=2, min=1, max=WIDTH_MAX, description="tree width", continuous_update=False,
+                             disabled=not mode.endswith("_tree"))
         self.prompt = w.Dropdown(options=[(f"{p.question_id}: {p.text[:60]}", i) for i, p in enumerate(prompts)],
                                  value=0, description="prompt", layout=w.Layout(width="95%"))
         self.mode = w.ToggleButtons(options=[(MODE_LABELS[m], m) for m in EXPLORER_MODES], value=mode,
                                     description="mode")
         self.result = w.HTML("")
         self.table = w.HTML("")
-        for c in (self.k, self.p, self.prompt, self.mode):
+        for c in (self.k, self.p, self.w, self.prompt, self.mode):
             c.observe(self.request, names="value")
-        self.widget = w.VBox([self.header, self.bar, w.HBox([self.k, self.p]), self.prompt, self.mode, self.status,
-                              self.result, self.table])
+        self.widget = w.VBox([self.header, self.bar, w.HBox([self.k, self.p, self.w]), self.prompt, self.mode,
+                              self.status, self.result, self.table])
         self._worker = threading.Thread(target=self._work, daemon=True, name="explorer")
         self._worker.start()
 
     def settings(self) -> dict:
-        return {"k": self.k.value, "probes": self.p.value, "prompt": self.prompt.value, "mode": self.mode.value}
+        return {"k": self.k.value, "probes": self.p.value, "prompt": self.prompt.value, "mode": self.mode.value,
+                "width": self.w.value}
 
     def request(self, _=None) -> None:
         """A control moved: remember the latest settings; the worker runs them when it is free."""
         self._latest = self.settings()
+        self.w.disabled = not self.mode.value.endswith("_tree")  # the width applies to the tree modes only
         if self._busy and self.models is not None:
             s = self._latest
             self.status.value = (f"<i>running; queued next: {html.escape(MODE_LABELS[s['mode']])}, K = {s['k']}, "
@@ -186,15 +198,16 @@ class Explorer:
             r = generate_marked(target, draft, head, self.prompts[s["prompt"]].text, mode=s["mode"], k=s["k"],
                                 max_new_tokens=self.max_new_tokens, probes=s["probes"],
                                 baseline=self.baselines.get(s["prompt"]), thinking=self.thinking, runner=self.runner,
-                                warmup=(s["mode"], s["probes"]) not in self._warmed)
+                                warmup=(s["mode"], s["probes"], s["width"]) not in self._warmed, width=s["width"])
         except Exception as e:
             self.status.value = f"<b>failed</b>: {html.escape(type(e).__name__)}: {html.escape(str(e))}"
             return
         seconds = time.perf_counter() - t0
-        self._warmed.add((s["mode"], s["probes"]))
+        self._warmed.add((s["mode"], s["probes"], s["width"]))
         self.baselines[s["prompt"]] = r["baseline"]
         self.result.value = summary_html(r, seconds)
-        self.history.insert(0, {**s, "k": r["k"], "probes": r["probes"], "seconds": seconds, "acceptance": r["acceptance"],
+        self.history.insert(0, {**s, "k": r["k"], "probes": r["probes"], "width": r["width"], "seconds": seconds,
+                                "acceptance": r["acceptance"],
                                 "mean_emitted": r["mean_emitted"], "lossless": r["lossless"],
                                 "ratio": (r["decode_tokens_per_s"] / r["baseline_tokens_per_s"]
                                           if r["decode_tokens_per_s"] and r["baseline_tokens_per_s"] else None)})
@@ -205,12 +218,13 @@ class Explorer:
 
     def _history_html(self) -> str:
         rows = "".join(
-            f"<tr><td>{html.escape(MODE_LABELS[h['mode']])}</td><td>{h['k'] or ''}</td><td>{h['probes'] or ''}</td>"
+            f"<tr><td>{html.escape(MODE_LABELS[h['mode']])}</td><td>{h['k'] or ''}</td><td>{h.get('width') or ''}</td>"
+            f"<td>{h['probes'] or ''}</td>"
             f"<td>{h['prompt']}</td><td>{_num(h['acceptance'], '.3f')}</td><td>{_num(h['mean_emitted'], '.2f')}</td>"
             f"<td>{_num(h['ratio'], '.2f')}x</td><td>{h['lossless']}</td><td>{h['seconds']:.1f}</td></tr>"
             for h in self.history)
         return ("<details open><summary>last settings tried (newest first)</summary><table class='tc-history'>"
-                "<tr><th>mode</th><th>K</th><th>probes</th><th>prompt</th><th>acceptance</th><th>tokens/round</th>"
+                "<tr><th>mode</th><th>K</th><th>width</th><th>probes</th><th>prompt</th><th>acceptance</th><th>tokens/round</th>"
                 "<th>vs target-only</th><th>lossless</th><th>s</th></tr>" + rows + "</table></details>")
 
 

@@ -77,9 +77,9 @@ def cmd_tree_bench(args) -> int:
 
     from ..analysis import trees as tree_text
     from ..bench.environment import provenance
-    from ..bench.prompts import encode, load_prompts, select
+    from ..bench.prompts import encode, load_prompts, prompt_text, select
     from ..bench.runner import Runner
-    from ..bench.trees import MAX_NODES, measure
+    from ..bench.trees import MAX_NODES, calibration_prompts, measure
     from ..models import loading
     from ..models.cpu import cpu_name, fast_bf16
 
@@ -88,13 +88,7 @@ def cmd_tree_bench(args) -> int:
         raise ConfigError("--iterations and --calibration-per-category must be >= 1, --calibration-tokens >= 2.")
     source = load_prompts(args.prompt_file or "project")
     found = select(source, args.categories, args.prompts, args.per_category)
-    measured_ids = {p.question_id for p in found}
-    seen: dict[str, int] = {}
-    calib = []
-    for p in source:  # per category, the first prompts the run does not measure
-        if p.question_id not in measured_ids and seen.get(p.category, 0) < args.calibration_per_category:
-            seen[p.category] = seen.get(p.category, 0) + 1
-            calib.append(p)
+    calib = calibration_prompts(source, found, args.calibration_per_category)
     options.check_flash(args, args.draft)
     out_path = options.new_out_path(args)
     measured = provenance()
@@ -103,8 +97,9 @@ def cmd_tree_bench(args) -> int:
     loading.probe_rows(target, 1 + MAX_NODES)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
                     flash_head=options.flash_head(args, draft))
-    calib_ids = [encode(target.tokenizer, p.text, chat=True) for p in calib]
-    doc = measure(runner, calib_ids, found, calibration_tokens=args.calibration_tokens, iterations=args.iterations)
+    calib_ids = [encode(target.tokenizer, prompt_text(p), chat=True, thinking=options.thinking(args)) for p in calib]
+    doc = measure(runner, calib_ids, found, calibration_tokens=args.calibration_tokens, iterations=args.iterations,
+                  thinking=options.thinking(args))
     doc.update(prompts_used=[p.question_id for p in found], calibration_prompts=[p.question_id for p in calib],
                target=args.target, draft=args.draft, pair=runner.target.info | {"draft": runner.draft.info},
                rows_exact=target.info.get("rows_exact"), rows_probed=target.info.get("rows_probed"),

@@ -1,0 +1,104 @@
+"""Choosing a tree's shape (decoding.tree_shapes) and reading a tree-bench document (analysis.trees), on constructed
+data: the rank table's counting, a round's cost, the search's choices, the GPU model and the verdicts both ways."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from thesis_lib.analysis import trees as at
+from thesis_lib.decoding.tree_shapes import MISS, evaluate, independent_nodes, rank_table, round_seconds, search
+from thesis_lib.decoding.trees import TreeShape
+
+
+def test_the_rank_table_counts_each_depth_among_the_starts_whose_earlier_depths_were_covered():
+    """One sequence of ranks [0, 1, MISS, 0]: depth 1 counts 4 starts (0, 1, miss, 0); depth 2 only the starts whose
+    first token was covered (positions 0, 1; position 3 has no second token): ranks 1 and miss."""
+    table, trials = rank_table([[0, 1, MISS, 0]], depth=3, kept=2)
+    assert trials == [4, 2, 1]
+    assert table[0] == [0.5, 0.25] and table[1] == [0.0, 0.5] and table[2] == [0.0, 0.0]
+    table, trials = rank_table([[5, 0]], depth=2, kept=3)  # a rank past the kept ones is a miss
+    assert trials == [2, 0] and table[0] == [0.5, 0.0, 0.0]
+
+
+def test_a_round_pays_one_draft_forward_per_depth_over_the_nodes_with_children_and_one_verify():
+    shape = TreeShape(((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)))
+    # root (1 token); depth 1: two nodes with children; depth 2: one; verify over 1 + 6 tokens
+    cost = round_seconds(shape, lambda e: {1: 1.0, 2: 1.5}[e], lambda n: 10.0 * n)
+    assert cost == 1.0 + 1.5 + 1.0 + 70.0
+    assert round_seconds(TreeShape.chain(4), lambda e: 1.0, lambda n: float(n)) == 4.0 + 5.0
+
+
+def test_the_search_picks_a_tree_where_verifying_is_flat_and_a_chain_where_every_token_costs():
+    """A draft whose second candidate is often right: with a verify that costs the same for any size (a GPU's
+    regime) the best grown tree beats the best chain; when each verified token costs as much as a step, the chain."""
+    table = [[0.5, 0.3, 0.1]] * 12
+    draft = {e: 0.05 for e in range(1, 9)}
+    flat = search(table, draft, {n: 1.0 for n in range(1, 34)}, 1.0, max_nodes=32)
+    assert flat["best"]["grown"]["tokens_per_s"] > 1.2 * flat["best"]["chain"]["tokens_per_s"]
+    assert flat["best"]["grown"]["nodes"] > flat["best"]["grown"]["depth"]  # it branches
+    steep = search(table, draft, {n: float(n) for n in range(1, 34)}, 1.0, max_nodes=32)
+    assert steep["best"]["grown"]["nodes"] == steep["best"]["grown"]["depth"]  # no branch pays: it is a chain
+    chain = evaluate(TreeShape.chain(2), table, draft, {n: 1.0 for n in range(1, 4)}, 1.0)
+    assert math.isclose(chain["expected_emitted"], 1 + 0.5 + 0.25)
+
+
+def test_the_independent_node_closed_form_overshoots_the_depth():
+    assert math.isclose(independent_nodes(0.7, 3, 3), 0.7 * (1 + 2.1 + 4.41))
+    assert independent_nodes(0.7, 3, 3) > 3  # more than a depth-3 round can accept
+    assert independent_nodes(0.5, 1, 4) == pytest.approx(0.5 + 0.25 + 0.125 + 0.0625)
+
+
+def _doc(speeds: dict[str, list[float]], emitted: dict[str, list[int]]) -> dict:
+    """A tree-bench document of constructed samples: per mode, one decode speed and emitted count per prompt (10
+    tokens each, 5 rounds for the speculative modes)."""
+    records = []
+    for mode, xs in speeds.items():
+        for i, x in enumerate(xs):
+            r = {"mode": mode, "question_id": f"q{i}", "iteration": 0, "new_tokens": 11, "decode_tokens": 10,
+                 "first_emit": 1, "decode_s": 10 / x, "matches_baseline": True}
+            if mode in emitted:
+                r.update(emitted=emitted[mode][i], rounds=5)
+            records.append(r)
+    table = [[0.6, 0.2, 0.1] + [0.0] * 5] * 12
+    best = {"chain": {"depth": 4}, "grown": {"nodes": 8}}
+    drafts = {name: {"table": table, "trials": [100] * 12, "search": {"best": best}} for name in ("flash", "dense")}
+    return {"records": records, "modes": list(speeds), "calibration": {"drafts": drafts, "prompts": 3}}
+
+
+def test_the_tree_verdicts_follow_the_intervals_both_ways():
+    modes = ["baseline", "flash_deferred@k3", "flash_deferred@k4", "flash_tree@k4n8", "dense_deferred@k4",
+             "dense_tree@k4n8", "hf_assisted", "hf_assisted_defaults"]
+    fast = _doc({m: [10.0, 10.5, 9.5, 10.2] if m == "baseline" else
+                 [20.0, 21.0, 19.5, 20.5] if m.startswith("flash_tree") else [12.0, 12.5, 11.5, 12.2] for m in modes},
+                {m: [25, 26, 24, 25] if "tree" in m else [15, 15, 16, 14] for m in modes if "_" in m and "hf" not in m})
+    v = at.tree_values(fast)
+    assert v["flash"]["forward_verdict"].startswith("reaches") and v["flash"]["speed_verdict"] == "the tree is faster"
+    assert v["modes"]["flash_tree"] == v["modes"]["flash_fastest_tree"] == "flash_tree@k4n8"
+    assert at.tree_vs_peer(v["hf_assisted"]["lo"], v["hf_assisted"]["hi"]) == "the tree is faster"
+    assert at.peer_target(v["hf_assisted"]["value"], v["hf_assisted"]["lo"], v["hf_assisted"]["hi"],
+                          v["hf_assisted_defaults"]["value"], v["hf_assisted_defaults"]["lo"],
+                          v["hf_assisted_defaults"]["hi"]).startswith("reaches")
+    slow = _doc({m: [10.0, 10.5, 9.5, 10.2] if m == "baseline" else
+                 [8.0, 8.2, 7.9, 8.1] if "tree" in m else [12.0, 12.5, 11.5, 12.2] for m in modes},
+                {m: [15, 16, 15, 15] if "tree" in m else [15, 15, 16, 14] for m in modes if "_" in m and "hf" not in m})
+    v = at.tree_values(slow)
+    assert v["flash"]["forward_verdict"].startswith("falls short") and v["flash"]["speed_verdict"] == "the chain is faster"
+    assert at.peer_target(0.7, 0.65, 0.75, 0.8, 0.7, 0.9).startswith("falls short")
+    assert at.peer_target(1.3, 1.1, 1.5, 1.4, 1.3, 1.5).startswith("cannot be told")  # judged on the faster peer
+    assert at.tree_vs_chain(0.9, 1.1).endswith("cannot be told apart at this sample size")
+    assert at.forward_verdict(1.1, 1.4).startswith("cannot be told")
+    assert at.gpu_trees(1.3, 1.0).startswith("gives the tree 30 %") and at.gpu_trees(1.0, 1.25).startswith("gives the chain 25 %")
+    assert at.gpu_trees(1.0, 1.01).startswith("gives trees and chains the same")
+
+
+def test_the_gpu_model_reads_the_documents_costs_in_target_steps():
+    """The verify curve over one step and the captured draft step over the 64-layer target's step (8 layers timed)."""
+    gpu = {"gpu_check": {"verify": {"layers": 8, "ms": {"1": 4.0}, "over_step": {str(n): 1.0 for n in range(1, 14)}},
+                         "draft_step_graphs": {"captured": {"flashhead_ms": 3.2}}}}
+    doc = {"calibration": {"drafts": {"flash": {"table": [[0.6, 0.3, 0.05]] * 12}}}}
+    out = at.gpu_prediction(doc, gpu)
+    assert math.isclose(out["c"], 3.2 / 32.0) and out["target_step_ms"] == 32.0
+    assert out["grown"]["speedup"] > out["chain"]["speedup"] and out["grown"]["nodes"] <= 12
+    assert at.gpu_prediction(doc, None) is None
