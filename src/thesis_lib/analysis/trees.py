@@ -133,8 +133,8 @@ def tree_values(doc: dict) -> dict:
     for other in (best["flash_fastest_chain"], "hf_assisted", "hf_assisted_defaults"):
         r = _interval(run, tree, other)
         out[other] = {**r, "verdict": which_faster(r["lo"], r["hi"], "the tree", other)}
-    out["equal"] = sum(bool(r["matches_baseline"]) for r in doc["records"])
-    out["samples"] = len(doc["records"])
+    ours = [r for r in doc["records"] if not r["mode"].startswith("hf_")]  # this library's loops
+    out["equal"], out["samples"] = sum(bool(r["matches_baseline"]) for r in ours), len(ours)
     out["modes"] = best
     return out
 
@@ -157,7 +157,7 @@ def tree_text(doc: dict) -> str:
         x = v[other]
         lines.append(f"{v['modes']['flash_fastest_tree']} over {other}: {x['value']:.2f}x [{x['lo']:.2f}, {x['hi']:.2f}] "
                      f"({x['verdict']})")
-    lines.append(f"equal to target-only: {v['equal']}/{v['samples']} timed samples")
+    lines.append(f"equal to target-only: {v['equal']}/{v['samples']} timed samples of this library's modes")
     return "\n".join(lines)
 
 
@@ -222,6 +222,8 @@ def glue_values(doc: dict, gpu_doc: dict | None) -> dict:
         out.update({f"vs_{key}_{e}": v[mode][e] for e in ("value", "lo", "hi")})
     out["fastest_chain"], out["fastest_tree"] = v["modes"]["flash_fastest_chain"], v["modes"]["flash_fastest_tree"]
     out["equal"], out["samples"] = v["equal"], v["samples"]
+    peer = [r for r in doc["records"] if r["mode"] == "hf_assisted_defaults"]
+    out["peer_equal"], out["peer_samples"] = sum(bool(r["matches_baseline"]) for r in peer), len(peer)
     out["prompts"] = len(doc.get("prompts_used") or {r["question_id"] for r in doc["records"]})
     out["calibration_prompts"] = doc["calibration"]["prompts"]
     flash = doc["calibration"]["drafts"]["flash"]
@@ -249,6 +251,14 @@ def glue_values(doc: dict, gpu_doc: dict | None) -> dict:
     out["model_vs_run"] = (f"above the measured ones by {100 * gap:.0f} %" if gap > 0.005 else
                            f"below the measured ones by {100 * -gap:.0f} %" if gap < -0.005 else
                            "within half a percent of the measured ones")
+    k, emitted = best["chain"]["depth"], []
+    for column in (lambda row: row[0], sum):  # the chain; every kept candidate at every depth
+        e, path = 1.0, 1.0
+        for row in flash["table"][:k]:
+            path *= column(row)
+            e += path
+        emitted.append(e)
+    out["wide_bound"] = emitted[1] / emitted[0]
     p0, p1 = flash["table"][0][0], flash["table"][0][1]
     # the depth down to which a chain's next node (p0^d) is worth more than the best sibling anywhere (p1)
     out["branch_depth"] = int(math.log(p1) / math.log(p0)) + 1 if 0 < p1 < p0 < 1 else 0
