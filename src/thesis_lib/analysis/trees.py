@@ -277,5 +277,7 @@ def glue_values(doc: dict, gpu_doc: dict | None) -> dict:
     out.update(gpu_tree_speedup=gpu["grown"]["speedup"] if gpu else nan,
                gpu_chain_speedup=gpu["chain"]["speedup"] if gpu else nan,
                gpu_tree_nodes=gpu["grown"]["nodes"] if gpu else 0, gpu_chain_k=gpu["chain"]["depth"] if gpu else 0,
-               gpu_c=gpu["c"] if gpu else nan)
+               gpu_c=gpu["c"] if gpu else nan,
+               gpu_shape=("no GPU document" if not gpu else "a chain" if max(gpu["grown"]["widths"]) == 1
+                          else "a tree that branches"))
     return out

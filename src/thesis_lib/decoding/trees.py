@@ -185,9 +185,7 @@ class TreeShape:
         paths: list[tuple[int, ...]] = []
         for d in range(1, depth + 1):
             kids = [(v * rank_p(table, d, r), p + (r,)) for v, p in level for r in range(width)]
-            kids = sorted((k for k in kids if k[0] > 0), key=lambda k: (-k[0], k[1]))[:width]
-            if not kids:
-                break
+            kids = sorted(kids, key=lambda k: (-k[0], k[1]))[:width]
             level = sorted(kids, key=lambda k: k[1])
             paths += [p for _, p in level]
         return cls(tuple(paths), f"k{depth}w{width}")
@@ -203,10 +201,8 @@ class TreeShape:
         heap = [(-rank_p(table, 1, r), (r,)) for r in range(max_rank)]
         heapq.heapify(heap)
         chosen: list[tuple[int, ...]] = []
-        while heap and len(chosen) < nodes:
+        while heap and len(chosen) < nodes:  # nodes of probability 0 come last, in rank order
             v, p = heapq.heappop(heap)
-            if v == 0:
-                break
             chosen.append(p)
             if len(p) < max_depth:
                 for r in range(max_rank):
