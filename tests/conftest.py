@@ -71,3 +71,22 @@ def require_rows_exact(ok: bool, dtype: torch.dtype, what: str) -> None:
     if rows_exact_expected(dtype):
         pytest.fail(f"{what}: the row probe fails on a kind of CPU where packed {dtype} was measured row-exact")
     pytest.skip(f"{what}: this CPU's {dtype} kernels compute a block's rows unlike single rows")
+
+
+def int8_pair():
+    """A tiny target and a close draft in int8-dynamic (each row computed alone by construction) with row-exact
+    attention, and a FlashHead head of the draft (17 clusters, 2 probes): ``(target, draft, flash)``."""
+    from thesis_lib.heads import clustering as cl
+    from thesis_lib.heads.flashhead import FlashHead
+    from thesis_lib.models import attention
+    from thesis_lib.models import weight_only as wo
+
+    target = tiny.tiny_model("qwen2", seed=0)
+    draft = tiny.noisy_copy(target, 0.01, seed=3)
+    w = draft.get_output_embeddings().weight.detach().clone()
+    for m in (target, draft):
+        wo.convert(m, "int8-dynamic")
+        attention.use(m)
+    flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=2,
+                      vocab_limit=TINY_VOCAB, path="eager")
+    return target, draft, flash

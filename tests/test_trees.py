@@ -17,10 +17,9 @@ from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
 from thesis_lib.errors import ConfigError
 from thesis_lib.heads import clustering as cl
 from thesis_lib.heads.flashhead import FlashHead
-from thesis_lib.models import attention, tiny
 from thesis_lib.models import weight_only as wo
 
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, int8_pair
 
 pytestmark = pytest.mark.skipif(not wo.available(), reason="the weight-only kernel cannot be built here")
 
@@ -29,14 +28,7 @@ pytestmark = pytest.mark.skipif(not wo.available(), reason="the weight-only kern
 def pair():
     """A tiny target and a close draft in int8-dynamic (rows computed alone), row-exact attention; the draft with
     its dense head and with a FlashHead head (17 clusters, 2 probes)."""
-    target = tiny.tiny_model("qwen2", seed=0)
-    draft = tiny.noisy_copy(target, 0.01, seed=3)
-    w = draft.get_output_embeddings().weight.detach().clone()
-    for m in (target, draft):
-        wo.convert(m, "int8-dynamic")
-        attention.use(m)
-    flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=2,
-                      vocab_limit=TINY_VOCAB, path="eager")
+    target, draft, flash = int8_pair()
     return {"target": ModelState(target, vocab_limit=TINY_VOCAB), "draft": draft, "dense": None, "flash": flash}
 
 
