@@ -58,17 +58,22 @@ class _Build:
     """One parameter set's fresh book build (new cache and run folders), running in a child process from the moment
     it is made, so that two books build side by side: each is mostly one core's work (kernel start-up, imports,
     tiny models), and this machine has two (the notebooks' timings are then noisier; the tests check what the pages
-    say against what they glued, not the timings). :meth:`result` waits for it: ``(fates, html folder, tmp folder)``."""
+    say against what they glued, not the timings). ``core`` pins the build (and the kernels it starts) to one of
+    this process's cores, so that its torch runs one thread: two builds of two threads each on two cores wait on
+    each other's spinning threads. :meth:`result` waits for it: ``(fates, html folder, tmp folder)``."""
 
-    def __init__(self, tmp: Path, set_name: str):
+    def __init__(self, tmp: Path, set_name: str, core: int | None = None):
         import os
         import subprocess
         import sys
 
         self.tmp, self.set_name, self.out = tmp, set_name, tmp / "result.json"
         self.log = open(tmp / "build.log", "w+", encoding="utf-8")
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        pin = {cores[core % len(cores)]} if core is not None and len(cores) > 1 else None
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, set_name, str(tmp), str(self.out)],
                                      env={**os.environ, "THESIS_LIB_CACHE": str(tmp / "cache")},
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None,
                                      cwd=Path(__file__).resolve().parents[1], stdout=self.log, stderr=subprocess.STDOUT)
 
     def result(self):
@@ -102,19 +107,25 @@ class _Build:
         self.log.close()
 
 
+def _side_by_side(request) -> bool:
+    """Whether this session's tests ask for both books (then they build at once, each on its own core)."""
+    wanted = {f for item in request.session.items for f in item.fixturenames}
+    return {"smoke_book", "rehearsal_book"} <= wanted
+
+
 @pytest.fixture(scope="module")
-def rehearsal_build(tmp_path_factory):
+def rehearsal_build(tmp_path_factory, request):
     """The rehearsal book's build, started when first asked for: by the smoke book's fixture, so that both build at
     once, or by the rehearsal book's own."""
-    started = _Build(tmp_path_factory.mktemp("rehearsal"), "rehearsal")
+    started = _Build(tmp_path_factory.mktemp("rehearsal"), "rehearsal", core=1 if _side_by_side(request) else None)
     yield started
     started.close()
 
 
-def _fresh_build(tmp_path_factory, set_name: str):
+def _fresh_build(tmp_path_factory, set_name: str, core: int | None = None):
     """Execute all notebooks of a parameter set afresh (new cache and run folders), then build the HTML with
     the same parameters (which reuses them): ``(fates, html folder, tmp folder)``."""
-    started = _Build(tmp_path_factory.mktemp(set_name), set_name)
+    started = _Build(tmp_path_factory.mktemp(set_name), set_name, core)
     try:
         return started.result()
     finally:
@@ -123,8 +134,9 @@ def _fresh_build(tmp_path_factory, set_name: str):
 
 @pytest.fixture(scope="module")
 def smoke_book(tmp_path_factory, request):
-    if any("rehearsal_book" in item.fixturenames for item in request.session.items):
+    if _side_by_side(request):
         request.getfixturevalue("rehearsal_build")  # starts it: the two books build side by side
+        return _fresh_build(tmp_path_factory, "smoke", core=0)
     return _fresh_build(tmp_path_factory, "smoke")
 
 
