@@ -97,6 +97,20 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
         return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker, k_policy)
 
 
+def opening(target: ModelState, drafter, prompt_ids: Sequence[int], clock: PhaseClock, eos: frozenset[int],
+            max_new_tokens: int) -> tuple[float, float, list[int], bool]:
+    """A speculative loop's first step: the target's prefill and first token (timed apart, for TTFT), and the
+    drafter's start on the prompt and that token. Returns ``(t0, t1, out, done)``: the clock before and after the
+    prefill, the output so far (the first token) and whether it already ends the generation."""
+    target.reset()
+    t0 = clock.now()
+    with clock.phase(PREFILL):
+        first = int(target.greedy(prompt_ids, last_only=True))
+    t1 = clock.now()
+    drafter.begin(list(prompt_ids) + [first])
+    return t0, t1, [first], first in eos or max_new_tokens == 1
+
+
 def _worker_init(threads: int) -> None:
     """The append worker's thread: all of torch's intra-op threads, and a CPU rehearsal's virtual devices."""
     torch.set_num_threads(threads)
@@ -128,16 +142,9 @@ def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int]
                 next_token = pending.result()
             pending = None
         return next_token
-    target.reset()
-    t0 = clock.now()
     # 0. initial step: target prefill and first token
-    with clock.phase(PREFILL):
-        final = int(target.greedy(prompt_ids, last_only=True))
-    t1 = clock.now()
-    out = [final]
-    done = final in eos or max_new_tokens == 1
-    drafter.begin(list(prompt_ids) + [final])
-    next_token = None
+    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens)
+    final, next_token = out[0], None
     if not done and not deferred:
         # The ordinary schedule writes the first token into the target's cache before the first round
         # (pipelined: on the worker, overlapping the draft's prefill of the prompt).

@@ -37,7 +37,8 @@ import torch
 from ..errors import ConfigError
 from .clocks import PhaseClock
 from .state import ModelState
-from .stats import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish
+from .greedy import opening
+from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish
 
 #: Rank probabilities assumed where no table was measured (the r-th best candidate a quarter as likely as the
 #: one before it): only their order matters to which nodes a shape keeps, and that is rank-sum order.
@@ -284,14 +285,8 @@ def tree_generate(target: ModelState, drafter: TreeDrafter, prompt_ids: Sequence
     eos = frozenset(eos_ids)
     stats = DecodeStats(mode=f"{drafter.name}_tree", k=shape.depth)
     nodes = 0
-    target.reset()
-    t0 = clock.now()
-    with clock.phase(PREFILL):
-        final = int(target.greedy(prompt_ids, last_only=True))
-    t1 = clock.now()
-    out = [final]
-    done = final in eos or max_new_tokens == 1
-    drafter.begin(list(prompt_ids) + [final])
+    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens)
+    final = out[0]
     while not done:
         kk = min(shape.depth, max_new_tokens - len(out) - 1)
         if kk == 0:  # one token left: the target's token after the carried final one
