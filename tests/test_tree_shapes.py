@@ -8,7 +8,8 @@ import math
 import pytest
 
 from thesis_lib.analysis import trees as at
-from thesis_lib.decoding.tree_shapes import MISS, evaluate, independent_nodes, rank_table, round_seconds, search
+from thesis_lib.decoding.tree_shapes import (MISS, accepted, evaluate, gate_study, gated, independent_nodes, rank_table,
+                                             round_seconds, search)
 from thesis_lib.decoding.trees import TreeShape
 
 
@@ -28,6 +29,32 @@ def test_a_round_pays_one_draft_forward_per_depth_over_the_nodes_with_children_a
     cost = round_seconds(shape, lambda e: {1: 1.0, 2: 1.5}[e], lambda n: 10.0 * n)
     assert cost == 1.0 + 1.5 + 1.0 + 70.0
     assert round_seconds(TreeShape.chain(4), lambda e: 1.0, lambda n: float(n)) == 4.0 + 5.0
+
+
+def test_a_round_accepts_the_target_s_path_as_far_as_the_shape_holds_it():
+    shape = TreeShape(((0,), (1,), (0, 0)))
+    assert [accepted(shape, r) for r in ([0, 0, 0], [1, 0], [2, 0], [0, 1], [MISS])] == [2, 1, 0, 1, 0]
+    assert accepted(TreeShape.chain(3), [0, 0, 0, 0]) == 3 and accepted(TreeShape.chain(3), [0, MISS, 0]) == 1
+    assert accepted(TreeShape.chain(3), [0, 0]) == 2  # the text ends
+
+
+def test_the_replay_runs_rounds_one_after_another_and_switches_shape_by_the_draft_s_confidence():
+    """Ranks [0, 0, 0, 0, 1, 0, 0, 0], the draft unsure (0.3) only at position 4; draft forwards cost 1, a verify over n
+    tokens 1 + (n - 1) / 2. The chain K = 3 every round: rounds at 0 (3 accepted), 4 (none: rank 1), 5 (3): 9 tokens,
+    3 rounds of 5.5 s. Switching to 3 candidates at depth 1 (3.5 s a round) below 0.5: rounds at 0 (3), 4 (the rank-1
+    candidate: 1), 6 (2, the text ends): 9 tokens in 14.5 s. A one-token stop in every round beats both: 9 tokens in
+    5 rounds of 2.5 s."""
+    ranks, conf = [[0, 0, 0, 0, 1, 0, 0, 0]], [[0.9, 0.9, 0.9, 0.9, 0.3, 0.9, 0.9, 0.9]]
+    draft, verify = {e: 1.0 for e in range(1, 4)}, {n: 1.0 + (n - 1) / 2 for n in range(1, 5)}
+    chain, fan = TreeShape.chain(3), TreeShape.beam(1, 3)
+    always = gated(ranks, conf, chain, fan, 0.0, draft, verify, 1.0)
+    assert always["tokens_per_forward"] == 3.0 and math.isclose(always["speedup"], 9 / 16.5)
+    switched = gated(ranks, conf, chain, fan, 0.5, draft, verify, 1.0)
+    assert switched["tokens_per_forward"] == 3.0 and math.isclose(switched["speedup"], 9 / 14.5)
+    study = gate_study(ranks, conf, 3, draft, verify, 1.0)
+    assert math.isclose(study["chain"]["speedup"], 9 / 16.5)
+    assert study["fan"]["threshold"] == 0.35 and math.isclose(study["fan"]["speedup"], 9 / 14.5)  # the first that switches
+    assert study["stop"]["threshold"] == 0.95 and math.isclose(study["stop"]["speedup"], 9 / 12.5)  # every round stops
 
 
 def test_the_search_picks_a_tree_where_verifying_is_flat_and_a_chain_where_every_token_costs():
@@ -91,6 +118,10 @@ def test_the_tree_verdicts_follow_the_intervals_both_ways():
     assert at.forward_verdict(1.1, 1.4).startswith("cannot be told")
     assert at.gpu_trees(1.3, 1.0).startswith("gives the tree 30 %") and at.gpu_trees(1.0, 1.25).startswith("gives the chain 25 %")
     assert at.gpu_trees(1.0, 1.01).startswith("gives trees and chains the same")
+    assert at.gate_verdict(1.01, 1.005).startswith("gains under 2 %")
+    assert at.gate_verdict(1.05, 1.04).startswith("gains by drafting less")
+    assert at.gate_verdict(1.10, 1.02).startswith("gains 7.8 % more with the fan")
+    assert at.gate_verdict(float("nan"), 1.0).startswith("cannot be replayed")
 
 
 def test_the_gpu_model_reads_the_documents_costs_in_target_steps():

@@ -11,7 +11,7 @@ import statistics
 import pandas as pd
 
 from ..bench.runs import Run
-from ..decoding.tree_shapes import independent_nodes, search
+from ..decoding.tree_shapes import gate_study, independent_nodes, search
 from ..decoding.trees import TreeShape
 from .uncertainty import run_interval, speed, which_faster
 
@@ -209,6 +209,39 @@ def gpu_trees(tree_speedup: float, chain_speedup: float) -> str:
             else f"gives the chain {100 * (chain_speedup / tree_speedup - 1):.0f} % more speed than the tree")
 
 
+def gate_values(doc: dict, draft: str = "flash") -> dict:
+    """A shape chosen per round, replayed on ``draft``'s calibration text
+    (:func:`~thesis_lib.decoding.tree_shapes.gate_study`): the fixed chain's tokens per forward, and each switch's
+    (``stop``, ``fan``) tokens per forward and modelled speed over the chain's, its threshold and shape. NaN where
+    the document has no confidences (written before they were recorded)."""
+    cal = doc["calibration"]
+    d = cal["drafts"][draft]
+    if "confidence" not in d:
+        return {"gate_chain_forward": float("nan"), "gate_fan_nodes": 0,
+                **{f"gate_{n}_{w}": float("nan") for n in ("stop", "fan") for w in ("forward", "speed", "threshold")}}
+    verify = {int(n): float(x) for n, x in cal["verify_s"].items()}  # JSON keys are strings
+    g = gate_study(d["ranks"], d["confidence"], d["search"]["best"]["chain"]["depth"], d["draft_s"], verify, verify[1])
+    out = {"gate_chain_forward": g["chain"]["tokens_per_forward"], "gate_fan_nodes": g["k"]}
+    for n in ("stop", "fan"):
+        out.update({f"gate_{n}_forward": g[n]["tokens_per_forward"] / g["chain"]["tokens_per_forward"],
+                    f"gate_{n}_speed": g[n]["speedup"] / g["chain"]["speedup"], f"gate_{n}_threshold": g[n]["threshold"]})
+    return out
+
+
+def gate_verdict(fan_speed: float, stop_speed: float, margin: float = 0.02) -> str:
+    """What the replay leaves a tree chosen per round: the best switch to a fan of candidates (``fan_speed``) and to a
+    one-token stop (``stop_speed``), each a modelled speed over the fixed chain's."""
+    if fan_speed != fan_speed or stop_speed != stop_speed:
+        return "cannot be replayed: the document has no draft confidences"
+    if max(fan_speed, stop_speed) < 1 + margin:
+        return f"gains under {100 * margin:g} % either way, so a tree chosen per round has little to take here"
+    if fan_speed < stop_speed * (1 + margin):
+        return ("gains by drafting less where the draft is unsure, which a confidence stop does without a tree: the "
+                f"fan's candidates add under {100 * margin:g} % to it")
+    return (f"gains {100 * (fan_speed / stop_speed - 1):.1f} % more with the fan than with the stop: room for a tree "
+            "chosen per round")
+
+
 def glue_values(doc: dict, gpu_doc: dict | None) -> dict:
     """Every number chapter 8 glues, flat (intervals as ``_value``, ``_lo``, ``_hi``)."""
     v, out = tree_values(doc), {}
@@ -268,6 +301,7 @@ def glue_values(doc: dict, gpu_doc: dict | None) -> dict:
     cf = closed_form_rows(doc)
     w3 = cf[(cf["width"] == 3) & (cf["depth"] == 3)].iloc[0]
     out.update(indep_w3d3=float(w3["independent nodes"]), rank_w3d3=float(w3["rank table"]))
+    out.update(gate_values(doc))
     adapts = [r.get("threshold_adapts") for r in doc["records"] if r["mode"] == "hf_assisted_defaults"]
     out["threshold"] = ("adapting as it goes (scikit-learn installed)" if adapts and all(adapts)
                         else "fixed at its default (scikit-learn absent, so transformers does not adapt it)")

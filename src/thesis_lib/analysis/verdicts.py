@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import uncertainty
 from .serving import batched_verdict, length_trend, model_gap, rise_verdict, share_trend
-from .trees import forward_verdict, gpu_trees, peer_target, tree_vs_chain, tree_vs_peer
+from .trees import forward_verdict, gate_verdict, gpu_trees, peer_target, tree_vs_chain, tree_vs_peer
 from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
                         padding_effect, unpadded_there)
 
@@ -533,5 +533,6 @@ RULES = {
                                                   hi_a="vs_assisted_hi", value_d="vs_defaults_value",
                                                   lo_d="vs_defaults_lo", hi_d="vs_defaults_hi")),
         "gpu_verdict": (gpu_trees, dict(tree_speedup="gpu_tree_speedup", chain_speedup="gpu_chain_speedup")),
+        "gate_verdict": (gate_verdict, dict(fan_speed="gate_fan_speed", stop_speed="gate_stop_speed")),
     },
 }

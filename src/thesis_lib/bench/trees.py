@@ -1,9 +1,9 @@
 """``tree-bench``: token trees measured on a pair (beyond the thesis; :mod:`thesis_lib.decoding.trees`).
 
 1. **Calibration** (held-out prompts): the target's greedy continuations; the rank of each of its tokens among each
-   draft head's candidates on that text (:func:`ranks`); the rank table; the cost curves of this machine (the
-   target's forward over 1..N tokens, each draft's over 1..W); the model's best grown tree, chain and beam per draft
-   (:func:`thesis_lib.decoding.tree_shapes.search`).
+   draft head's candidates on that text, and the head's confidence there (:func:`ranks`); the rank table; the
+   cost curves of this machine (the target's forward over 1..N tokens, each draft's over 1..W); the model's best
+   grown tree, chain and beam per draft (:func:`thesis_lib.decoding.tree_shapes.search`).
 2. **Shapes** (the measured prompts, untimed): tokens per target forward of a set of shapes, beside the model's.
 3. **Timed** (the measured prompts, interleaved as the benchmark protocol runs modes): target-only decoding, the best
    chains, trees at the chain's depth with twice its nodes (and the model's best tree where it branches), and
@@ -32,18 +32,21 @@ KEPT, DEPTH, MAX_NODES, WIDTHS = 8, 12, 32, 8
 
 
 @torch.inference_mode()
-def ranks(state: ModelState, prompt: Sequence[int], output: Sequence[int], kept: int = KEPT) -> list[int]:
+def ranks(state: ModelState, prompt: Sequence[int], output: Sequence[int], kept: int = KEPT
+          ) -> tuple[list[int], list[float]]:
     """The rank of each output token after the first among the draft head's ``kept`` best candidates after the prompt
-    and the output before it (:data:`MISS` past them); one prefill, then the head one row at a time (the shape a
-    decoding step gives it)."""
+    and the output before it (:data:`MISS` past them), and the head's probability of its best candidate there (its
+    confidence); one prefill, then the head one row at a time (the shape a decoding step gives it)."""
     state.reset()
     h = state.hidden(list(prompt) + list(output[:-1]))[len(prompt):]
-    out = []
+    out, confidence = [], []
     for row, token in zip(h, output[1:]):
-        ids = state.head.top(row[None], kept)[0][0].tolist()
+        ids, logp = state.head.top(row[None], kept)
+        ids = ids[0].tolist()
         out.append(ids.index(token) if token in ids else MISS)
+        confidence.append(round(float(logp[0, 0].exp()), 4))
     state.reset()
-    return out
+    return out, confidence
 
 
 @torch.inference_mode()
@@ -65,11 +68,14 @@ def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, 
     drafts = {name: d.state for name, d in runner.tree_drafters.items()}
     outputs = []
     rank_lists: dict[str, list[list[int]]] = {name: [] for name in drafts}
+    confidence: dict[str, list[list[float]]] = {name: [] for name in drafts}
     for ids in tqdm(prompts, desc="tree calibration", unit="prompt", disable=not progress):
         out = greedy_generate(runner.t_state, ids, max_new_tokens=max_new_tokens, eos_ids=runner.eos).tokens
         outputs.append(len(out))
         for name, state in drafts.items():
-            rank_lists[name].append(ranks(state, ids, out))
+            r, c = ranks(state, ids, out)
+            rank_lists[name].append(r)
+            confidence[name].append(c)
     context = list(prompts[0])
     verify = forward_curve(runner.t_state, context, range(1, max_nodes + 2), reps)
     doc = {"prompts": len(prompts), "tokens": outputs, "kept": KEPT, "verify_s": verify, "drafts": {}}
@@ -79,7 +85,8 @@ def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, 
         shapes = search(table, curve, verify, verify[1], max_nodes=max_nodes, max_depth=DEPTH)
         alpha = table[0][0]  # the chain's first-position acceptance, for the closed form
         doc["drafts"][name] = {
-            "ranks": rank_lists[name], "table": table, "trials": trials, "draft_s": curve, "search": shapes,
+            "ranks": rank_lists[name], "confidence": confidence[name], "table": table, "trials": trials,
+            "draft_s": curve, "search": shapes,
             "independent_nodes": {f"w{w}d{d}": independent_nodes(alpha, w, d) for w in (2, 3) for d in (2, 3, 4)}}
     return doc
 

@@ -13,6 +13,9 @@
   kind. Greedy growth, not Sequoia's dynamic programme: both optimise the same sum of path probabilities, and at a
   given size the greedy choice is exact (a child is never more probable than its parent); the size is then chosen
   by the cost curve.
+- :func:`gate_study`: a shape chosen per round, replayed on the calibration text: the chain where the draft's
+  confidence in its first token is high, a cheaper or wider shape where it is low (what a tree chosen per round from
+  the draft's own probabilities can gain over the fixed chain, before anyone builds one).
 - :func:`independent_nodes`: the closed form of the background texts, where every node of a k-ary tree is accepted
   independently with probability alpha, for comparison: it ignores that siblings hold different tokens (at most one
   can be the target's), and overshoots, past the tree's depth itself.
@@ -95,6 +98,48 @@ def search(table, draft_s: Mapping[int, float], verify_s: Mapping[int, float], s
     best = {kind: max(rows, key=lambda r: r["tokens_per_s"]) for kind, rows in
             (("grown", grown), ("chain", chains), ("beam", beams)) if rows}
     return {"grown": grown, "chains": chains, "beams": beams, "best": best}
+
+
+def accepted(shape: TreeShape, ranks: Sequence[int]) -> int:
+    """Tokens a round of ``shape`` accepts where the target's next tokens are the draft's ``ranks[0]``-th,
+    ``ranks[1]``-th ... candidates along the target's own path (:data:`MISS`: none of the kept ones)."""
+    nodes, a = set(shape.paths), 0
+    while a < min(len(ranks), shape.depth) and tuple(ranks[:a + 1]) in nodes:
+        a += 1
+    return a
+
+
+def gated(ranks: Sequence[Sequence[int]], confidence: Sequence[Sequence[float]], chain: TreeShape, other: TreeShape,
+          threshold: float, draft_s: Mapping[int, float], verify_s: Mapping[int, float], step_s: float) -> dict:
+    """Rounds replayed on the target's own text as decoding would run them (each starts after the last one's
+    accepted tokens and the target's own): ``chain`` where the draft's confidence in the round's first token is at
+    least ``threshold``, else ``other``. Tokens per round (one target forward each) and the modelled speedup over
+    target-only decoding."""
+    d, v = _curve(draft_s), _curve(verify_s)
+    cost = {s: round_seconds(s, d, v) for s in (chain, other)}
+    tokens = rounds = 0
+    seconds = 0.0
+    for seq, conf in zip(ranks, confidence):
+        i = 0
+        while i < len(seq):
+            shape = chain if conf[i] >= threshold else other
+            a = accepted(shape, seq[i:i + shape.depth])
+            tokens, rounds, seconds, i = tokens + a + 1, rounds + 1, seconds + cost[shape], i + a + 1
+    return {"threshold": threshold, "shape": str(other), "tokens_per_forward": tokens / rounds,
+            "speedup": tokens / seconds * step_s}
+
+
+def gate_study(ranks, confidence, k: int, draft_s: Mapping[int, float], verify_s: Mapping[int, float], step_s: float,
+               thresholds: Sequence[float] = tuple(t / 20 for t in range(21))) -> dict:
+    """The chain of ``k`` in every round, and the best :func:`gated` switch at each threshold (picked on the same
+    text, so an upper bound for the rule) to ``stop``: one token (the confidence stop of chapter 6), or to ``fan``:
+    ``k`` candidates for the first token (a tree that spends the chain's verify on the uncertain position)."""
+    chain = TreeShape.chain(k)
+    out = {"k": k, "chain": gated(ranks, confidence, chain, chain, 0.0, draft_s, verify_s, step_s)}
+    for name, other in (("stop", TreeShape.chain(1)), ("fan", TreeShape.beam(1, k))):
+        out[name] = max((gated(ranks, confidence, chain, other, t, draft_s, verify_s, step_s) for t in thresholds),
+                        key=lambda r: r["speedup"])
+    return out
 
 
 def independent_nodes(alpha: float, width: int, depth: int) -> float:
