@@ -131,8 +131,8 @@ def gated(ranks: Sequence[Sequence[int]], confidence: Sequence[Sequence[float]],
 
 def gate_study(ranks, confidence, k: int, draft_s: Mapping[int, float], verify_s: Mapping[int, float], step_s: float,
                thresholds: Sequence[float] = tuple(t / 20 for t in range(21))) -> dict:
-    """The chain of ``k`` in every round, and the best :func:`gated` switch at each threshold (picked on the same
-    text, so an upper bound for the rule) to ``stop``: one token (the confidence stop of chapter 6), or to ``fan``:
+    """The chain of ``k`` in every round, and the best :func:`gated` switch at each threshold (picked on the
+    text it is scored on, so optimistic for the rule) to ``stop``: one token (the confidence stop of chapter 6), or to ``fan``:
     ``k`` candidates for the first token (a tree that spends the chain's verify on the uncertain position)."""
     chain = TreeShape.chain(k)
     out = {"k": k, "chain": gated(ranks, confidence, chain, chain, 0.0, draft_s, verify_s, step_s)}
