@@ -35,7 +35,7 @@ from .clocks import PhaseClock
 from .drafters import Drafter
 from .state import ModelState
 from .stats import (FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, accepted_prefix, check_request,
-                    emit_round, finish)
+                    emit_round, finish, opening)
 
 SCHEDULES = ("ordinary", "deferred", "pipelined")
 
@@ -97,20 +97,6 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
         return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker, k_policy)
 
 
-def opening(target: ModelState, drafter, prompt_ids: Sequence[int], clock: PhaseClock, eos: frozenset[int],
-            max_new_tokens: int) -> tuple[float, float, list[int], bool]:
-    """A speculative loop's first step: the target's prefill and first token (timed apart, for TTFT), and the
-    drafter's start on the prompt and that token. Returns ``(t0, t1, out, done)``: the clock before and after the
-    prefill, the output so far (the first token) and whether it already ends the generation."""
-    target.reset()
-    t0 = clock.now()
-    with clock.phase(PREFILL):
-        first = int(target.greedy(prompt_ids, last_only=True))
-    t1 = clock.now()
-    drafter.begin(list(prompt_ids) + [first])
-    return t0, t1, [first], first in eos or max_new_tokens == 1
-
-
 def _worker_init(threads: int) -> None:
     """The append worker's thread: all of torch's intra-op threads, and a CPU rehearsal's virtual devices."""
     torch.set_num_threads(threads)
@@ -143,7 +129,8 @@ def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int]
             pending = None
         return next_token
     # 0. initial step: target prefill and first token
-    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens)
+    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+                                lambda ids: int(target.greedy(ids, last_only=True)))
     final, next_token = out[0], None
     if not done and not deferred:
         # The ordinary schedule writes the first token into the target's cache before the first round

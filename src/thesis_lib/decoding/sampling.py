@@ -38,7 +38,7 @@ from .clocks import PhaseClock
 from .drafters import ModelDrafter
 from .greedy import target_only
 from .state import ModelState
-from .stats import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish
+from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish, opening
 
 SCHEDULES = ("ordinary", "deferred")
 
@@ -193,14 +193,9 @@ def speculative_sample(target: ModelState, drafter: SamplingDrafter, prompt_ids:
     clock = clock or PhaseClock([target.device, draft_device])
     eos = frozenset(eos_ids)
     stats = DecodeStats(mode=f"{drafter.name}_{schedule}_sample", k=k)
-    target.reset()
-    t0 = clock.now()
-    with clock.phase(PREFILL):
-        final = draw(target_probs(target, head, prompt_ids, sampler, last_only=True)[0], generator)
-    t1 = clock.now()
-    out = [final]
-    done = final in eos or max_new_tokens == 1
-    drafter.begin(list(prompt_ids) + [final])
+    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+                                lambda ids: draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator))
+    final = out[0]
     p_next = None
     if not done and not deferred:
         with clock.phase(FINALIZE):

@@ -14,9 +14,9 @@ Vocabulary (one word per concept, as in the thesis):
   ordinary schedule did not run the verify forward;
 - target-only decoding counts each decode-phase forward as an append (as the thesis' Table 4.9 does).
 
-The helpers (:func:`check_request`, :func:`accepted_prefix`, :func:`emit_round`, :func:`finish`) are shared by
-the greedy loops (:mod:`~thesis_lib.decoding.greedy`) and the sampling loops
-(:mod:`~thesis_lib.decoding.sampling`).
+The helpers (:func:`check_request`, :func:`opening`, :func:`accepted_prefix`, :func:`emit_round`, :func:`finish`)
+are shared by the greedy loops (:mod:`~thesis_lib.decoding.greedy`, :mod:`~thesis_lib.decoding.trees`) and the
+sampling loops (:mod:`~thesis_lib.decoding.sampling`).
 """
 
 from __future__ import annotations
@@ -122,6 +122,21 @@ def cut_at_eos(tokens: list[int], eos: frozenset[int]) -> tuple[list[int], bool]
         if t in eos:
             return tokens[: i + 1], True
     return tokens, False
+
+
+def opening(target, drafter, prompt_ids: Sequence[int], clock: PhaseClock, eos: frozenset[int], max_new_tokens: int,
+            first) -> tuple[float, float, list[int], bool]:
+    """A speculative loop's first step: ``first(prompt_ids) -> int`` runs the target's prefill and chooses the first
+    token (timed apart, for TTFT), then the drafter starts on the prompt and that token. Returns ``(t0, t1, out,
+    done)``: the clock before and after the prefill, the output so far (the first token) and whether it already ends
+    the generation."""
+    target.reset()
+    t0 = clock.now()
+    with clock.phase(PREFILL):
+        token = first(prompt_ids)
+    t1 = clock.now()
+    drafter.begin(list(prompt_ids) + [token])
+    return t0, t1, [token], token in eos or max_new_tokens == 1
 
 
 def finish(stats: DecodeStats, out: list[int], eos: frozenset[int], clock: PhaseClock, t0: float,

@@ -37,8 +37,7 @@ import torch
 from ..errors import ConfigError
 from .clocks import PhaseClock
 from .state import ModelState
-from .greedy import opening
-from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish
+from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish, opening
 
 #: Rank probabilities assumed where no table was measured (the r-th best candidate a quarter as likely as the
 #: one before it): only their order matters to which nodes a shape keeps, and that is rank-sum order.
@@ -285,7 +284,8 @@ def tree_generate(target: ModelState, drafter: TreeDrafter, prompt_ids: Sequence
     eos = frozenset(eos_ids)
     stats = DecodeStats(mode=f"{drafter.name}_tree", k=shape.depth)
     nodes = 0
-    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens)
+    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+                                lambda ids: int(target.greedy(ids, last_only=True)))
     final = out[0]
     while not done:
         kk = min(shape.depth, max_new_tokens - len(out) - 1)
