@@ -42,7 +42,9 @@ def glued(name: str, set_name: str = "smoke") -> dict:
 #: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both) and
 #: writes the notebooks' fates and the HTML folder to argv[3].
 _CHILD = """
-import json, signal, sys
+import json, os, signal, sys
+if os.environ.get("THESIS_TEST_CORES"):  # before torch loads: its thread count follows this process's cores
+    os.sched_setaffinity(0, {int(c) for c in os.environ["THESIS_TEST_CORES"].split(",")})
 from pathlib import Path
 from thesis_lib.book import build, execute
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # terminate(): papermill's cleanup stops its kernel
@@ -58,11 +60,12 @@ class _Build:
     """One parameter set's fresh book build (new cache and run folders), running in a child process from the moment
     it is made, so that two books build side by side: each is mostly one core's work (kernel start-up, imports,
     tiny models), and this machine has two (the notebooks' timings are then noisier; the tests check what the pages
-    say against what they glued, not the timings). ``core`` pins the build (and the kernels it starts) to one of
-    this process's cores, so that its torch runs one thread: two builds of two threads each on two cores wait on
-    each other's spinning threads. :meth:`result` waits for it: ``(fates, html folder, tmp folder)``."""
+    say against what they glued, not the timings). ``half`` (0 or 1) pins the build (and the kernels it starts) to
+    that half of this process's cores, so that its torch runs that many threads: two builds each as many threads as
+    there are cores wait on each other's spinning threads. :meth:`result` waits for it: ``(fates, html folder, tmp
+    folder)``."""
 
-    def __init__(self, tmp: Path, set_name: str, core: int | None = None):
+    def __init__(self, tmp: Path, set_name: str, half: int | None = None):
         import os
         import subprocess
         import sys
@@ -70,10 +73,9 @@ class _Build:
         self.tmp, self.set_name, self.out = tmp, set_name, tmp / "result.json"
         self.log = open(tmp / "build.log", "w+", encoding="utf-8")
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        pin = {cores[core % len(cores)]} if core is not None and len(cores) > 1 else None
+        pin = ",".join(map(str, cores[half::2])) if half is not None and len(cores) > 1 else ""
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, set_name, str(tmp), str(self.out)],
-                                     env={**os.environ, "THESIS_LIB_CACHE": str(tmp / "cache")},
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None,
+                                     env={**os.environ, "THESIS_LIB_CACHE": str(tmp / "cache"), "THESIS_TEST_CORES": pin},
                                      cwd=Path(__file__).resolve().parents[1], stdout=self.log, stderr=subprocess.STDOUT)
 
     def result(self):
@@ -108,7 +110,7 @@ class _Build:
 
 
 def _side_by_side(request) -> bool:
-    """Whether this session's tests ask for both books (then they build at once, each on its own core)."""
+    """Whether this session's tests ask for both books (then they build at once, each on its half of the cores)."""
     wanted = {f for item in request.session.items for f in item.fixturenames}
     return {"smoke_book", "rehearsal_book"} <= wanted
 
@@ -117,15 +119,15 @@ def _side_by_side(request) -> bool:
 def rehearsal_build(tmp_path_factory, request):
     """The rehearsal book's build, started when first asked for: by the smoke book's fixture, so that both build at
     once, or by the rehearsal book's own."""
-    started = _Build(tmp_path_factory.mktemp("rehearsal"), "rehearsal", core=1 if _side_by_side(request) else None)
+    started = _Build(tmp_path_factory.mktemp("rehearsal"), "rehearsal", half=1 if _side_by_side(request) else None)
     yield started
     started.close()
 
 
-def _fresh_build(tmp_path_factory, set_name: str, core: int | None = None):
+def _fresh_build(tmp_path_factory, set_name: str, half: int | None = None):
     """Execute all notebooks of a parameter set afresh (new cache and run folders), then build the HTML with
     the same parameters (which reuses them): ``(fates, html folder, tmp folder)``."""
-    started = _Build(tmp_path_factory.mktemp(set_name), set_name, core)
+    started = _Build(tmp_path_factory.mktemp(set_name), set_name, half)
     try:
         return started.result()
     finally:
@@ -136,7 +138,7 @@ def _fresh_build(tmp_path_factory, set_name: str, core: int | None = None):
 def smoke_book(tmp_path_factory, request):
     if _side_by_side(request):
         request.getfixturevalue("rehearsal_build")  # starts it: the two books build side by side
-        return _fresh_build(tmp_path_factory, "smoke", core=0)
+        return _fresh_build(tmp_path_factory, "smoke", half=0)
     return _fresh_build(tmp_path_factory, "smoke")
 
 

@@ -39,22 +39,42 @@ def test_a_round_accepts_the_target_s_path_as_far_as_the_shape_holds_it():
 
 
 def test_the_replay_runs_rounds_one_after_another_and_switches_shape_by_the_draft_s_confidence():
-    """Ranks [0, 0, 0, 0, 1, 0, 0, 0], the draft unsure (0.3) only at position 4; draft forwards cost 1, a verify over n
-    tokens 1 + (n - 1) / 2. The chain K = 3 every round: rounds at 0 (3 accepted), 4 (none: rank 1), 5 (3): 9 tokens,
-    3 rounds of 5.5 s. Switching to 3 candidates at depth 1 (3.5 s a round) below 0.5: rounds at 0 (3), 4 (the rank-1
-    candidate: 1), 6 (2, the text ends): 9 tokens in 14.5 s. A one-token stop in every round beats both: 9 tokens in
-    5 rounds of 2.5 s."""
-    ranks, conf = [[0, 0, 0, 0, 1, 0, 0, 0]], [[0.9, 0.9, 0.9, 0.9, 0.3, 0.9, 0.9, 0.9]]
+    """Ranks 0 at all 12 positions but position 4 (rank 1), where alone the draft is unsure (0.3); draft forwards cost
+    1, a verify over n tokens 1 + (n - 1) / 2. The chain K = 3 every round (5.5 s): rounds at 0 (3 accepted, 4
+    tokens), 4 (none: 1), 5 (3: 4), 9 (3, of which the text holds 3 tokens): 12 tokens in 4 rounds, 22 s. Switching
+    to 3 candidates at depth 1 (3.5 s) below 0.5: rounds at 0 (4 tokens), 4 (the rank-1 candidate: 2), 6 (4), 10 (the
+    text's last 2): 12 tokens in 20 s; the fan in every round: 6 rounds of 2 tokens, 21 s. A one-token stop in every
+    round beats them all: 12 tokens in 7 rounds of 2.5 s."""
+    ranks, conf = [[0] * 4 + [1] + [0] * 7], [[0.9] * 4 + [0.3] + [0.9] * 7]
     draft, verify = {e: 1.0 for e in range(1, 4)}, {n: 1.0 + (n - 1) / 2 for n in range(1, 5)}
     chain, fan = TreeShape.chain(3), TreeShape.beam(1, 3)
     always = gated(ranks, conf, chain, fan, 0.0, draft, verify, 1.0)
-    assert always["tokens_per_forward"] == 3.0 and math.isclose(always["speedup"], 9 / 16.5)
+    assert always["tokens_per_forward"] == 3.0 and math.isclose(always["speedup"], 12 / 22)
     switched = gated(ranks, conf, chain, fan, 0.5, draft, verify, 1.0)
-    assert switched["tokens_per_forward"] == 3.0 and math.isclose(switched["speedup"], 9 / 14.5)
+    assert switched["tokens_per_forward"] == 3.0 and math.isclose(switched["speedup"], 12 / 20)
+    assert math.isclose(gated(ranks, conf, chain, fan, 1.0, draft, verify, 1.0)["speedup"], 12 / 21)
     study = gate_study(ranks, conf, 3, draft, verify, 1.0)
-    assert math.isclose(study["chain"]["speedup"], 9 / 16.5)
-    assert study["fan"]["threshold"] == 0.35 and math.isclose(study["fan"]["speedup"], 9 / 14.5)  # the first that switches
-    assert study["stop"]["threshold"] == 0.95 and math.isclose(study["stop"]["speedup"], 9 / 12.5)  # every round stops
+    assert math.isclose(study["chain"]["speedup"], 12 / 22)
+    assert study["fan"]["threshold"] == 0.35 and math.isclose(study["fan"]["speedup"], 12 / 20)  # the first that switches
+    assert study["stop"]["threshold"] == 0.95 and math.isclose(study["stop"]["speedup"], 12 / 17.5)  # every round stops
+    empty = gated([[]], [[]], chain, fan, 0.5, draft, verify, 1.0)  # nothing to replay: no number, no crash
+    assert math.isnan(empty["tokens_per_forward"]) and math.isnan(empty["speedup"])
+
+
+def test_a_document_without_confidences_glues_the_same_keys_with_no_numbers():
+    """A tree-bench document written before confidences were recorded: every key chapter 8 glues is there, the
+    numbers NaN, the fan's size the chain's K, and the verdict says it cannot be replayed."""
+    ranks = [[0, 0, 1, 0, 0, MISS, 0, 0]]
+    d = {"ranks": ranks, "confidence": [[0.9, 0.9, 0.4, 0.9, 0.9, 0.2, 0.9, 0.9]],
+         "search": {"best": {"chain": {"depth": 2}}}, "draft_s": {e: 0.01 for e in range(1, 9)}}
+    doc = {"calibration": {"verify_s": {str(n): 0.1 + 0.01 * n for n in range(1, 10)}, "drafts": {"flash": d}}}
+    full = at.gate_values(doc)
+    old = at.gate_values({"calibration": {**doc["calibration"], "drafts": {"flash": {k: v for k, v in d.items()
+                                                                                    if k != "confidence"}}}})
+    assert set(full) == set(old) and old["gate_fan_nodes"] == full["gate_fan_nodes"] == 2
+    assert all(math.isnan(v) for k, v in old.items() if k != "gate_fan_nodes")
+    assert not any(math.isnan(v) for v in full.values())
+    assert at.gate_verdict(old["gate_fan_speed"], old["gate_stop_speed"]).startswith("cannot be replayed")
 
 
 def test_the_search_picks_a_tree_where_verifying_is_flat_and_a_chain_where_every_token_costs():

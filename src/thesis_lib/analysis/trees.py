@@ -216,11 +216,12 @@ def gate_values(doc: dict, draft: str = "flash") -> dict:
     the document has no confidences (written before they were recorded)."""
     cal = doc["calibration"]
     d = cal["drafts"][draft]
+    k = d["search"]["best"]["chain"]["depth"]
     if "confidence" not in d:
-        return {"gate_chain_forward": float("nan"), "gate_fan_nodes": 0,
+        return {"gate_chain_forward": float("nan"), "gate_fan_nodes": k,
                 **{f"gate_{n}_{w}": float("nan") for n in ("stop", "fan") for w in ("forward", "speed", "threshold")}}
     verify = {int(n): float(x) for n, x in cal["verify_s"].items()}  # JSON keys are strings
-    g = gate_study(d["ranks"], d["confidence"], d["search"]["best"]["chain"]["depth"], d["draft_s"], verify, verify[1])
+    g = gate_study(d["ranks"], d["confidence"], k, d["draft_s"], verify, verify[1])
     out = {"gate_chain_forward": g["chain"]["tokens_per_forward"], "gate_fan_nodes": g["k"]}
     for n in ("stop", "fan"):
         out.update({f"gate_{n}_forward": g[n]["tokens_per_forward"] / g["chain"]["tokens_per_forward"],
@@ -232,12 +233,12 @@ def gate_verdict(fan_speed: float, stop_speed: float, margin: float = 0.02) -> s
     """What the replay leaves a tree chosen per round: the best switch to a fan of candidates (``fan_speed``) and to a
     one-token stop (``stop_speed``), each a modelled speed over the fixed chain's."""
     if fan_speed != fan_speed or stop_speed != stop_speed:
-        return "cannot be replayed: the document has no draft confidences"
+        return "cannot be replayed on this document (no draft confidences, or no rounds to replay)"
     if max(fan_speed, stop_speed) < 1 + margin:
         return f"gains under {100 * margin:g} % either way, so a tree chosen per round has little to take here"
     if fan_speed < stop_speed * (1 + margin):
-        return ("gains by drafting less where the draft is unsure, which a confidence stop does without a tree: the "
-                f"fan's candidates add under {100 * margin:g} % to it")
+        return ("gains by drafting less where the draft is unsure, which a stop after the first token does without a "
+                f"tree: the fan's candidates add under {100 * margin:g} % to it")
     return (f"gains {100 * (fan_speed / stop_speed - 1):.1f} % more with the fan than with the stop: room for a tree "
             "chosen per round")
 

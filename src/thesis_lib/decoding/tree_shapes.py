@@ -124,15 +124,18 @@ def gated(ranks: Sequence[Sequence[int]], confidence: Sequence[Sequence[float]],
         while i < len(seq):
             shape = chain if conf[i] >= threshold else other
             a = accepted(shape, seq[i:i + shape.depth])
-            tokens, rounds, seconds, i = tokens + a + 1, rounds + 1, seconds + cost[shape], i + a + 1
-    return {"threshold": threshold, "shape": str(other), "tokens_per_forward": tokens / rounds,
-            "speedup": tokens / seconds * step_s}
+            emitted = min(a + 1, len(seq) - i)  # the text's last round emits no token past its end
+            tokens, rounds, seconds, i = tokens + emitted, rounds + 1, seconds + cost[shape], i + a + 1
+    nan = float("nan")
+    return {"threshold": threshold, "shape": str(other), "tokens_per_forward": tokens / rounds if rounds else nan,
+            "speedup": tokens / seconds * step_s if rounds else nan}
 
 
 def gate_study(ranks, confidence, k: int, draft_s: Mapping[int, float], verify_s: Mapping[int, float], step_s: float,
                thresholds: Sequence[float] = tuple(t / 20 for t in range(21))) -> dict:
     """The chain of ``k`` in every round, and the best :func:`gated` switch at each threshold (picked on the
-    text it is scored on, so optimistic for the rule) to ``stop``: one token (the confidence stop of chapter 6), or to ``fan``:
+    text it is scored on, so optimistic for the rule) to ``stop``: one token (a stop after the first token, cruder
+    than chapter 6's confidence stop, which may end a block at any token), or to ``fan``:
     ``k`` candidates for the first token (a tree that spends the chain's verify on the uncertain position)."""
     chain = TreeShape.chain(k)
     out = {"k": k, "chain": gated(ranks, confidence, chain, chain, 0.0, draft_s, verify_s, step_s)}
