@@ -24,9 +24,9 @@ def qwen3_config(shape: dict, layers: int):
     ``layers`` layers."""
     from transformers import Qwen3Config
 
-    cfg = Qwen3Config(**{k: v for k, v in shape.items() if k != "model_type"})
-    cfg.num_hidden_layers = layers
-    return cfg
+    # the layer count goes in at construction: transformers derives per-layer fields (layer_types, which sizes the
+    # KV cache) from it there, and some versions do not follow a later assignment
+    return Qwen3Config(**{**{k: v for k, v in shape.items() if k != "model_type"}, "num_hidden_layers": layers})
 
 
 def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16, seed: int = 0):
