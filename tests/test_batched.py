@@ -131,6 +131,19 @@ def _decode_doc(times: dict[str, list[float]], groups: int, costs: dict | None =
         "rows_equal": {m: 4 * n for m in times}, "rows": 4 * n, "costs_ms": costs}}}
 
 
+def test_the_gpu_batch_sentence_reads_the_gpu_check_part_of_the_saved_document():
+    """The saved document nests gpu-check's output under ``gpu_check``; the sentence reads its batch part there, and
+    says so where there is none."""
+    from thesis_lib.analysis import batched as ab
+
+    doc = {"gpu_check": {"versions": {"gpu": "Some GPU"}, "batch_heads": _doc({1: [2, 2, 2, 2], 8: [0.5] * 4})}}
+    said = ab.gpu_batch_sentence(doc)
+    assert said.startswith("on the lent Some GPU") and "2.00x at one state and 0.50x at 8" in said, said
+    assert ab.gpu_batch_sentence(doc["gpu_check"]).startswith("not measured yet")  # not the document's shape
+    assert ab.gpu_batch_sentence({"gpu_check": {"versions": {}}}).startswith("not measured yet")
+    assert ab.gpu_batch_sentence(None).startswith("not measured yet")
+
+
 def test_batched_decoding_verdicts_follow_the_intervals():
     from thesis_lib.analysis import batched as ab
 

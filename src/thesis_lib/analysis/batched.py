@@ -180,14 +180,16 @@ def heads_values(rows: pd.DataFrame) -> dict:
 
 
 def gpu_batch_sentence(gpu: dict | None) -> str:
-    """The heads at batch B on a GPU, from a saved gpu-check document's batch part, or why there is none."""
-    gb = (gpu or {}).get("batch_heads")
+    """The heads at batch B on a GPU, from a saved gpu-check document's batch part (``gpu["gpu_check"]``), or why
+    there is none."""
+    check = (gpu or {}).get("gpu_check") or {}
+    gb = check.get("batch_heads")
     if not gb:
         return "not measured yet: the saved GPU document predates gpu-check's batch part, which the next lent GPU runs"
     g = batch_rows(gb)
-    return (f"on the lent {gpu['versions'].get('gpu', 'GPU')} with random weights, FlashHead over the dense head is "
-            f"{g['FlashHead value'].iloc[0]:.2f}x at one state and {g['FlashHead value'].iloc[-1]:.2f}x at "
-            f"{int(g['B'].iloc[-1])} ({advantage_gone(g)})")
+    return (f"on the lent {check['versions'].get('gpu', 'GPU')} with random weights, each call timed with its launches "
+            f"(not in a CUDA graph), FlashHead over the dense head is {g['FlashHead value'].iloc[0]:.2f}x at one state "
+            f"and {g['FlashHead value'].iloc[-1]:.2f}x at {int(g['B'].iloc[-1])} ({advantage_gone(g)})")
 
 
 def decode_values(doc: dict, rows: pd.DataFrame, steps: pd.DataFrame, asked: int = 4) -> dict:
