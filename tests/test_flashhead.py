@@ -618,7 +618,7 @@ def test_a_bf16_flashhead_with_every_probe_is_the_refined_dense_head(tiny_models
 def test_candidate_ids_are_the_clusters_the_fast_head_probes():
     """By default the candidates are those of the fast path's (bf16) cluster ranking, so every token the fast head
     picks is among them, also on rows where the float32 ranking probes other clusters and misses the token."""
-    from thesis_lib.bench.gpucheck import random_clustering
+    from thesis_lib.heads.clustering import random_clustering
 
     g = torch.Generator().manual_seed(0)
     head = FlashHead((torch.randn(4096, 64, generator=g) * 0.1).bfloat16(), random_clustering(4096, 64, 256, seed=1),

@@ -21,7 +21,7 @@ import torch
 os.environ["TRITON_INTERPRET"] = "1"  # before Triton is first imported
 pytest.importorskip("triton")
 
-from thesis_lib.bench.gpucheck import random_clustering  # noqa: E402
+from thesis_lib.heads.clustering import random_clustering  # noqa: E402
 from thesis_lib.heads import gpu_kernels  # noqa: E402
 from thesis_lib.heads.clustering import Clustering  # noqa: E402
 from thesis_lib.heads.flashhead import FlashHead  # noqa: E402

@@ -185,7 +185,7 @@ def random_heads_by_batch(device: str, *, quick: bool = False, progress: bool = 
     from ..heads.dense import DenseGreedyHead
     from ..heads.flashhead import FlashHead
     from ..models.specs import QWEN3_CONFIGS
-    from .gpucheck import random_clustering
+    from ..heads.clustering import random_clustering
 
     shape = QWEN3_CONFIGS["Qwen3-0.6B"]
     vocab, hidden = (4096, 256) if quick else (shape["vocab_size"], shape["hidden_size"])

@@ -15,7 +15,7 @@ import torch
 
 from ..decoding.state import ModelState
 from ..models.specs import QWEN3_CONFIGS
-from .graphs import capture
+from .graphs import capture, sync
 from .timing import interleaved, stats_ms
 
 
@@ -65,11 +65,6 @@ def qwen3(shape: dict, layers: int, device: str, dtype=torch.bfloat16, seed: int
     return model.eval()
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(torch.device(device))
-
-
 @torch.inference_mode()
 def verify_check(device: str, *, layers: int, reps: int, context: int, max_block: int = 13,
                  shape: dict = QWEN3_CONFIGS["Qwen3-32B"]) -> dict:
@@ -82,10 +77,10 @@ def verify_check(device: str, *, layers: int, reps: int, context: int, max_block
     for n in range(1, max_block + 1):
         times = []
         for _ in range(reps + 1):
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             state.hidden(ids[context:context + n])
-            _sync(device)
+            sync(device)
             times.append(time.perf_counter() - t0)
             state.crop(n)
         ms[n] = 1000 * statistics.median(times[1:])

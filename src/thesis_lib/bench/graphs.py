@@ -89,3 +89,16 @@ def queued_times(calls: dict, rows: int, *, reps: int, device: str, warmup: int 
         for n, start, end in pending:
             out[n].append(start.elapsed_time(end) / 1000.0)
     return out
+
+
+def replay_step(fn, *args):
+    """Call a ``mode="reduce-overhead"`` function as one new step (else CUDA-graph trees record a new graph
+    while the last call's outputs are alive, and time that)."""
+    torch.compiler.cudagraph_mark_step_begin()
+    return fn(*args)
+
+
+def sync(device: str) -> None:
+    """Wait for ``device``'s queued work (nothing to wait for on a CPU)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(torch.device(device))

@@ -210,3 +210,11 @@ def spherical_kmeans(weight: torch.Tensor, n_clusters: int, *, iterations: int =
         "history": history,
     }
     return Clustering(centroids=means, assignments=assign, info=info)
+
+
+def random_clustering(vocab: int, hidden: int, n_clusters: int, seed: int = 0) -> Clustering:
+    """An equal-size random partition of ``vocab`` tokens with random centroids (latency work only)."""
+    g = torch.Generator().manual_seed(seed)
+    assignments = torch.randperm(vocab, generator=g) % n_clusters
+    return Clustering(centroids=torch.randn(n_clusters, hidden, generator=g), assignments=assignments,
+                      info={"algorithm": "random equal-size partition (gpu-check: latency only)"})
