@@ -139,6 +139,14 @@ def test_the_gpu_batch_sentence_reads_the_gpu_check_part_of_the_saved_document()
     doc = {"gpu_check": {"versions": {"gpu": "Some GPU"}, "batch_heads": _doc({1: [2, 2, 2, 2], 8: [0.5] * 4})}}
     said = ab.gpu_batch_sentence(doc)
     assert said.startswith("on the lent Some GPU") and "2.00x at one state and 0.50x at 8" in said, said
+    assert "captured" not in said  # no captured part: the launch-bound figures alone
+    doc["gpu_check"]["batch_heads"]["captured"] = {"by_batch": {
+        str(b): {"ms": {"dense": 0.12, "batched": ms}} for b, ms in ((1, 0.03), (8, 0.08), (16, 0.15), (32, 0.2))}}
+    said = ab.gpu_batch_sentence(doc)
+    assert "4.00x at 1, 1.50x at 8, 0.80x at 16, 0.60x at 32 (first slower than the dense head at 16 states)" in said
+    doc["gpu_check"]["batch_heads"]["captured"]["by_batch"]["16"]["ms"]["batched"] = 0.1
+    doc["gpu_check"]["batch_heads"]["captured"]["by_batch"].pop("32")
+    assert "(faster than the dense head at every batch up to 16)" in ab.gpu_batch_sentence(doc)
     assert ab.gpu_batch_sentence(doc["gpu_check"]).startswith("not measured yet")  # not the document's shape
     assert ab.gpu_batch_sentence({"gpu_check": {"versions": {}}}).startswith("not measured yet")
     assert ab.gpu_batch_sentence(None).startswith("not measured yet")

@@ -949,6 +949,49 @@ def test_the_gpu_document_reads_as_its_numbers_say():
     assert gpucheck.summary(None)["head_speedup"] != gpucheck.summary(None)["head_speedup"]  # nan, no document
 
 
+def test_the_4bit_target_and_the_head_designs_read_from_their_parts():
+    """The 4-bit target's figures as measured (2026-11-27: an 18.67 ms step, 1.44 steps for 5 tokens, 2.66 for 16,
+    the captured draft step at 0.096 of a step), whatever their keys' type; the other head designs' verdict compares
+    each design with the kept kernels of its own run and names the closest, both ways; ``gpu-check``'s printout
+    reads the saved document; without these parts: nan, not a figure."""
+    import json
+
+    from thesis_lib.analysis import gpucheck, verdicts
+    from thesis_lib.bench.gpucheck import text
+
+    doc = json.loads((params.ROOT / "data/reference/gpu-check-h100-random-weights.json").read_text())
+    g = gpucheck.summary(doc)
+    assert (g["int4_step_ms"], g["int4_v5"], g["int4_v16"], g["int4_c"]) == pytest.approx(
+        (18.67, 1.443, 2.656, 0.0960), abs=5e-3)
+    assert (g["int4_layers"], g["int4_group"], g["designs_n"]) == (64, 128, 2)
+    assert (g["designs_five_us"], g["designs_best_us"]) == pytest.approx((28.3, 31.1), abs=0.05)
+    assert "were slower (the closest took 31.1" in verdicts.fewer_kernels(g["designs_five_us"], g["designs_best_us"])
+    printed = text(doc["gpu_check"])
+    assert "4-bit target (64 layers, 19.7 GB): step 18.67 ms" in printed and "B=8 1.67x" in printed
+    designs = {"run_a": {"compare": {"curve": [{"n_probes": 593, "ms": {"old": 0.030, "new": 0.040}}],
+                                     "variants": [{"ms": {"variant": 0.033}}]}},
+               "run_b": {"compare": {"curve": [{"n_probes": 64, "ms": {"old": 0.001, "new": 0.001}},
+                                               {"n_probes": 593, "ms": {"old": 0.020, "new": 0.025}}]}},
+               "label": "not a run"}
+    d = gpucheck.summary({**doc, "head_designs": designs})
+    assert (d["designs_five_us"], d["designs_best_us"], d["designs_n"]) == pytest.approx((30.0, 33.0, 2))
+    assert verdicts.fewer_kernels(29.0, 20.0).startswith("were faster")
+    assert verdicts.fewer_kernels(29.0, 28.5).startswith("were no faster")
+    int_keys = json.loads(json.dumps(doc["gpu_check"]["verify_int4"]))
+    int_keys["ms"] = {int(n): x for n, x in int_keys["ms"].items()}
+    int_keys["over_step"] = {int(n): x for n, x in int_keys["over_step"].items()}
+    same = gpucheck.summary({**doc, "gpu_check": {**doc["gpu_check"], "verify_int4": int_keys}})
+    assert same["int4_v16"] == g["int4_v16"] and same["int4_step_ms"] == g["int4_step_ms"]
+    bare = {"gpu_check": {k: x for k, x in doc["gpu_check"].items() if k != "verify_int4"}}
+    b = gpucheck.summary(bare)
+    assert b["int4_c"] != b["int4_c"] and b["designs_n"] != b["designs_n"]
+    assert verdicts.fewer_kernels(b["designs_five_us"], b["designs_best_us"]) == "have not been timed"
+    assert verdicts.draft_regime(g["int4_c"]).startswith("a draft at about a tenth")
+    assert "dearer" in verdicts.draft_regime(0.4) and "cheaper" in verdicts.draft_regime(0.01)
+    assert verdicts.block_rise(1.44, 1.09) == "rises faster than the bfloat16 stack's"
+    assert verdicts.block_rise(1.1, 1.09) == "rises no faster than the bfloat16 stack's"
+
+
 def test_every_notebook_cell_has_an_id():
     """nbformat 4.5 requires cell ids (nbformat warns on each execution without them, and will refuse)."""
     missing = []

@@ -182,6 +182,43 @@ def test_gpu_check_s_random_models_have_the_thesis_shapes_and_a_sane_scale():
         assert torch.isfinite(model(torch.arange(100, 120)[None]).logits).all()
 
 
+def test_the_4bit_target_has_the_thesis_layers_in_4_bits(monkeypatch):
+    """gpu-check's 4-bit target, built on a CPU at a small Qwen3 shape: every linear layer of every decoder layer is
+    a 4-bit layer of the shape transformers would build (packed for torch's CUDA kernel: its 4-bit product and
+    packing run on CUDA only, so the random fill is replaced here), embedding, norms and head in bfloat16 at the
+    config's scale, norms at one, float32 rotary frequencies; a shape the packing cannot take is refused."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    from thesis_lib.bench import gpuverify
+
+    shape = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64, tie_word_embeddings=False, model_type="qwen3")
+    filled = []
+    monkeypatch.setattr(gpuverify.Int4Linear, "fill", lambda self, g, scale: filled.append(self))
+    model = gpuverify.qwen3_int4(shape, 2, "cpu")
+    cfg = gpuverify.qwen3_config(shape, 2)
+    with torch.device("meta"):
+        plain = Qwen3ForCausalLM(cfg)
+    linears = {n: m for n, m in plain.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in n}
+    got = {n: m for n, m in model.named_modules() if isinstance(m, gpuverify.Int4Linear)}
+    assert set(got) == set(linears) and len(got) == 2 * 7 and len(filled) == len(got)
+    for name, m in got.items():
+        assert (m.in_features, m.out_features) == (linears[name].in_features, linears[name].out_features)
+        assert m.weight.dtype == torch.int32 and m.weight.numel() * 8 == m.in_features * m.out_features
+        assert m.scales_and_zeros.shape == (m.in_features // 128, m.out_features, 2)
+    params = dict(model.named_parameters())
+    assert all(p.dtype == torch.bfloat16 and p.device.type == "cpu" for p in params.values())
+    assert all((p == 1).all() for n, p in params.items() if n.endswith("norm.weight"))
+    head = params["lm_head.weight"].detach().float()
+    assert head.shape == (1024, 256) and abs(float(head.std()) - cfg.initializer_range) < 0.1 * cfg.initializer_range
+    freq = model.model.rotary_emb.inv_freq
+    assert freq.dtype == torch.float32 and torch.equal(freq, Qwen3RotaryEmbedding(cfg).inv_freq)
+    with pytest.raises(ValueError, match="int4 packing"):
+        gpuverify.Int4Linear(100, 64)
+
+
 def test_precision_bench_on_tiny_models(tmp_path, capsys):
     """float32 beside bfloat16 (where the CPU runs it natively): every block timed in both, speculative output
     equal to the same precision's target-only output on every prompt, the document saved once and never

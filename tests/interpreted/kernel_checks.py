@@ -109,6 +109,26 @@ def test_the_one_program_select_keeps_the_set_topk_keeps():
             assert all(r == sorted(r) for r in top.tolist())
 
 
+@pytest.mark.parametrize("block", [1024, 8])
+def test_the_tied_cluster_just_past_the_probes_stays_unprobed(monkeypatch, block):
+    """Every centroid scores alike, so the probes are the lowest-index clusters; the best token of the whole
+    vocabulary sits in the first cluster past them (counted and picked by one program, or by several). Probing one
+    tied cluster too many, or too few, changes the token."""
+    monkeypatch.setattr(gpu_kernels, "PICK_BLOCK", block)
+    vocab, hidden, clusters, probes = 512, 16, 32, 6
+    g = torch.Generator().manual_seed(12)
+    w = torch.randn(vocab, hidden, generator=g) * 0.01
+    assignments = torch.arange(vocab) % clusters  # cluster c holds tokens c, c + 32, ...
+    h = torch.zeros(1, hidden)
+    h[0, 0] = 1.0
+    w[probes + clusters, 0] = 3.0  # the best token: cluster `probes`, the first one not probed
+    w[probes - 1, 0] = 2.0  # the best probed token: the last probed cluster
+    head = FlashHead(w.bfloat16(), Clustering(centroids=torch.ones(clusters, hidden), assignments=assignments,
+                                              info={}), n_probes=probes, path="eager")
+    assert gpu_kernels.greedy(h.bfloat16(), *head.fast_arguments()).tolist() == [probes - 1] == reference(
+        h.bfloat16(), head)
+
+
 def test_equal_token_scores_go_to_the_lowest_id_also_across_clusters_and_specials():
     vocab, hidden, clusters = 512, 16, 32
     g = torch.Generator().manual_seed(5)

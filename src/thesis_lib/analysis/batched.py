@@ -181,15 +181,26 @@ def heads_values(rows: pd.DataFrame) -> dict:
 
 def gpu_batch_sentence(gpu: dict | None) -> str:
     """The heads at batch B on a GPU, from a saved gpu-check document's batch part (``gpu["gpu_check"]``), or why
-    there is none."""
+    there is none: each call with its launches, and, where the part has them, both heads captured in CUDA graphs
+    and timed on the device alone (where the first batch FlashHead loses to the dense head is named)."""
     check = (gpu or {}).get("gpu_check") or {}
     gb = check.get("batch_heads")
     if not gb:
         return "not measured yet: the saved GPU document predates gpu-check's batch part, which the next lent GPU runs"
     g = batch_rows(gb)
-    return (f"on the lent {check['versions'].get('gpu', 'GPU')} with random weights, each call timed with its launches "
-            f"(not in a CUDA graph), FlashHead over the dense head is {g['FlashHead value'].iloc[0]:.2f}x at one state "
-            f"and {g['FlashHead value'].iloc[-1]:.2f}x at {int(g['B'].iloc[-1])} ({advantage_gone(g)})")
+    said = (f"on the lent {check['versions'].get('gpu', 'GPU')} with random weights, each call timed with its "
+            f"launches (not in a CUDA graph), FlashHead over the dense head is {g['FlashHead value'].iloc[0]:.2f}x at "
+            f"one state and {g['FlashHead value'].iloc[-1]:.2f}x at {int(g['B'].iloc[-1])} ({advantage_gone(g)})")
+    captured = (gb.get("captured") or {}).get("by_batch")
+    if not captured:
+        return said
+    ratio = {int(b): part["ms"]["dense"] / part["ms"]["batched"] for b, part in captured.items()}
+    sizes = sorted(ratio)
+    slower = [b for b in sizes if ratio[b] < 1.0]
+    where = (f"first slower than the dense head at {slower[0]} states" if slower
+             else f"faster than the dense head at every batch up to {sizes[-1]}")
+    return (said + "; with both heads captured in CUDA graphs and timed on the device alone, as a serving engine "
+            "runs them, it is " + ", ".join(f"{ratio[b]:.2f}x at {b}" for b in sizes) + f" ({where})")
 
 
 def decode_values(doc: dict, rows: pd.DataFrame, steps: pd.DataFrame, asked: int = 4) -> dict:

@@ -48,7 +48,8 @@ def head_rows(doc: dict) -> pd.DataFrame:
 NUMBERS = ("head_speedup", "head_speedup_launch", "flash_us", "dense_us", "agree_path", "agree_compiled", "rows",
            "probes", "body_ms", "topk_us", "dense_mm_us", "kernels_us", "n_kernels", "step_speedup", "step_ceiling",
            "step_head_share", "step_speedup_eager", "speedup_p64", "speedup_p128", "speedup_p256", "speedup_p593",
-           "verify13")
+           "verify13", "verify5", "int4_step_ms", "int4_c", "int4_v5", "int4_v16", "int4_gb", "designs_five_us",
+           "designs_best_us", "designs_n", "int4_layers", "int4_group")
 
 
 def summary(doc: dict | None) -> dict:
@@ -84,7 +85,43 @@ def summary(doc: dict | None) -> dict:
             "n_kernels": float(len(kernels)) if kernels else nan,
             **{f"speedup_p{n}": (by_probes[n][1] / by_probes[n][2] if n in by_probes else nan)
                for n in (64, 128, 256, 593)},
-            "verify13": float(verify.get("13", verify.get(13, nan))), "name": check["versions"].get("gpu", "?")}
+            "verify13": float(verify.get("13", verify.get(13, nan))), "verify5": float(verify.get("5", verify.get(5, nan))),
+            **_int4(check, captured), **_designs(doc.get("head_designs")), "name": check["versions"].get("gpu", "?")}
+
+
+def _int4(check: dict, captured: dict) -> dict:
+    """The 4-bit Qwen3-32B-shaped target: its layers and group size, its step (ms), the captured FlashHead draft
+    step over it, its blocks of 5 and 16 in steps, its weights' GB (nan where the document has no such part)."""
+    nan = float("nan")
+    v = check.get("verify_int4") or {}
+    if "ms" not in v:
+        return {k: nan for k in ("int4_step_ms", "int4_c", "int4_v5", "int4_v16", "int4_gb", "int4_layers",
+                                 "int4_group")}
+    step = {int(n): float(x) for n, x in v["ms"].items()}[1]
+    over = {int(n): float(x) for n, x in v["over_step"].items()}
+    return {"int4_step_ms": step, "int4_c": captured.get("flashhead_ms", nan) / step, "int4_v5": over.get(5, nan),
+            "int4_v16": over.get(16, nan), "int4_gb": float(v["weights_gb"]), "int4_layers": float(v["layers"]),
+            "int4_group": float(v.get("group", nan))}
+
+
+def _designs(designs: dict | None) -> dict:
+    """Other designs of the head, each timed in a run of its own beside the kept kernels (``head_designs``: one
+    design per ``run*`` part, its ``compare`` curve with the kept kernels as ``old`` and the design as ``new``,
+    and its other settings as ``variants``): the run whose fastest setting came closest to the kept kernels, at
+    593 probes, its kept kernels' and that setting's device times (µs), and how many designs were timed."""
+    nan = float("nan")
+    pairs = []
+    for key, part in (designs or {}).items():
+        run = part.get("compare") if key.startswith("run") and isinstance(part, dict) else None
+        at = next((r for r in (run or {}).get("curve", []) if r["n_probes"] == 593), None)
+        if at is None:
+            continue
+        best = min([at["ms"]["new"]] + [v["ms"]["variant"] for v in run.get("variants", [])])
+        pairs.append((best / at["ms"]["old"], at["ms"]["old"], best))
+    if not pairs:
+        return {"designs_five_us": nan, "designs_best_us": nan, "designs_n": nan}
+    _, kept, best = min(pairs)
+    return {"designs_five_us": 1000 * kept, "designs_best_us": 1000 * best, "designs_n": float(len(pairs))}
 
 
 def _kernel_us(check: dict, head: str, name: str) -> float:

@@ -169,6 +169,40 @@ def step_reach(ceiling: float, target: float = 1.108) -> str:
     return f"so a faster head could still reach the thesis' {target:.3f}x on this body"
 
 
+def draft_regime(c: float) -> str:
+    """Where a draft step of ``c`` target steps stands against the thesis' regime of about a tenth (0.05-0.15)."""
+    if c != c:
+        return "not measured"
+    if c < 0.05:
+        return f"a draft at {c:.3f} of a target step, cheaper than the thesis' regime of about a tenth"
+    if c <= 0.15:
+        return "a draft at about a tenth of a target step, the regime the thesis studies"
+    return f"a draft at {c:.2f} of a target step, dearer than the thesis' regime of about a tenth"
+
+
+def block_rise(v5_int4: float, v5_bf16: float) -> str:
+    """Whether the 4-bit target's block of 5 costs clearly more steps than the bfloat16 stack's (by over 0.1)."""
+    if v5_int4 != v5_int4 or v5_bf16 != v5_bf16:
+        return "cannot be compared with the bfloat16 stack's here"
+    if v5_int4 > v5_bf16 + 0.1:
+        return "rises faster than the bfloat16 stack's"
+    return "rises no faster than the bfloat16 stack's"
+
+
+def fewer_kernels(kept_us: float, best_us: float) -> str:
+    """How the design with fewer kernels that came closest compared with the kept kernels timed in its own run
+    (device times, µs); a difference under 5 % is called a draw (the replays' medians move by a few percent)."""
+    if kept_us != kept_us or best_us != best_us:
+        return "have not been timed"
+    said = f"the closest took {best_us:.1f} µs where these kernels took {kept_us:.1f} µs in the same run"
+    if best_us > 1.05 * kept_us:
+        return (f"were slower ({said}): the work they moved onto single thread blocks cost more than the launches "
+                "it saved")
+    if best_us < kept_us / 1.05:
+        return f"were faster ({said})"
+    return f"were no faster ({said})"
+
+
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
     """torch.compile's same-token count against the shown path's: under half of it is called a miscompile."""
     if agree_compiled != agree_compiled:  # not measured
@@ -441,6 +475,9 @@ RULES = {
                                                         s256="gpu_speedup_p256", s593="gpu_speedup_p593")),
         "gpu_step_met": (gpu_step_target, dict(ratio="gpu_step_speedup")),
         "gpu_step_reach": (step_reach, dict(ceiling="gpu_step_ceiling")),
+        "gpu_int4_regime": (draft_regime, dict(c="gpu_int4_c")),
+        "gpu_int4_rise": (block_rise, dict(v5_int4="gpu_int4_v5", v5_bf16="gpu_verify5")),
+        "gpu_fewer_kernels": (fewer_kernels, dict(kept_us="gpu_designs_five_us", best_us="gpu_designs_best_us")),
         "gpu_compiled_verdict": (compiled_sound, dict(agree_compiled="gpu_agree_compiled", agree_path="gpu_agree_path",
                                                       rows="gpu_rows")),
         "step_vs_head": (step_vs_head, dict(step_speedup="step_speedup", head_speedup="head_speedup",

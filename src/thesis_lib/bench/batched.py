@@ -181,7 +181,9 @@ def random_heads_by_batch(device: str, *, quick: bool = False, progress: bool = 
     """:func:`heads_by_batch` at the thesis' draft-head shape (Qwen3-0.6B: 151,936 x 1,024, C = 9,496 clusters of
     16) with RANDOM weights, a random equal-size partition and random states (``gpu-check``'s batch part): latency
     only. Random states share few probed clusters, so the union is near its largest (B times one row's): the
-    heads' costs where rows do not help each other. ``quick``: a small vocabulary and few states, for a CPU."""
+    heads' costs where rows do not help each other. Where FlashHead runs its Triton kernels, the heads captured in
+    CUDA graphs too (``captured``: :func:`captured_heads_by_batch`). ``quick``: a small vocabulary and few states,
+    for a CPU."""
     from ..heads.dense import DenseGreedyHead
     from ..heads.flashhead import FlashHead
     from ..models.specs import QWEN3_CONFIGS
@@ -200,4 +202,29 @@ def random_heads_by_batch(device: str, *, quick: bool = False, progress: bool = 
                          progress=progress, order_seed=None)
     doc["note"] = "random weights and states: latency only; random rows share few clusters"
     doc["flashhead_path"] = heads["flashhead"].active_path
+    if heads["flashhead"].active_path == "triton":
+        doc["captured"] = captured_heads_by_batch(heads, states, sizes, reps=2 if quick else 10, device=device)
     return doc
+
+
+def captured_heads_by_batch(heads: dict, states: torch.Tensor, batch_sizes: Sequence[int], *, reps: int,
+                            device: str) -> dict:
+    """Each head at batch B captured in a CUDA graph over a static ``[B, D]`` input and timed on the device alone
+    (:func:`~thesis_lib.bench.graphs.queued_times`), as at B = 1: the dense head, FlashHead's Triton kernels on
+    the B rows in one call (``batched``) and one row at a time (``per_row``: B calls in the graph). The two
+    FlashHead calls' tokens are compared on every group."""
+    from .graphs import capture_head, queued_times
+
+    flash = heads["flashhead"]
+    out = {"how": "each head captured in a CUDA graph, each replay's device time alone (queued)", "by_batch": {}}
+    for b in batch_sizes:
+        n = states.shape[0] // b
+        calls = {"dense": heads["dense"], "batched": flash,
+                 "per_row": lambda x: torch.cat([flash(x[r:r + 1]) for r in range(x.shape[0])])}
+        graphs = {name: capture_head(fn, states, rows=b) for name, fn in calls.items()}
+        same = sum(int(torch.equal(graphs["batched"](i), graphs["per_row"](i))) for i in range(n))
+        times = queued_times(graphs, n, reps=reps, device=device)
+        ms = {name: stats_ms(ts)["p50_ms"] for name, ts in times.items()}
+        out["by_batch"][str(b)] = {"groups": n, "ms": ms, "speedup_batched": ms["dense"] / ms["batched"],
+                                   "speedup_per_row": ms["dense"] / ms["per_row"], "same_tokens_groups": same}
+    return out

@@ -12,10 +12,12 @@ What it measures, on one device, in bfloat16, timed with CUDA events on a GPU (:
   ``mode="reduce-overhead"`` (CUDA graphs on a GPU), both heads compiled likewise: the launch-free setting in
   which the thesis' vLLM draft ran. In eager transformers a 28-layer step is bound by kernel launches, which
   hides what the head costs; this row shows the head's share where launches are gone.
-- **heads at batch B**: the dense head and FlashHead on B = 1..32 random states at once
-  (:func:`thesis_lib.bench.batched.random_heads_by_batch`).
+- **heads at batch B**: the dense head and FlashHead on B = 1..32 random states at once, each call with its
+  launches and, on a GPU, both heads captured in CUDA graphs (:func:`thesis_lib.bench.batched.random_heads_by_batch`).
 - **verify curve**: the forward over a block of n = 1..13 tokens over one step of a Qwen3-32B-shaped stack
-  with fewer layers (bf16, not AWQ: the cost of the 4-bit kernels is not in these numbers).
+  with fewer layers in bf16; on a GPU also the whole 64-layer target with 4-bit weights, head included, over
+  blocks of 1..16 (:func:`thesis_lib.bench.gpuverify.verify_int4_check`), whose step the summary sets against
+  the captured FlashHead draft step (the thesis' draft-cost ratio).
 
 Random weights make these latency numbers, never acceptance or speedup of decoding; every report says so.
 The result is one JSON document (last line of the command's output). ``quick`` shrinks everything so that
@@ -36,13 +38,13 @@ from ..heads import gpu_kernels
 from ..heads.flashhead import FlashHead, compile_settings
 from ..models.specs import QWEN3_CONFIGS
 from .gpustep import graph_step_check, step_check
-from .gpuverify import verify_check
+from .gpuverify import verify_check, verify_int4_check
 from .graphs import capture_head, queued_times, replay_step, sync
 from .timing import interleaved, stats_ms
 
 PROBES = (64, 128, 256, 593)
-NOTE = ("random weights at the thesis' shapes: latency only (no acceptance, no decoding speedup); the target "
-        "stack is bf16 with fewer layers, not AWQ")
+NOTE = ("random weights at the thesis' shapes: latency only (no acceptance, no decoding speedup); the verify "
+        "stack is bf16 with fewer layers; the 4-bit target runs torch's tinygemm kernel, not AWQ's")
 
 
 def versions(device: str) -> dict:
@@ -85,6 +87,9 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
         if dense_graphs is not None:
             fns["dense_graphs"] = lambda i: replay_step(dense_graphs, states[i:i + 1])
         for path, head in heads.items():
+            if triton and path in ("compiled", "graphs") and p != max(probes):
+                continue  # beside the kernels, torch.compile's head (slow on a GPU, compiled anew per probe count)
+                # at the largest only; without them it is the shown path at every probe count
             head.with_probes(p)
             fns[f"flash_{path}"] = ((lambda i, h=head: replay_step(h, states[i:i + 1])) if path == "graphs"
                                     else (lambda i, h=head: h(states[i:i + 1])))
@@ -103,7 +108,7 @@ def head_check(device: str, *, reps: int, rows: int, probes=PROBES, graphs: bool
                **{f"{name}_ms": s["p50_ms"] for name, s in stats.items()},
                **{f"speedup_{name[6:]}": stats["dense"]["p50_ms"] / s["p50_ms"]
                   for name, s in stats.items() if name.startswith("flash_")}}
-        if dense_graphs is not None:  # both heads in CUDA graphs: the like-for-like comparison on a GPU
+        if "flash_graphs" in stats:  # both heads in CUDA graphs: the like-for-like comparison on a GPU
             row["speedup_graphs_vs_dense_graphs"] = stats["dense_graphs"]["p50_ms"] / stats["flash_graphs"]["p50_ms"]
         if triton:
             row["speedup_triton_captured_vs_dense_captured"] = (stats["dense_captured"]["p50_ms"]
@@ -188,6 +193,9 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
     doc["head_profile"] = head_profile(device, calls=5 if quick else 50)
     doc["verify"] = verify_check(device, layers=target_layers or (1 if quick else 8), reps=2 if quick else 10,
                                  context=32 if quick else 256, max_block=5 if quick else 13)
+    if cuda:  # the 4-bit kernel is CUDA's; the quick run on a CPU has none (quick on a GPU: 2 layers)
+        doc["verify_int4"] = verify_int4_check(device, layers=2 if quick else 64, reps=2 if quick else 10,
+                                               context=32 if quick else 256, max_block=5 if quick else 16)
     from .batched import random_heads_by_batch
 
     doc["batch_heads"] = random_heads_by_batch(device, quick=quick, progress=progress)
@@ -204,9 +212,22 @@ def run(device: str = "cuda:0", *, quick: bool = False, progress: bool = True, t
                       "draft_step_speedup_captured": (doc["draft_step_graphs"].get("captured") or {}).get("speedup"),
                       "draft_step_ceiling_captured": (doc["draft_step_graphs"].get("captured") or {}).get("ceiling"),
                       "verify_13_over_step": doc["verify"]["over_step"].get(13),
+                      **_thesis_regime(doc),
                       "thesis": {"head_speedup": 4.32, "draft_step_speedup": 1.108}}
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     return doc
+
+
+def _thesis_regime(doc: dict) -> dict:
+    """The thesis' cost terms from this run: the captured FlashHead draft step over the 4-bit target's one-token
+    step (the draft's cost ratio), and the target's block of 5 over its step (empty where either part is missing)."""
+    int4 = doc.get("verify_int4") or {}
+    captured = (doc.get("draft_step_graphs") or {}).get("captured") or {}
+    if "ms" not in int4 or "flashhead_ms" not in captured:
+        return {}
+    step = {int(n): x for n, x in int4["ms"].items()}[1]
+    return {"target_step_ms_int4": step, "draft_over_target_int4": captured["flashhead_ms"] / step,
+            "verify_5_over_step_int4": {int(n): x for n, x in int4["over_step"].items()}.get(5)}
 
 
 def text(doc: dict) -> str:
@@ -234,8 +255,6 @@ def text(doc: dict) -> str:
         if "flashhead_triton_ms" in st:
             lines.append(f"  draft step, body in a CUDA graph, FlashHead's Triton kernel: "
                          f"{st['flashhead_triton_ms']:.3f} ms ({st['speedup_triton']:.3f}x)")
-        lines.append(f"  draft step, body and head in one graph: dense {st['dense_one_graph_ms']:.3f} ms, FlashHead "
-                     f"{st['flashhead_one_graph_ms']:.3f} ms ({st['speedup_one_graph']:.3f}x)")
         cap = st.get("captured")
         if cap and "error" in cap:
             lines.append(f"  draft step captured by hand: FAILED ({cap['error'][:300]})")
@@ -252,6 +271,22 @@ def text(doc: dict) -> str:
         lines.append("  heads at batch B (random states), FlashHead over the dense head: " + ", ".join(
             f"B={b} {part['stats']['dense']['p50_ms'] / part['stats']['flashhead']['p50_ms']:.2f}x"
             for b, part in doc["batch_heads"]["by_batch"].items()))
+    cap = (doc.get("batch_heads") or {}).get("captured")
+    if cap:
+        lines.append("  heads at batch B captured (device time), FlashHead over the dense head, one call (a call per "
+                     "row): " + ", ".join(f"B={b} {r['speedup_batched']:.2f}x" + (
+                         f" ({r['speedup_per_row']:.2f}x)" if "speedup_per_row" in r else "")
+                                          for b, r in cap["by_batch"].items()))
+    v4 = doc.get("verify_int4")
+    if v4 and "error" in v4:
+        lines.append(f"  4-bit target: FAILED ({v4['error'][:300]})")
+    elif v4:
+        ms = {int(n): x for n, x in v4["ms"].items()}  # int keys as measured, str keys once saved as JSON
+        lines.append(f"  4-bit target ({v4['layers']} layers, {v4['weights_gb']:.1f} GB): step {ms[1]:.2f} ms; "
+                     "verify / step: " + ", ".join(f"{n}: {x:.2f}" for n, x in v4["over_step"].items()))
+        if "draft_over_target_int4" in doc.get("summary", {}):
+            lines.append(f"  captured FlashHead draft step over the 4-bit target step: "
+                         f"{doc['summary']['draft_over_target_int4']:.3f}")
     v = doc["verify"]
     lines.append(f"  verify / step ({v['how']}): " + ", ".join(f"{n}: {x:.2f}" for n, x in v["over_step"].items())
                  + (f"; captured verify FAILED ({v['captured_error'][:200]})" if "captured_error" in v else ""))

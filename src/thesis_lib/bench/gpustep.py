@@ -18,7 +18,7 @@ from ..heads.dense import DenseGreedyHead
 from ..heads.flashhead import FlashHead
 from ..models.specs import QWEN3_CONFIGS
 from .gpuverify import qwen3
-from .graphs import capture, queued_times, replay_step
+from .graphs import capture, queued_times
 from .timing import interleaved, stats_ms
 
 
@@ -80,11 +80,6 @@ def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_pro
         return model.model(input_ids=token, past_key_values=cache, cache_position=position,
                            use_cache=True).last_hidden_state[:, -1]
 
-    flash_args = flash.fast_arguments()
-    # the whole step (body and head) as one graph, as a serving engine would capture it
-    dense_step = torch.compile(lambda t, q: dense_head(body_fn(t, q)), dynamic=False, mode=mode)
-    flash_step = torch.compile(lambda t, q: FlashHead.greedy_function(body_fn(t, q), *flash_args), dynamic=False,
-                               mode=mode)
     body = torch.compile(body_fn, dynamic=False, mode=mode)
 
     def step(head=None):
@@ -95,9 +90,7 @@ def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_pro
     triton = FlashHead(weight, clustering, n_probes=n_probes, path="triton") if gpu_kernels.available(device) \
         else None
     fns = {"body": lambda i: step(), "dense": lambda i: step(dense), "flashhead": lambda i: step(flash),
-           **({"flashhead_triton": lambda i: step(triton)} if triton is not None else {}),
-           "dense_one_graph": lambda i: replay_step(dense_step, token, position),
-           "flashhead_one_graph": lambda i: replay_step(flash_step, token, position)}
+           **({"flashhead_triton": lambda i: step(triton)} if triton is not None else {})}
     times = interleaved(fns, 1, reps=reps, warmup=3, desc="draft step (graphs)", progress=progress, device=device)
     stats = {n: stats_ms(t) for n, t in times.items()}
     captured = _captured_steps(body_fn, dense_head, triton, token, position, reps=reps, progress=progress,
@@ -107,9 +100,6 @@ def graph_step_check(device: str, *, layers: int, reps: int, context: int, n_pro
             "flash_path": flash.active_path, "body_ms": stats["body"]["p50_ms"], "dense_ms": stats["dense"]["p50_ms"],
             "flashhead_ms": stats["flashhead"]["p50_ms"],
             "speedup": stats["dense"]["p50_ms"] / stats["flashhead"]["p50_ms"],
-            "dense_one_graph_ms": stats["dense_one_graph"]["p50_ms"],
-            "flashhead_one_graph_ms": stats["flashhead_one_graph"]["p50_ms"],
-            "speedup_one_graph": stats["dense_one_graph"]["p50_ms"] / stats["flashhead_one_graph"]["p50_ms"],
             **({"flashhead_triton_ms": stats["flashhead_triton"]["p50_ms"],
                 "speedup_triton": stats["dense"]["p50_ms"] / stats["flashhead_triton"]["p50_ms"]}
                if triton is not None else {})}

@@ -13,22 +13,25 @@ from __future__ import annotations
 import torch
 
 
-def capture_head(head, states: torch.Tensor):
-    """``head`` captured in a CUDA graph over a static input row; the returned ``fn(i)`` copies ``states[i]``
-    in and replays."""
-    static = states[:1].clone()
+def capture_head(head, states: torch.Tensor, rows: int = 1):
+    """``head`` captured in a CUDA graph over a static input of ``rows`` rows; the returned ``fn(i)`` copies
+    group ``i`` of ``states`` (rows ``i * rows`` on) in and replays."""
+    static = states[:rows].clone()
     head(static)  # warm-up outside the capture (Triton compiles its kernels on the first launch)
     torch.cuda.synchronize(static.device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = head(static)
 
+    def load(i: int) -> None:
+        static.copy_(states[i * rows:(i + 1) * rows])
+
     def call(i: int) -> torch.Tensor:
-        static.copy_(states[i:i + 1])
+        load(i)
         graph.replay()
         return out
 
-    call.load = lambda i: static.copy_(states[i:i + 1])
+    call.load = load
     call.replay = graph.replay
     return call
 

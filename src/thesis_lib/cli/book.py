@@ -140,13 +140,14 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("gpu-check", help="the GPU acceptance run: head, draft step and verify cost at the thesis' "
                        "shapes with random weights",
-                       description="Dense head vs FlashHead at 64..593 probes (eager, compiled, CUDA graphs), a "
-                       "Qwen3-0.6B draft step, and the verify cost of blocks of 1..13 tokens on a Qwen3-32B-shaped "
-                       "stack, in bf16 with random weights (latency only), timed with CUDA events; one JSON "
-                       "document as the last line.")
+                       description="Dense head vs FlashHead at 64..593 probes (eager, compiled, CUDA graphs), the "
+                       "heads at batch 1..32, a Qwen3-0.6B draft step, the verify cost of blocks of 1..13 tokens on "
+                       "a Qwen3-32B-shaped bf16 stack and, on a GPU, of 1..16 on the whole 64-layer target in 4-bit "
+                       "weights; random weights (latency only), timed with CUDA events; one JSON document as the "
+                       "last line.")
     p.add_argument("--device", default="cuda:0", help="device to measure (default: %(default)s; cpu works too)")
     p.add_argument("--quick", action="store_true", help="a CPU-sized smoke run: few layers, reps and probe counts")
-    p.add_argument("--target-layers", type=int, default=None, help="layers of the Qwen3-32B-shaped stack (default 8)")
+    p.add_argument("--target-layers", type=int, default=None, help="layers of the bf16 Qwen3-32B-shaped stack (default 8; the 4-bit target has all 64)")
     p.add_argument("--draft-layers", type=int, default=None, help="layers of the Qwen3-0.6B draft (default 28)")
     options.out(p)
     p.add_argument("--book", action="store_true", help="then execute the rehearsal book's notebooks with target and "

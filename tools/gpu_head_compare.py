@@ -1,0 +1,133 @@
+"""FlashHead's Triton head of this revision against an earlier revision's, side by side on one GPU (random weights
+at Qwen3-0.6B's head shape, 9,496 clusters of 16), both captured in CUDA graphs and timed on the device alone,
+beside the dense head; and their tokens against the float32 reference and against each other.
+
+    git show REV:src/thesis_lib/heads/gpu_kernels.py > OLD/gpu_kernels.py   # and triton_kernels.py, an __init__.py
+    PYTHONPATH=src:. python tools/gpu_head_compare.py --old OLD --out compare.json
+
+``--old`` names a package folder holding the earlier ``gpu_kernels.py`` and ``triton_kernels.py``; its ``greedy``
+takes FlashHead's fast arguments. In the document ``old`` is that revision's head and ``new`` this one's (where
+this revision keeps the earlier kernels, the two are the same). Prints one line per probe count and writes the
+JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", required=True, help="package folder with the earlier gpu_kernels.py/triton_kernels.py")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--repeat-calls", type=int, default=5, help="calls of each head per state, tokens compared")
+    ap.add_argument("--variants", default="", help="settings of the new head also timed at 593 probes: module "
+                    "constants of this revision's heads.gpu_kernels, e.g. 'PICK_BLOCK=512;PICK_BLOCK=2048,TIE_CAP=32' "
+                    "(variants split by ';')")
+    args = ap.parse_args()
+    from thesis_lib.bench.gpucheck import random_clustering, versions
+    from thesis_lib.bench.graphs import capture_head, queued_times
+    from thesis_lib.bench.timing import stats_ms
+    from thesis_lib.heads import gpu_kernels
+    from thesis_lib.heads.dense import DenseGreedyHead
+    from thesis_lib.heads.flashhead import FlashHead
+
+    old_dir = Path(args.old).resolve()
+    sys.path.insert(0, str(old_dir.parent))
+    old = importlib.import_module(f"{old_dir.name}.gpu_kernels")
+    device = "cuda:0"
+    vocab, hidden = 151936, 1024
+    g = torch.Generator().manual_seed(1)
+    weight = (torch.randn(vocab, hidden, generator=g) * 0.02).to(device=device, dtype=torch.bfloat16)
+    states = torch.randn(args.rows, hidden, generator=g).to(device=device, dtype=torch.bfloat16)
+    clustering = random_clustering(vocab, hidden, vocab // 16)
+    head = FlashHead(weight, clustering, n_probes=593, path="triton")
+    eager = FlashHead(weight, clustering, n_probes=593, path="eager")
+    reference = FlashHead(weight, clustering, n_probes=593, path="reference")
+    dense = DenseGreedyHead(weight)
+    doc = {"versions": versions(device), "old": str(old_dir.name), "rows": args.rows, "reps": args.reps,
+           "note": "random weights: latency only", "curve": []}
+    t0 = time.perf_counter()
+    for p in (64, 256, 593):
+        for h in (head, eager, reference):
+            h.with_probes(p)
+        calls = {"dense": dense, "new": head, "old": lambda x: old.greedy(x, *head.fast_arguments())}
+        graphs = {name: capture_head(fn, states) for name, fn in calls.items()}
+        want = [int(reference(states[i:i + 1])) for i in range(args.rows)]
+        fast = [int(eager(states[i:i + 1])) for i in range(args.rows)]  # the torch path's bfloat16 ranking
+        got = {n: [[int(graphs[n](i)) for i in range(args.rows)] for _ in range(args.repeat_calls)]
+               for n in ("new", "old")}
+        times = queued_times(graphs, args.rows, reps=args.reps, device=device)
+        ms = {n: stats_ms(t)["p50_ms"] for n, t in times.items()}
+        row = {"n_probes": p, "ms": ms, "speedup_new": ms["dense"] / ms["new"], "speedup_old": ms["dense"] / ms["old"],
+               "new_over_old": ms["old"] / ms["new"],
+               "same_as_reference": {n: sum(a == b for a, b in zip(v[0], want)) for n, v in got.items()},
+               "same_as_eager_bf16": {n: sum(a == b for a, b in zip(v[0], fast)) for n, v in got.items()},
+               "stable_over_calls": {n: all(x == v[0] for x in v) for n, v in got.items()},
+               "new_equals_old": sum(a == b for a, b in zip(got["new"][0], got["old"][0]))}
+        doc["curve"].append(row)
+        print(f"p={p}: dense {1e3 * ms['dense']:.1f} us, old {1e3 * ms['old']:.1f} us ({row['speedup_old']:.2f}x), "
+              f"new {1e3 * ms['new']:.1f} us ({row['speedup_new']:.2f}x); same as reference "
+              f"{row['same_as_reference']}, as eager bf16 {row['same_as_eager_bf16']}, new = old "
+              f"{row['new_equals_old']}/{args.rows}, stable {row['stable_over_calls']}", flush=True)
+    doc["variants"] = _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times, stats_ms)
+    doc["kernel_profile"] = _profile(head, states[:1])
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times, stats_ms) -> list[dict]:
+    """The new head at 593 probes with other module settings (captured with them), beside the defaults and the
+    dense head; tokens compared with the defaults'."""
+    head.with_probes(593)
+    out = []
+    base = capture_head(head, states)
+    want = [int(base(i)) for i in range(args.rows)]
+    for spec in filter(None, args.variants.split(";")):
+        settings = dict(kv.split("=") for kv in spec.split(","))
+        saved = {k: getattr(gpu_kernels, k) for k in settings}
+        try:
+            for k, v in settings.items():
+                setattr(gpu_kernels, k, int(v))
+            graph = capture_head(head, states)
+        finally:
+            for k, v in saved.items():
+                setattr(gpu_kernels, k, v)
+        same = sum(int(graph(i)) == want[i] for i in range(args.rows))
+        times = queued_times({"dense": capture_head(dense, states), "default": base, "variant": graph}, args.rows,
+                             reps=args.reps, device="cuda:0")
+        ms = {n: stats_ms(t)["p50_ms"] for n, t in times.items()}
+        out.append({"settings": settings, "ms": ms, "same_as_default": same})
+        print(f"variant {spec}: {1e3 * ms['variant']:.1f} us against the default's {1e3 * ms['default']:.1f} us "
+              f"(dense {1e3 * ms['dense']:.1f}); same tokens {same}/{args.rows}", flush=True)
+    return out
+
+
+def _profile(head, h: torch.Tensor) -> list[dict]:
+    """Device microseconds per call of each kernel of the new head (torch.profiler, 50 calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        head(h)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(50):
+            head(h)
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_device_time_total, reverse=True)
+    return [{"name": e.key[:100], "us_per_call": e.self_device_time_total / 50} for e in rows[:8]
+            if e.self_device_time_total > 0]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
