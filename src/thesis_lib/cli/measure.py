@@ -192,6 +192,28 @@ def cmd_llama_bench(args) -> int:
     return options.emit(doc, llama_peer.text(doc), out_path)
 
 
+def cmd_step_profile(args) -> int:
+    from ..bench import stepprofile
+    from ..bench.environment import provenance
+    from ..bench.prompts import demo_prompts, encode
+    from ..heads.for_model import flashhead_for
+    from ..models import loading
+
+    if args.reps < 3 or args.max_block < 1 or args.new_tokens < 2:
+        raise ConfigError("--reps must be >= 3, --max-block >= 1 and --new-tokens >= 2.")
+    specs.check_available(specs.DEFAULT_TARGET)
+    specs.check_available(specs.DEFAULT_DRAFT)
+    out_path = options.new_out_path(args)
+    measured = provenance()
+    target, draft = loading.load_pair(dtype=args.dtype)
+    ids = encode(target.tokenizer, demo_prompts()[0].text)
+    doc = stepprofile.run(target, draft, flashhead_for(draft), ids, blocks=tuple(range(1, args.max_block + 1)),
+                          reps=args.reps, new_tokens=args.new_tokens)
+    doc.update(measured=measured, command=f"thesis-lib step-profile --dtype {args.dtype} --max-block "
+                                          f"{args.max_block} --reps {args.reps} --new-tokens {args.new_tokens}")
+    return options.emit(doc, stepprofile.text(doc), out_path)
+
+
 def cmd_sampling_check(args) -> int:
     from ..analysis import distcheck
     from ..bench.environment import provenance
@@ -337,6 +359,18 @@ def add_parsers(sub) -> None:
                    "bfloat16 and int4 anyway (stock bf16 layers): the precisions DTYPE auto declines there")
     options.out(p)
     p.set_defaults(func=cmd_precision_bench)
+
+    p = sub.add_parser("step-profile", help="where a decode step's time goes: each part beside its byte floor",
+                       description="The draft's one-token step (dense head, FlashHead) and the target's blocks of "
+                       "1..--max-block tokens after a demo prompt, split by module hooks into linear layers, attention "
+                       "and KV cache, norms, activation, the rest and the head, each beside its bytes at this machine's "
+                       "stream rate; the target-only loop's time per token. One JSON document as the last line.")
+    p.add_argument("--dtype", default="auto", help="the pair's precision (default: %(default)s)")
+    p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
+    p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
+    options.out(p)
+    p.set_defaults(func=cmd_step_profile)
 
     p = sub.add_parser("llama-bench", help="llama.cpp beside this project on the embedded pair's own GGUF files",
                        description="Times llama.cpp's greedy target-only and speculative decoding (the 0.5B GGUF as "

@@ -1,0 +1,80 @@
+"""Where a decode step's time goes (``bench.stepprofile``): the parts' clock, the operation count, the byte floors
+and the whole profile on the tiny int8-dynamic pair."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thesis_lib.bench import stepprofile as sp
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.models.loading import LoadedModel
+
+from conftest import int8_pair
+
+
+def test_the_operation_count_counts_dispatched_aten_operations():
+    x = torch.ones(4)
+    assert sp.count_ops(lambda: x + 1) == 1
+    assert sp.count_ops(lambda: (x * 2).sum()) == 2
+    assert sp.count_ops(lambda: None) == 0
+
+
+def test_the_clock_times_each_part_and_leaves_no_hook_behind():
+    """A forward of the tiny int8 target under the clock: a hook pair on every decoder linear layer, norm, attention
+    module and activation, the final norm, the rotary table and the embedding (not the head); the parts add up to
+    the body, the linear layers inside attention counted once; no hook left on any module after."""
+    import time
+
+    target, _, _ = int8_pair()
+    clock = sp.PartClock(target)
+    layers = target.config.num_hidden_layers
+    assert len(clock.handles) == 2 * (layers * (7 + 2 + 1 + 1) + 3)
+    state = ModelState(target)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        state.hidden(list(range(5, 15)))
+        body = time.perf_counter() - start
+    parts = clock.parts(body)
+    assert parts["attn_linear"] > 0 and parts["mlp_linear"] > 0 and parts["norms"] > 0 and parts["attention"] > 0
+    assert parts["linear"] == pytest.approx(parts["attn_linear"] + parts["mlp_linear"])
+    assert parts["other"] >= 0
+    assert sum(v for k, v in parts.items() if k not in ("attn_linear", "mlp_linear")) == pytest.approx(body)
+    clock.remove()
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in target.modules())
+
+
+def test_the_floors_follow_the_bytes_each_part_reads():
+    """At 1 GB/s a part's floor in seconds is its gigabytes: the linear floor does not grow with the block, the
+    KV cache's does with the context, FlashHead reads fewer bytes than the dense head for one position, and its
+    bytes count once per position scored."""
+    target, draft, flash = int8_pair()
+    dense = ModelState(draft).head
+    one = sp.floors(draft, dense, 1, 100, 1.0)
+    five = sp.floors(draft, dense, 5, 100, 1.0)
+    longer = sp.floors(draft, dense, 1, 1000, 1.0)
+    assert one["linear"] == five["linear"] > 0 and one["linear"] == pytest.approx(one["attn_linear"] + one["mlp_linear"])
+    assert longer["attention"] > one["attention"] > 0
+    cfg = draft.config
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    assert one["attention"] == pytest.approx(cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * 101 * 4
+                                             / 1e9)
+    f1, f5 = sp.floors(draft, flash, 1, 100, 1.0), sp.floors(draft, flash, 5, 100, 1.0)
+    assert f1["head"] < one["head"] and f5["head"] == pytest.approx(5 * f1["head"])
+
+
+def test_the_whole_profile_on_the_tiny_pair(tok):
+    """Every step profiled, hooked and bare, with its parts, floors and operations; the loop's overhead measured
+    beside its one-token step; the printout has a row per step."""
+    target, draft, flash = int8_pair()
+    pair = [LoadedModel(spec=f"tiny:{n}", model=m, tokenizer=tok, path=None, device="cpu", dtype="int8-dynamic")
+            for n, m in (("target", target), ("draft", draft))]
+    doc = sp.run(*pair, flash, list(range(5, 25)), blocks=(1, 3), reps=3, new_tokens=4, progress=False)
+    assert list(doc["steps"]) == ["draft, dense head", "draft, FlashHead", "target, block of 1", "target, block of 3"]
+    for name, step in doc["steps"].items():
+        assert set(sp.PARTS) <= set(step["ms"]) and step["ms"]["bare_body"] > 0 and step["aten_ops"] > 0, name
+        assert step["floor_ms"]["linear"] > 0 and step["context"] == 20 - step["n"]
+    assert doc["steps"]["target, block of 3"]["aten_ops"] > doc["steps"]["target, block of 1"]["aten_ops"]
+    assert doc["loop"]["tpot_ms"] > 0 and doc["loop"]["step_ms"] > 0 and doc["loop"]["new_tokens"] == 4
+    printed = sp.text(doc)
+    assert all(name in printed for name in doc["steps"]) and "target-only loop" in printed
