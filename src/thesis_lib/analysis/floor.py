@@ -173,3 +173,54 @@ def llama_glued(doc: dict | None) -> dict:
             "llama_byte_ratio": byte_ratio, "llama_base_ratio": base_ratio, "llama_best": best, "llama_gap": gap,
             "llama_spec_equal": (f"{s['llama.cpp speculative'].get('equal_to_llama_target_only', '?')} of "
                                  f"{doc.get('prompts', '?')}")}
+
+
+#: the parts of a step the profile table shows, in ms, and the ones with a byte floor beside them
+STEP_PARTS = ("linear", "attention", "norms", "activation", "other", "head")
+_OVERHEAD = ("attention", "norms", "activation", "rotary_table", "embedding", "other")
+
+
+def step_rows(doc: dict | None) -> pd.DataFrame:
+    """``thesis-lib step-profile``'s steps (none: a one-cell table saying so): each step's time without the hooks,
+    each part with the hooks (ms, medians), the linear layers', attention's and the head's byte floors, the aten
+    operations of one forward."""
+    if not doc:
+        return pd.DataFrame({"step profile": ["none named (STEP_PROFILE_FILE)"]})
+    rows = []
+    for name, step in doc["steps"].items():
+        ms, floor = step["ms"], step["floor_ms"]
+        row = {"step": name, "ms": ms["bare_body"] + ms["bare_head"]}
+        for part in STEP_PARTS:
+            row[part] = ms[part]
+            if part in ("linear", "head"):
+                row[f"{part} floor"] = floor[part]
+        row["aten ops"] = step["aten_ops"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def step_glued(doc: dict | None) -> dict:
+    """The profile's numbers for the page (``sp_*``; nan without a document): the FlashHead draft's step and the
+    target's in ms and their ratio; the draft's linear layers over their floor; what of the draft's body is neither
+    weights nor head (ms, share of the hooked body, µs per aten operation); a block of five over one step, and how
+    much of its growth the linear layers, attention and the head take; the target-only loop's time beyond its
+    model."""
+    nan = float("nan")
+    keys = ("draft_ms", "target_ms", "ratio", "linear_over_floor", "overhead_ms", "overhead_share", "ops",
+            "us_per_op", "block5", "growth_linear", "growth_attention", "growth_head", "loop_beyond_share",
+            "stream_gbps")
+    if not doc:
+        return {f"sp_{k}": nan for k in keys}
+    steps = doc["steps"]
+    draft, one, five = steps["draft, FlashHead"], steps["target, block of 1"], steps["target, block of 5"]
+    bare = {name: s["ms"]["bare_body"] + s["ms"]["bare_head"] for name, s in steps.items()}
+    overhead = sum(draft["ms"][p] for p in _OVERHEAD)
+    grow = bare["target, block of 5"] - bare["target, block of 1"]
+    return {"sp_draft_ms": bare["draft, FlashHead"], "sp_target_ms": bare["target, block of 1"],
+            "sp_ratio": bare["draft, FlashHead"] / bare["target, block of 1"],
+            "sp_linear_over_floor": draft["ms"]["linear"] / draft["floor_ms"]["linear"],
+            "sp_overhead_ms": overhead, "sp_overhead_share": overhead / draft["ms"]["body"],
+            "sp_ops": float(draft["aten_ops"]), "sp_us_per_op": 1000 * overhead / draft["aten_ops"],
+            "sp_block5": bare["target, block of 5"] / bare["target, block of 1"],
+            **{f"sp_growth_{p}": (five["ms"][p] - one["ms"][p]) / grow for p in ("linear", "attention", "head")},
+            "sp_loop_beyond_share": doc["loop"]["beyond_share"], "sp_stream_gbps": doc["stream_gbps"]}

@@ -209,16 +209,15 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
         new_tokens: int = 32, progress: bool = True) -> dict:
     """The whole profile on a loaded pair (target and draft :class:`~thesis_lib.models.loading.LoadedModel`,
     ``flash`` the draft's FlashHead): the draft's one-token step with the dense head and with FlashHead and the
-    target's blocks, every step hooked and bare once per repetition, steps interleaved in alternating order; each
-    part beside its floor (at the faster of two stream-rate readings, before and after); then the target-only
-    loop's overhead per token."""
+    target's blocks, every step hooked and bare once per repetition, steps interleaved in alternating order, the
+    stream rate read once per repetition beside them; each part beside its floor at the median rate; then the
+    target-only loop's overhead per token."""
     from ..bench.runner import Runner
     from ..decoding.state import ModelState
     from ..models.cpu import cpu_flags, cpu_name
     from ..progress import tqdm
     from .precision import stream_gbps
 
-    before = stream_gbps()
     cases = {"draft, dense head": (draft, None, 1), "draft, FlashHead": (draft, flash, 1)}
     cases.update({f"target, block of {n}": (target, None, n) for n in blocks})
     doc = {"processor": cpu_name(), "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
@@ -231,14 +230,15 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
             state = ModelState(lm.model, head=head, vocab_limit=lm.vocab_limit) if head is not None else \
                 ModelState(lm.model, vocab_limit=lm.vocab_limit)
             steps[name] = StepCase(state, ids, n)
-        names = list(steps)
+        names, readings = list(steps), []
         for r in tqdm(range(3 + reps), desc="step profile", disable=not progress):
             for name in (names if r % 2 else names[::-1]):
                 for hooked in ((True, False) if r % 2 else (False, True)):
                     steps[name].once(hooked, record=r >= 3)
-        after = stream_gbps()
-        gbps = max(before, after)
-        doc.update(stream_gbps=gbps, stream_gbps_readings=[before, after], steps={})
+            if r >= 3:  # the read rate drifts on a shared machine: read beside the steps, every repetition
+                readings.append(stream_gbps(gib=0.5, reps=3))
+        gbps = statistics.median(readings)
+        doc.update(stream_gbps=gbps, stream_gbps_range=[min(readings), max(readings)], steps={})
         for name, case in steps.items():
             lm = cases[name][0]
             part = case.result()
@@ -264,7 +264,8 @@ def table_rows(doc: dict) -> list[dict]:
 def text(doc: dict) -> str:
     """The document as ``thesis-lib step-profile`` prints it."""
     cols = ("linear", "attention", "norms", "activation", "other", "head")
-    lines = [f"step profile on {doc['processor']} ({doc['threads']} threads), stream {doc['stream_gbps']:.1f} GB/s; "
+    lines = [f"step profile on {doc['processor']} ({doc['threads']} threads), stream {doc['stream_gbps']:.1f} GB/s "
+             f"(median; {doc['stream_gbps_range'][0]:.1f}-{doc['stream_gbps_range'][1]:.1f}); "
              "ms, medians; [floor] = the part's bytes at the stream rate",
              f"{'step':<20}{'bare':>8}{'hooked':>8}" + "".join(f"{c:>15}" for c in cols) + f"{'aten ops':>10}"]
     for r in table_rows(doc):
