@@ -78,3 +78,44 @@ def test_the_whole_profile_on_the_tiny_pair(tok):
     assert doc["loop"]["tpot_ms"] > 0 and doc["loop"]["step_ms"] > 0 and doc["loop"]["new_tokens"] == 4
     printed = sp.text(doc)
     assert all(name in printed for name in doc["steps"]) and "target-only loop" in printed
+
+
+def _doc(draft_parts: dict, one_parts: dict, five_parts: dict) -> dict:
+    def step(parts, bare, ops, n):
+        ms = {p: parts.get(p, 0.0) for p in sp.PARTS}
+        ms.update(body=sum(v for k, v in parts.items() if k != "head"), bare_body=bare - parts["head"],
+                  bare_head=parts["head"])
+        return {"n": n, "ms": ms, "aten_ops": ops, "floor_ms": {"linear": 5.0, "attention": 0.1, "head": 1.0}}
+    steps = {"draft, dense head": step(draft_parts, 30.0, 1000, 1), "draft, FlashHead": step(draft_parts, 20.0, 1000, 1),
+             "target, block of 1": step(one_parts, 80.0, 2000, 1), "target, block of 5": step(five_parts, 120.0, 2400, 5)}
+    return {"steps": steps, "loop": {"beyond_share": 0.05}, "stream_gbps": 40.0}
+
+
+def test_the_appendix_reads_the_profile_as_constructed():
+    """On a constructed profile: the draft's step over the target's, its linear layers over their floor, what is
+    neither weights nor head (its share of the body, per operation), a block of five over one step and the shares
+    of its growth; no document: nan and a table saying none is named."""
+    from thesis_lib.analysis import floor
+
+    draft = {"linear": 10.0, "attention": 3.0, "norms": 1.0, "activation": 0.5, "other": 0.5, "head": 2.0}
+    one = {"linear": 50.0, "attention": 6.0, "norms": 2.0, "other": 2.0, "head": 10.0}
+    five = {"linear": 66.0, "attention": 14.0, "norms": 2.0, "other": 2.0, "head": 26.0}
+    g = floor.step_glued(_doc(draft, one, five))
+    assert g["sp_ratio"] == pytest.approx(20 / 80) and g["sp_linear_over_floor"] == pytest.approx(2.0)
+    assert g["sp_overhead_ms"] == pytest.approx(5.0) and g["sp_overhead_share"] == pytest.approx(5 / 15)
+    assert g["sp_us_per_op"] == pytest.approx(5.0) and g["sp_block5"] == pytest.approx(1.5)
+    assert (g["sp_growth_linear"], g["sp_growth_attention"], g["sp_growth_head"]) == pytest.approx((0.4, 0.2, 0.4))
+    rows = floor.step_rows(_doc(draft, one, five))
+    assert list(rows["step"]) == ["draft, dense head", "draft, FlashHead", "target, block of 1", "target, block of 5"]
+    assert list(rows["ms"]) == [30.0, 20.0, 80.0, 120.0] and rows["linear floor"].iloc[0] == 5.0
+    empty = floor.step_glued(None)
+    assert all(v != v for v in empty.values()) and set(empty) == set(g)
+    assert list(floor.step_rows(None).columns) == ["step profile"]
+
+
+def test_the_loop_s_overhead_reads_both_ways():
+    from thesis_lib.analysis import verdicts
+
+    assert verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1%" in verdicts.loop_beyond(-0.01)
+    assert verdicts.loop_beyond(0.3) == "spends 30% of each token's time beyond its one-token step and head"
+    assert verdicts.loop_beyond(float("nan")) == "was not timed"

@@ -169,6 +169,16 @@ def step_reach(ceiling: float, target: float = 1.108) -> str:
     return f"so a faster head could still reach the thesis' {target:.3f}x on this body"
 
 
+def loop_beyond(share: float, noise: float = 0.05) -> str:
+    """What the target-only loop spends per token beyond its one-token step and head, as a share of its time per
+    token; within ``noise`` (the two medians' run-to-run spread on a shared machine) it is called unmeasurable."""
+    if share != share:
+        return "was not timed"
+    if abs(share) < noise:
+        return f"spends nothing measurable beyond its one-token step and head ({share:+.0%} of its time per token)"
+    return f"spends {share:.0%} of each token's time beyond its one-token step and head"
+
+
 def draft_regime(c: float) -> str:
     """Where a draft step of ``c`` target steps stands against the thesis' regime of about a tenth (0.05-0.15)."""
     if c != c:
@@ -465,6 +475,7 @@ RULES = {
                                             ms_padded="pad_flash_ms_token_padded",
                                             ms_unpadded="pad_flash_ms_token_unpadded")),
         "nobf16_unpadded_there": (unpadded_there, dict(verify5="nobf16_verify5_float32")),
+        "sp_loop_verdict": (loop_beyond, dict(share="sp_loop_beyond_share")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

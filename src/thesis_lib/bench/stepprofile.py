@@ -214,13 +214,14 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
     target-only loop's overhead per token."""
     from ..bench.runner import Runner
     from ..decoding.state import ModelState
-    from ..models.cpu import cpu_flags, cpu_name
+    from ..models.cpu import cpu_flags, cpu_name, fast_bf16
     from ..progress import tqdm
     from .precision import stream_gbps
 
     cases = {"draft, dense head": (draft, None, 1), "draft, FlashHead": (draft, flash, 1)}
     cases.update({f"target, block of {n}": (target, None, n) for n in blocks})
     doc = {"processor": cpu_name(), "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "fast_bf16": fast_bf16(),
            "threads": torch.get_num_threads(), "torch": torch.__version__, "context": len(ids), "reps": reps,
            "target_kernels": target.info.get("cpu_kernels"), "draft_kernels": draft.info.get("cpu_kernels")}
     with torch.inference_mode():

@@ -122,6 +122,8 @@ class Params:
     precision_files_weight_only: list = field(default_factory=list)
     #: a saved ``thesis-lib llama-bench`` document: llama.cpp beside this project in chapter 2
     llama_file: str | None = None
+    #: a saved ``thesis-lib step-profile`` document: where a decode step's time goes, in chapter 2's appendix
+    step_profile_file: str | None = None
     #: chapter 7: a saved ``thesis-lib serving-bench`` document (batched decoding, longer generations, memory);
     #: None: the chapter measures them itself at the SERVING_* sizes below
     serving_file: str | None = None
