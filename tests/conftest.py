@@ -21,7 +21,7 @@ def tiny_models():
     attention ("f32x"). Drafts: identical, close (noisy copy), loose, independent."""
     import copy
 
-    from thesis_lib.models import attention
+    from thesis_lib.models import attention, fused
     from thesis_lib.models.packing import pack_linears
 
     out = {}
@@ -41,12 +41,13 @@ def tiny_models():
             out[("f32p", arch, role)] = packed
     for arch in ("qwen2", "qwen3"):
         out[("f32p", arch, "same")] = out[("f32p", arch, "target")]
-    # "f32x": packed float32 with row-exact attention (what the loader gives a CPU model)
+    # "f32x": packed float32 with row-exact attention and the fused operations (what the loader gives a CPU model)
     for (tag, arch, role), m in list(out.items()):
         if tag == "f32" and role != "same":
             exact = copy.deepcopy(m)
             pack_linears(exact)
             attention.use(exact)
+            fused.use(exact)
             out[("f32x", arch, role)] = exact
     for arch in ("qwen2", "qwen3"):
         out[("f32x", arch, "same")] = out[("f32x", arch, "target")]
@@ -78,7 +79,7 @@ def int8_pair():
     attention, and a FlashHead head of the draft (17 clusters, 2 probes): ``(target, draft, flash)``."""
     from thesis_lib.heads import clustering as cl
     from thesis_lib.heads.flashhead import FlashHead
-    from thesis_lib.models import attention
+    from thesis_lib.models import attention, fused
     from thesis_lib.models import weight_only as wo
 
     target = tiny.tiny_model("qwen2", seed=0)
@@ -87,6 +88,7 @@ def int8_pair():
     for m in (target, draft):
         wo.convert(m, "int8-dynamic")
         attention.use(m)
+        fused.use(m)
     flash = FlashHead(w, cl.spherical_kmeans(w, 17, iterations=10, seed=0, progress=False), n_probes=2,
                       vocab_limit=TINY_VOCAB, path="eager")
     return target, draft, flash

@@ -69,8 +69,13 @@ def test_the_whole_profile_on_the_tiny_pair(tok):
     target, draft, flash = int8_pair()
     pair = [LoadedModel(spec=f"tiny:{n}", model=m, tokenizer=tok, path=None, device="cpu", dtype="int8-dynamic")
             for n, m in (("target", target), ("draft", draft))]
-    doc = sp.run(*pair, flash, list(range(5, 25)), blocks=(1, 3), reps=3, new_tokens=4, progress=False)
-    assert list(doc["steps"]) == ["draft, dense head", "draft, FlashHead", "target, block of 1", "target, block of 3"]
+    doc = sp.run(*pair, flash, list(range(5, 25)), blocks=(1, 3), reps=3, new_tokens=4, progress=False,
+                 compare_fused=True)
+    plain = ["draft, dense head", "draft, FlashHead", "target, block of 1", "target, block of 3"]
+    assert list(doc["steps"]) == plain + [f"{n}, fused off" for n in plain]
+    for name in plain:  # the fused operations dispatch fewer aten operations
+        assert doc["steps"][name]["aten_ops"] < doc["steps"][f"{name}, fused off"]["aten_ops"], name
+        assert len(doc["steps"][name]["bare_ms"]) == 3
     for name, step in doc["steps"].items():
         assert set(sp.PARTS) <= set(step["ms"]) and step["ms"]["bare_body"] > 0 and step["aten_ops"] > 0, name
         assert step["floor_ms"]["linear"] > 0 and step["context"] == 20 - step["n"]
@@ -119,3 +124,16 @@ def test_the_loop_s_overhead_reads_both_ways():
     assert verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1%" in verdicts.loop_beyond(-0.01)
     assert verdicts.loop_beyond(0.3) == "spends 30% of each token's time beyond its one-token step and head"
     assert verdicts.loop_beyond(float("nan")) == "was not timed"
+
+
+def test_the_fused_comparison_reads_each_step_against_its_twin():
+    from thesis_lib.analysis import floor
+
+    steps = {"a": {"bare_ms": [10.0, 11.0, 9.0]}, "a, fused off": {"bare_ms": [12.0, 13.2, 10.8]},
+             "b": {"bare_ms": [10.0, 14.0, 6.0]}, "b, fused off": {"bare_ms": [12.0, 8.0, 10.0]}, "c": {"bare_ms": [1.0]}}
+    rows = floor.fused_rows({"steps": steps})
+    assert list(rows["step"]) == ["a", "b"]
+    a, b = rows.iloc[0], rows.iloc[1]
+    assert a["speedup"] == pytest.approx(1.2) and a["lo"] == pytest.approx(1.2) and a["hi"] == pytest.approx(1.2)
+    assert b["speedup"] == pytest.approx(1.0) and b["lo"] < 1.0 < b["hi"]
+    assert list(floor.fused_rows(None).columns) == ["fused operations"]

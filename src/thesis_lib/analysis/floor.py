@@ -224,3 +224,20 @@ def step_glued(doc: dict | None) -> dict:
             "sp_block5": bare["target, block of 5"] / bare["target, block of 1"],
             **{f"sp_growth_{p}": (five["ms"][p] - one["ms"][p]) / grow for p in ("linear", "attention", "head")},
             "sp_loop_beyond_share": doc["loop"]["beyond_share"], "sp_stream_gbps": doc["stream_gbps"]}
+
+
+def fused_rows(doc: dict | None) -> pd.DataFrame:
+    """A profile run with ``--compare-fused``: per step, its time without the fused operations over its time with
+    them (the mean over repetitions, each repetition timing both), with a bootstrap interval over repetitions."""
+    from .uncertainty import timing_interval
+
+    rows = []
+    for name, step in ((doc or {}).get("steps") or {}).items():
+        off = doc["steps"].get(f"{name}, fused off")
+        if off is None:
+            continue
+        iv = timing_interval(off["bare_ms"], step["bare_ms"], 1)
+        rows.append({"step": name, "ms, fused": sum(step["bare_ms"]) / len(step["bare_ms"]),
+                     "ms, not fused": sum(off["bare_ms"]) / len(off["bare_ms"]), "speedup": iv["value"],
+                     "lo": iv["lo"], "hi": iv["hi"]})
+    return pd.DataFrame(rows) if rows else pd.DataFrame({"fused operations": ["not compared in this profile"]})

@@ -27,6 +27,7 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..models import fused
 from ..models.packing import PackedLinear
 from ..models.weight_only import WeightOnlyLinear
 
@@ -45,7 +46,7 @@ class PartClock:
         head = model.get_output_embeddings()
         for name, m in model.named_modules():
             kind = type(m).__name__
-            if m is head:
+            if m is head or name.endswith(".stock"):  # a fused norm's stand-by: timed as its fused norm
                 continue
             if isinstance(m, (WeightOnlyLinear, PackedLinear, torch.nn.Linear)):
                 self._hook(m, "attn_linear" if ".self_attn." in name else "mlp_linear")
@@ -144,14 +145,19 @@ class StepCase:
     the head (on the last position for n = 1, else on every position, as a verify scores them). :meth:`once` runs
     it with the part hooks or without (``bare``); :meth:`result` gives the medians in ms."""
 
-    def __init__(self, state, ids: list[int], n: int):
-        self.state, self.n, self.block = state, n, ids[-n:]
+    def __init__(self, state, ids: list[int], n: int, fused_ops: bool = True):
+        self.state, self.n, self.block, self.fused_ops = state, n, ids[-n:], fused_ops
         state.reset()
-        state.greedy(ids[:-n], last_only=True)
+        with fused.enabled(fused_ops):
+            state.greedy(ids[:-n], last_only=True)
         self.context = len(ids) - n
         self.times: dict[str, list[float]] = defaultdict(list)
 
     def once(self, hooked: bool, record: bool = True) -> None:
+        with fused.enabled(self.fused_ops):
+            self._once(hooked, record)
+
+    def _once(self, hooked: bool, record: bool) -> None:
         clock = PartClock(self.state.model) if hooked else None
         try:
             t0 = time.perf_counter()
@@ -178,12 +184,14 @@ class StepCase:
             self.state.hidden(self.block)
             self.state.crop(self.n)
 
-        return count_ops(forward)
+        with fused.enabled(self.fused_ops):
+            return count_ops(forward)
 
     def result(self) -> dict:
         ms = {k: 1e3 * statistics.median(v) for k, v in self.times.items()}
+        bare = [1e3 * (b + h) for b, h in zip(self.times["bare_body"], self.times["bare_head"])]
         return {"n": self.n, "context": self.context, "ms": ms, "aten_ops": self.ops(),
-                "hook_cost_ms": ms["body"] - ms["bare_body"]}
+                "hook_cost_ms": ms["body"] - ms["bare_body"], "bare_ms": [round(x, 4) for x in bare]}
 
 
 def loop_overhead(runner, case: StepCase, ids: list[int], *, reps: int) -> dict:
@@ -206,31 +214,34 @@ def loop_overhead(runner, case: StepCase, ids: list[int], *, reps: int) -> dict:
 
 
 def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8), reps: int = 15,
-        new_tokens: int = 32, progress: bool = True) -> dict:
+        new_tokens: int = 32, progress: bool = True, compare_fused: bool = False) -> dict:
     """The whole profile on a loaded pair (target and draft :class:`~thesis_lib.models.loading.LoadedModel`,
     ``flash`` the draft's FlashHead): the draft's one-token step with the dense head and with FlashHead and the
     target's blocks, every step hooked and bare once per repetition, steps interleaved in alternating order, the
     stream rate read once per repetition beside them; each part beside its floor at the median rate; then the
-    target-only loop's overhead per token."""
+    target-only loop's overhead per token. ``compare_fused``: every step also with :mod:`thesis_lib.models.fused`
+    switched off (its name ending ", fused off"), interleaved with the rest."""
     from ..bench.runner import Runner
     from ..decoding.state import ModelState
     from ..models.cpu import cpu_flags, cpu_name, fast_bf16
     from ..progress import tqdm
     from .precision import stream_gbps
 
-    cases = {"draft, dense head": (draft, None, 1), "draft, FlashHead": (draft, flash, 1)}
-    cases.update({f"target, block of {n}": (target, None, n) for n in blocks})
-    doc = {"processor": cpu_name(), "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
+    cases = {"draft, dense head": (draft, None, 1, True), "draft, FlashHead": (draft, flash, 1, True)}
+    cases.update({f"target, block of {n}": (target, None, n, True) for n in blocks})
+    if compare_fused:
+        cases.update({f"{name}, fused off": (*case[:3], False) for name, case in list(cases.items())})
+    doc = {"processor": cpu_name(), "fused": target.info.get("fused"), "compare_fused": compare_fused, "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "fast_bf16": fast_bf16(),
            "threads": torch.get_num_threads(), "torch": torch.__version__, "context": len(ids), "reps": reps,
            "target_kernels": target.info.get("cpu_kernels"), "draft_kernels": draft.info.get("cpu_kernels")}
     with torch.inference_mode():
         steps = {}
-        for name, (lm, head, n) in cases.items():
+        for name, (lm, head, n, on) in cases.items():
             # each step its own state (and cache): the draft's two heads share the model, not the cache
             state = ModelState(lm.model, head=head, vocab_limit=lm.vocab_limit) if head is not None else \
                 ModelState(lm.model, vocab_limit=lm.vocab_limit)
-            steps[name] = StepCase(state, ids, n)
+            steps[name] = StepCase(state, ids, n, fused_ops=on)
         names, readings = list(steps), []
         for r in tqdm(range(3 + reps), desc="step profile", disable=not progress):
             for name in (names if r % 2 else names[::-1]):
@@ -276,6 +287,11 @@ def text(doc: dict) -> str:
             cells.append(f"{r[c]:7.2f}" + (f" [{floor:5.2f}]" if floor is not None else " " * 8))
         lines.append(f"{r['step']:<20}{r['ms (bare)']:8.2f}{r['ms (hooked)']:8.2f}" + "".join(f"{c:>15}" for c in cells)
                      + f"{r['aten ops']:10d}")
+    for name, step in doc["steps"].items():
+        off = doc["steps"].get(f"{name}, fused off")
+        if off is not None:
+            lines.append(f"{name}: the fused operations {statistics.median(off['bare_ms']) / statistics.median(step['bare_ms']):.3f}x "
+                         "as fast as without them (medians)")
     loop = doc["loop"]
     lines.append(f"target-only loop: {loop['tpot_ms']:.2f} ms per token against a one-token step of {loop['step_ms']:.2f} "
                  f"ms: {loop['beyond_ms']:.2f} ms ({100 * loop['beyond_share']:.0f} %) beyond the model")

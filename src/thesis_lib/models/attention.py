@@ -10,9 +10,10 @@ that close, speculative output then parts from target-only output).
 
 :func:`exact_attention` (registered with transformers as :data:`NAME`) computes a block of queries that follows a
 cache one query at a time, each through transformers' own SDPA function with exactly the arguments a one-token
-step passes (its prefix of keys and values, no mask where the mask allows every position); a prefill (no cache)
-and a single token go to that function unchanged (as do a static cache's prefill and models with a position bias
-or a paged cache, which this project does not run). With row-exact linear layers the whole block forward then
+step passes (its prefix of keys and values, no mask where the mask allows every position), or each through the
+fused one-query attention of :mod:`thesis_lib.models.fused` where that applies, as a one-token step is; a prefill
+(no cache) goes to SDPA unchanged (as do a static cache's prefill and models with a position bias or a paged
+cache, which this project does not run). With row-exact linear layers the whole block forward then
 equals the one-token steps bit for bit; the price is one small attention call per position instead of one per
 block. Sliding-window layers past their window are not row-exact (Qwen2.5 and Qwen3 do not use them). On a GPU the
 loader leaves the model's own attention. This module knows nothing about decoding or loading.
@@ -40,7 +41,9 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     b, q, kv = query.shape[0], query.shape[2], key.shape[2]
-    if (attention_mask is None or (b == 1 and kv == q)  # a step without a mask, a prefill, a static cache's prefill
+    if attention_mask is None and q == 1:  # a one-token step: as each query of a verified block below
+        return _one_query(module, query, key, value, *args, **kwargs)
+    if (attention_mask is None or (b == 1 and kv == q)  # a prefill, a static cache's prefill
             or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None):  # not Qwen's kinds
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
     seen = _visible(attention_mask, b, q, kv)
@@ -57,9 +60,20 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
                     k_, v_ = k_.contiguous(), v_.contiguous()
             else:
                 k_, v_ = key[i:i + 1].index_select(2, keys), value[i:i + 1].index_select(2, keys)
-            out[i:i + 1, j:j + 1], _ = sdpa_attention_forward(module, query[i:i + 1, :, j:j + 1], k_, v_, None,
-                                                              *args, **kwargs)
+            out[i:i + 1, j:j + 1], _ = _one_query(module, query[i:i + 1, :, j:j + 1], k_, v_, *args, **kwargs)
     return out, None
+
+
+def _one_query(module, query, key, value, *args, **kwargs):
+    """One query over its keys, no mask: the fused one-query attention where it applies
+    (:func:`thesis_lib.models.fused.attend_one`), else transformers' SDPA function; a one-token step and each query
+    of a block both come here, so both take the same path."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from .fused import attend_one
+
+    done = attend_one(module, query, key, value, **kwargs) if not args else None
+    return done if done is not None else sdpa_attention_forward(module, query, key, value, None, *args, **kwargs)
 
 
 #: the last mask :func:`_visible` read and what it found (every layer of a forward gets the same mask tensor;

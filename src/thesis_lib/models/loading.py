@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
-from . import embedl, virtual, weight_only
+from . import embedl, fused, virtual, weight_only
 from .packing import PackedLinear, bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
@@ -309,6 +309,10 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
         products = "int8 products over activations rounded per block of 32" if fmt == "int8-dynamic" else "float32 products"
         info["cpu_kernels"] = (f"{fmt} ({n_wo} linear layers, the head in bfloat16 weights; {products}, "
                                f"{weight_only.kernel_path(fmt)} kernel)")
+    if device == "cpu" and not on_virtual and model.dtype == torch.float32 and weight_only.available():
+        n_norms = fused.use(model)
+        info["fused"] = (f"fused float32 operations: {n_norms} RMS norms, the rotary embedding, one query's "
+                         "attention (models.fused)")
     if device == "cpu" and not on_virtual:
         info.update(_row_probe(model, attn.PROBED_BLOCK))
     if load_time:

@@ -39,6 +39,8 @@ FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8, "int8
 #: the input width each format's layers must be a multiple of (others stay float32 ``nn.Linear``)
 WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32}
 _SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
+#: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused`
+_SOURCES = (_SOURCE, _SOURCE.with_name("decode_ops.cpp"))
 #: ``THESIS_LIB_KERNEL_PATH=avx2`` runs the AVX2 path on a CPU with AVX-512 too: the path of CPUs without AVX-512,
 #: timed and tested here
 FORCED_PATH_ENV = "THESIS_LIB_KERNEL_PATH"
@@ -51,7 +53,8 @@ def build_dir() -> Path:
     """Where the kernel is compiled: under the model cache, per source, flags and torch version."""
     from .cache import cache_dir
 
-    key = hashlib.sha256(_SOURCE.read_bytes() + " ".join(_FLAGS).encode() + torch.__version__.encode()).hexdigest()
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES) + " ".join(_FLAGS).encode()
+                         + torch.__version__.encode()).hexdigest()
     return cache_dir() / "kernels" / f"weight_only-{key[:12]}"
 
 
@@ -74,7 +77,7 @@ def kernel(*, verbose: bool = False):
     d = build_dir()
     d.mkdir(parents=True, exist_ok=True)
     try:
-        _kernel = load("thesis_weight_only", [str(_SOURCE)], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
+        _kernel = load("thesis_weight_only", [str(p) for p in _SOURCES], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
                        build_directory=str(d), verbose=verbose)
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, no ninja, a failed build
         _kernel_error = f"the weight-only kernel could not be built ({type(e).__name__}: {str(e).splitlines()[0]})"

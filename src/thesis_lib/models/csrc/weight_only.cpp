@@ -411,6 +411,11 @@ bool vnni_path() { return has_vnni(); }
 
 bool avx512_path() { return has_avx512(); }
 
+// decode_ops.cpp, built into the same module
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
+std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin);
+torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
   m.def("linear", &linear, "weight-only linear (bfloat16 or int8 weights, float32 compute)");
@@ -418,4 +423,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_dynamic", &linear_dynamic, "int8 weights by int8 activations quantised per block of 32");
   m.def("vnni_path", &vnni_path, "whether the AVX-512 VNNI path runs on this CPU");
   m.def("avx512_path", &avx512_path, "whether the AVX-512 path runs on this CPU");
+  m.def("rms_norm", &rms_norm, "float32 RMS norm, row by row (decode_ops.cpp)");
+  m.def("rotary", &rotary, "float32 rotary embedding of queries and keys (decode_ops.cpp)");
+  m.def("attend_one", &attend_one, "one query's float32 attention over a cache, grouped heads (decode_ops.cpp)");
 }

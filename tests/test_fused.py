@@ -1,0 +1,99 @@
+"""The fused float32 decoding operations (``models.fused``, ``csrc/decode_ops.cpp``): transformers' results to float32
+rounding, every row of a block equal to that row alone, and the switch back to transformers' code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thesis_lib.models import fused
+from thesis_lib.models import weight_only as wo
+
+pytestmark = pytest.mark.skipif(not wo.available(), reason="the project's CPU kernel cannot be built here")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.detach().double() - b.detach().double()).norm() / b.detach().double().norm())
+
+
+def _qwen2():
+    import transformers.models.qwen2.modeling_qwen2 as q
+
+    return q
+
+
+def test_the_rms_norm_is_transformers_and_each_row_is_its_own():
+    q = _qwen2()
+    g = torch.Generator().manual_seed(0)
+    stock = q.Qwen2RMSNorm(96, eps=1e-6)
+    with torch.no_grad():
+        stock.weight.copy_(torch.randn(96, generator=g))
+    norm = fused.FusedRMSNorm(stock)
+    x = torch.randn(2, 7, 96, generator=g) * 3
+    got = norm(x)
+    assert _rel(got, stock(x)) < 1e-6
+    want64 = stock.weight.double() * x.double() / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert _rel(got, want64) < 1e-6
+    assert all(torch.equal(got[:, i], norm(x[:, i:i + 1])[:, 0]) for i in range(7))
+    with fused.enabled(False):
+        assert torch.equal(norm(x), stock(x))
+    assert torch.equal(norm(x.double()), stock(x.double()))  # float64: transformers' code
+
+
+def test_the_rotary_embedding_is_transformers_and_each_position_is_its_own():
+    q = _qwen2()
+    g = torch.Generator().manual_seed(1)
+    qs, ks = torch.randn(1, 6, 5, 32, generator=g), torch.randn(1, 2, 5, 32, generator=g)
+    angle = torch.randn(1, 5, 16, generator=g)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+
+    def not_fused(*args):
+        raise AssertionError("the fused rotary handed float32 CPU tensors on")
+
+    got = fused.rotary(qs, ks, cos, sin, stock=not_fused)
+    for x, y in zip((qs, ks), got):
+        ref = x.double() * cos[:, None].double() + q.rotate_half(x.double()) * sin[:, None].double()
+        assert _rel(y, ref) < 1e-6
+    for j in range(5):
+        one = fused.rotary(qs[:, :, j:j + 1], ks[:, :, j:j + 1], cos[:, j:j + 1], sin[:, j:j + 1], stock=not_fused)
+        assert torch.equal(one[0], got[0][:, :, j:j + 1]) and torch.equal(one[1], got[1][:, :, j:j + 1])
+    calls = []
+    with fused.enabled(False):
+        fused.rotary(qs, ks, cos, sin, stock=lambda *a: calls.append(a) or (a[0], a[1]))
+    fused.rotary(qs.double(), ks.double(), cos.double(), sin.double(), stock=lambda *a: calls.append(a) or a[:2])
+    assert len(calls) == 2
+
+
+def test_one_query_attention_is_sdpa_with_grouped_heads():
+    g = torch.Generator().manual_seed(2)
+    query = torch.randn(2, 6, 1, 16, generator=g)
+    key, value = torch.randn(2, 2, 9, 16, generator=g), torch.randn(2, 2, 9, 16, generator=g)
+    out, none = fused.attend_one(None, query, key, value, scaling=0.3, dropout=0.0)
+    assert none is None and out.shape == (2, 1, 6, 16)
+    ref = torch.nn.functional.scaled_dot_product_attention(query.double(), key.double().repeat_interleave(3, 1),
+                                                           value.double().repeat_interleave(3, 1), scale=0.3)
+    assert _rel(out, ref.transpose(1, 2)) < 1e-6
+    # each row of a batch alone gives the same bits
+    assert torch.equal(out[1:], fused.attend_one(None, query[1:], key[1:], value[1:], scaling=0.3)[0])
+    # a prefix of a longer cache, read in place, is the prefix copied
+    longer_k, longer_v = torch.cat([key, key], 2), torch.cat([value, value], 2)
+    assert torch.equal(fused.attend_one(None, query, longer_k[:, :, :9], longer_v[:, :, :9], scaling=0.3)[0], out)
+    assert fused.attend_one(None, query, key, value, scaling=0.3, dropout=0.1) is None
+    assert fused.attend_one(None, query, key, value, scaling=0.3, sliding_window=4) is None
+    assert fused.attend_one(None, query.double(), key.double(), value.double(), scaling=0.3) is None
+    with fused.enabled(False):
+        assert fused.attend_one(None, query, key, value, scaling=0.3) is None
+
+
+def test_a_model_with_the_fused_operations_is_the_stock_model_to_rounding(tiny_models):
+    """A packed float32 tiny model with the fused operations (what the loader gives a CPU model) against the same
+    model with them switched off: the same hidden states to float32 rounding, and greedy tokens alike."""
+    model = tiny_models[("f32x", "qwen3", "target")]
+    assert any(isinstance(m, fused.FusedRMSNorm) for m in model.modules())
+    ids = torch.arange(5, 40)[None]
+    with torch.inference_mode():
+        on = model(ids).logits
+        with fused.enabled(False):
+            off = model(ids).logits
+    assert _rel(on, off) < 1e-5 and torch.equal(on.argmax(-1), off.argmax(-1))
+    assert not torch.equal(on, off)  # the fused path really ran
