@@ -137,3 +137,16 @@ def test_the_fused_comparison_reads_each_step_against_its_twin():
     assert a["speedup"] == pytest.approx(1.2) and a["lo"] == pytest.approx(1.2) and a["hi"] == pytest.approx(1.2)
     assert b["speedup"] == pytest.approx(1.0) and b["lo"] < 1.0 < b["hi"]
     assert list(floor.fused_rows(None).columns) == ["fused operations"]
+
+
+def test_the_fused_verdict_follows_its_interval():
+    from thesis_lib.analysis import floor, verdicts
+
+    assert verdicts.fused_effect(1.05, 1.2) == "faster with them"
+    assert verdicts.fused_effect(0.8, 0.95) == "slower with them"
+    assert verdicts.fused_effect(0.95, 1.05).startswith("neither")
+    assert verdicts.fused_effect(float("nan"), float("nan")) == "was not compared"
+    steps = {"draft, FlashHead": {"bare_ms": [10.0, 10.0]}, "draft, FlashHead, fused off": {"bare_ms": [13.0, 13.0]}}
+    g = floor.fused_glued({"steps": steps})
+    assert g["spf_draft_speedup"] == pytest.approx(1.3) and g["spf_target1_speedup"] != g["spf_target1_speedup"]
+    assert all(v != v for v in floor.fused_glued(None).values())

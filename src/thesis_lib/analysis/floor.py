@@ -181,13 +181,16 @@ _OVERHEAD = ("attention", "norms", "activation", "rotary_table", "embedding", "o
 
 
 def step_rows(doc: dict | None) -> pd.DataFrame:
-    """``thesis-lib step-profile``'s steps (none: a one-cell table saying so): each step's time without the hooks,
+    """``thesis-lib step-profile``'s steps (none: a one-cell table saying so; the ``fused off`` halves of a
+    comparison left out): each step's time without the hooks,
     each part with the hooks (ms, medians), the linear layers', attention's and the head's byte floors, the aten
     operations of one forward."""
     if not doc:
         return pd.DataFrame({"step profile": ["none named (STEP_PROFILE_FILE)"]})
     rows = []
     for name, step in doc["steps"].items():
+        if name.endswith(", fused off"):  # the comparison's other half: fused_rows
+            continue
         ms, floor = step["ms"], step["floor_ms"]
         row = {"step": name, "ms": ms["bare_body"] + ms["bare_head"]}
         for part in STEP_PARTS:
@@ -241,3 +244,15 @@ def fused_rows(doc: dict | None) -> pd.DataFrame:
                      "ms, not fused": sum(off["bare_ms"]) / len(off["bare_ms"]), "speedup": iv["value"],
                      "lo": iv["lo"], "hi": iv["hi"]})
     return pd.DataFrame(rows) if rows else pd.DataFrame({"fused operations": ["not compared in this profile"]})
+
+
+def fused_glued(doc: dict | None) -> dict:
+    """The fused operations' speedup of the FlashHead draft's step, the target's one-token step and its block of
+    five, each with its interval (``spf_*``; nan where the profile did not compare them)."""
+    rows = fused_rows(doc)
+    out = {}
+    for key, name in (("draft", "draft, FlashHead"), ("target1", "target, block of 1"), ("target5", "target, block of 5")):
+        row = rows[rows["step"] == name] if "step" in rows else rows.iloc[0:0]
+        for part in ("speedup", "lo", "hi"):
+            out[f"spf_{key}_{part}"] = float(row[part].iloc[0]) if len(row) else float("nan")
+    return out
