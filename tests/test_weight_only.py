@@ -225,3 +225,27 @@ def test_speculative_decoding_on_weight_only_models_equals_target_only(fmt, defe
                                    deferred=deferred)
         assert 0.3 < got.stats.acceptance < 1
         assert got.tokens == ref, prompt
+
+
+def test_flashhead_keeps_a_weight_only_head_s_own_bfloat16_rows(tok):
+    """A FlashHead for an int8 model takes its candidates from the output layer's own bfloat16 rows (half the bytes
+    of their float32 widening, the same values): the same tokens as a FlashHead over the float32 rows; a caller's
+    weight that is not those rows is used as given."""
+    from thesis_lib.heads.flashhead import FlashHead
+    from thesis_lib.heads.for_model import clustering_for, flashhead_for
+    from thesis_lib.models import tiny
+    from thesis_lib.models.loading import LoadedModel
+
+    model = tiny.tiny_model("qwen2", seed=2, tied=False)
+    wo.convert(model, "int8-dynamic")
+    loaded = LoadedModel(spec="tiny:int8", model=model, tokenizer=tok, path=None, device="cpu", dtype="float32")
+    out = model.get_output_embeddings()
+    head = flashhead_for(loaded, n_clusters=17, n_probes=4, progress=False)
+    assert head.weight_perm.dtype == torch.bfloat16 and head.special_weight.dtype == torch.bfloat16
+    wide = FlashHead(out.weight.detach(), clustering_for(loaded, out.weight.detach(), n_clusters=17, progress=False),
+                     special_ids=head.special_ids.tolist(), vocab_limit=loaded.vocab_limit, n_probes=4)
+    assert wide.weight_perm.dtype == torch.float32 and torch.equal(wide.weight_perm, head.weight_perm.float())
+    h = torch.randn(40, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(head(h), wide(h))
+    other = out.weight.detach() * 2
+    assert flashhead_for(loaded, n_clusters=17, progress=False, weight=other).weight_perm.dtype == torch.float32
