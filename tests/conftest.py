@@ -23,6 +23,7 @@ def tiny_models():
 
     from thesis_lib.models import attention, fused
     from thesis_lib.models.packing import pack_linears
+    from thesis_lib.models.weight_only import available as wo_available
 
     out = {}
     for dtype, tag in ((torch.float32, "f32"), (torch.float64, "f64")):
@@ -47,7 +48,8 @@ def tiny_models():
             exact = copy.deepcopy(m)
             pack_linears(exact)
             attention.use(exact)
-            fused.use(exact)
+            if wo_available():
+                fused.use(exact)
             out[("f32x", arch, role)] = exact
     for arch in ("qwen2", "qwen3"):
         out[("f32x", arch, "same")] = out[("f32x", arch, "target")]

@@ -25,16 +25,17 @@ def _qwen2():
 def test_the_rms_norm_is_transformers_and_each_row_is_its_own():
     q = _qwen2()
     g = torch.Generator().manual_seed(0)
-    stock = q.Qwen2RMSNorm(96, eps=1e-6)
+    stock = q.Qwen2RMSNorm(96, eps=1e-6)  # 96: six lanes' remainder after 16 x 5
     with torch.no_grad():
         stock.weight.copy_(torch.randn(96, generator=g))
     norm = fused.FusedRMSNorm(stock)
-    x = torch.randn(2, 7, 96, generator=g) * 3
+    x = torch.randn(5, 7, 96, generator=g) * 3  # 35 rows: split between threads
     got = norm(x)
     assert _rel(got, stock(x)) < 1e-6
     want64 = stock.weight.double() * x.double() / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
     assert _rel(got, want64) < 1e-6
     assert all(torch.equal(got[:, i], norm(x[:, i:i + 1])[:, 0]) for i in range(7))
+    assert torch.equal(got[3, 2], norm(x[3, 2]))
     with fused.enabled(False):
         assert torch.equal(norm(x), stock(x))
     assert torch.equal(norm(x.double()), stock(x.double()))  # float64: transformers' code
@@ -47,7 +48,7 @@ def test_the_rotary_embedding_is_transformers_and_each_position_is_its_own():
     angle = torch.randn(1, 5, 16, generator=g)
     cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
 
-    def not_fused(*args):
+    def not_fused(*args, **kwargs):
         raise AssertionError("the fused rotary handed float32 CPU tensors on")
 
     got = fused.rotary(qs, ks, cos, sin, stock=not_fused)
@@ -59,17 +60,18 @@ def test_the_rotary_embedding_is_transformers_and_each_position_is_its_own():
         assert torch.equal(one[0], got[0][:, :, j:j + 1]) and torch.equal(one[1], got[1][:, :, j:j + 1])
     calls = []
     with fused.enabled(False):
-        fused.rotary(qs, ks, cos, sin, stock=lambda *a: calls.append(a) or (a[0], a[1]))
-    fused.rotary(qs.double(), ks.double(), cos.double(), sin.double(), stock=lambda *a: calls.append(a) or a[:2])
+        fused.rotary(qs, ks, cos, sin, stock=lambda *a, **kw: calls.append(a) or (a[0], a[1]))
+    fused.rotary(qs.double(), ks.double(), cos.double(), sin.double(),
+                 stock=lambda *a, **kw: calls.append(a) or a[:2])
     assert len(calls) == 2
 
 
 def test_one_query_attention_is_sdpa_with_grouped_heads():
     g = torch.Generator().manual_seed(2)
-    query = torch.randn(2, 6, 1, 16, generator=g)
-    key, value = torch.randn(2, 2, 9, 16, generator=g), torch.randn(2, 2, 9, 16, generator=g)
+    query = torch.randn(2, 6, 1, 72, generator=g)  # 72: a remainder after 16 x 4 lanes
+    key, value = torch.randn(2, 2, 9, 72, generator=g), torch.randn(2, 2, 9, 72, generator=g)
     out, none = fused.attend_one(None, query, key, value, scaling=0.3, dropout=0.0)
-    assert none is None and out.shape == (2, 1, 6, 16)
+    assert none is None and out.shape == (2, 1, 6, 72)
     ref = torch.nn.functional.scaled_dot_product_attention(query.double(), key.double().repeat_interleave(3, 1),
                                                            value.double().repeat_interleave(3, 1), scale=0.3)
     assert _rel(out, ref.transpose(1, 2)) < 1e-6
@@ -97,3 +99,35 @@ def test_a_model_with_the_fused_operations_is_the_stock_model_to_rounding(tiny_m
             off = model(ids).logits
     assert _rel(on, off) < 1e-5 and torch.equal(on.argmax(-1), off.argmax(-1))
     assert not torch.equal(on, off)  # the fused path really ran
+
+
+def test_without_the_kernel_module_every_query_takes_transformers_attention(monkeypatch):
+    """Where the kernel module cannot be built, the fused attention declines every call (a one-token step and the
+    queries of a block alike), and the row-exact attention answers with transformers' SDPA."""
+    from types import SimpleNamespace
+
+    from thesis_lib.models import attention
+
+    g = torch.Generator().manual_seed(3)
+    query, key = torch.randn(1, 4, 1, 16, generator=g), torch.randn(1, 2, 6, 16, generator=g)
+    monkeypatch.setattr(wo, "available", lambda: False)
+    assert fused.attend_one(None, query, key, key, scaling=0.25) is None
+    module = SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
+    out, _ = attention.exact_attention(module, query, key, key, None, scaling=0.25, dropout=0.0)
+    ref = torch.nn.functional.scaled_dot_product_attention(query, key.repeat_interleave(2, 1),
+                                                           key.repeat_interleave(2, 1), scale=0.25)
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-6)
+
+
+def test_only_the_norms_it_knows_are_replaced_and_only_once():
+    import transformers.models.qwen2.modeling_qwen2 as q
+
+    class OnePlusRMSNorm(torch.nn.Module):  # a (1 + w) norm of another family: left alone
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(8))
+
+    model = torch.nn.Sequential(q.Qwen2RMSNorm(8), OnePlusRMSNorm())
+    assert fused.use(model) == 1 and isinstance(model[0], fused.FusedRMSNorm)
+    assert isinstance(model[1], OnePlusRMSNorm)
+    assert fused.use(model) == 0 and isinstance(model[0].stock, q.Qwen2RMSNorm)

@@ -122,6 +122,7 @@ def test_the_loop_s_overhead_reads_both_ways():
     from thesis_lib.analysis import verdicts
 
     assert verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1%" in verdicts.loop_beyond(-0.01)
+    assert verdicts.loop_beyond(-0.06).startswith("spends nothing measurable")  # faster than its step: noise
     assert verdicts.loop_beyond(0.3) == "spends 30% of each token's time beyond its one-token step and head"
     assert verdicts.loop_beyond(float("nan")) == "was not timed"
 
@@ -142,10 +143,10 @@ def test_the_fused_comparison_reads_each_step_against_its_twin():
 def test_the_fused_verdict_follows_its_interval():
     from thesis_lib.analysis import floor, verdicts
 
-    assert verdicts.fused_effect(1.05, 1.2) == "faster with them"
-    assert verdicts.fused_effect(0.8, 0.95) == "slower with them"
-    assert verdicts.fused_effect(0.95, 1.05).startswith("neither")
-    assert verdicts.fused_effect(float("nan"), float("nan")) == "was not compared"
+    assert verdicts.fused_effect(1.1, 1.05, 1.2) == "faster with them (1.100x, 1.050-1.200)"
+    assert verdicts.fused_effect(0.9, 0.8, 0.95).startswith("slower with them")
+    assert verdicts.fused_effect(1.0, 0.95, 1.05).startswith("neither")
+    assert verdicts.fused_effect(float("nan"), float("nan"), float("nan")) == "not compared in this profile"
     steps = {"draft, FlashHead": {"bare_ms": [10.0, 10.0]}, "draft, FlashHead, fused off": {"bare_ms": [13.0, 13.0]}}
     g = floor.fused_glued({"steps": steps})
     assert g["spf_draft_speedup"] == pytest.approx(1.3) and g["spf_target1_speedup"] != g["spf_target1_speedup"]

@@ -169,23 +169,26 @@ def step_reach(ceiling: float, target: float = 1.108) -> str:
     return f"so a faster head could still reach the thesis' {target:.3f}x on this body"
 
 
-def fused_effect(lo: float, hi: float) -> str:
-    """Whether a step is faster with the fused operations than without, by the interval of its speedup."""
-    if lo != lo or hi != hi:
-        return "was not compared"
+def fused_effect(value: float, lo: float, hi: float) -> str:
+    """Whether a step is faster with the fused operations than without, by the interval of its speedup, with the
+    speedup and its interval."""
+    if value != value or lo != lo or hi != hi:
+        return "not compared in this profile"
+    said = f"({value:.3f}x, {lo:.3f}-{hi:.3f})"
     if lo > 1:
-        return "faster with them"
+        return f"faster with them {said}"
     if hi < 1:
-        return "slower with them"
-    return "neither clearly faster nor slower with them"
+        return f"slower with them {said}"
+    return f"neither clearly faster nor slower with them {said}"
 
 
 def loop_beyond(share: float, noise: float = 0.05) -> str:
     """What the target-only loop spends per token beyond its one-token step and head, as a share of its time per
-    token; within ``noise`` (the two medians' run-to-run spread on a shared machine) it is called unmeasurable."""
+    token; below ``noise`` (the two medians' run-to-run spread on a shared machine; a negative share too) it is called
+    unmeasurable."""
     if share != share:
         return "was not timed"
-    if abs(share) < noise:
+    if share < noise:  # below zero too: the loop then took less per token than its step timed beside it
         return f"spends nothing measurable beyond its one-token step and head ({share:+.0%} of its time per token)"
     return f"spends {share:.0%} of each token's time beyond its one-token step and head"
 
@@ -487,9 +490,9 @@ RULES = {
                                             ms_unpadded="pad_flash_ms_token_unpadded")),
         "nobf16_unpadded_there": (unpadded_there, dict(verify5="nobf16_verify5_float32")),
         "sp_loop_verdict": (loop_beyond, dict(share="sp_loop_beyond_share")),
-        "spf_draft_verdict": (fused_effect, dict(lo="spf_draft_lo", hi="spf_draft_hi")),
-        "spf_target1_verdict": (fused_effect, dict(lo="spf_target1_lo", hi="spf_target1_hi")),
-        "spf_target5_verdict": (fused_effect, dict(lo="spf_target5_lo", hi="spf_target5_hi")),
+        "spf_draft_verdict": (fused_effect, dict(value="spf_draft_speedup", lo="spf_draft_lo", hi="spf_draft_hi")),
+        "spf_target1_verdict": (fused_effect, dict(value="spf_target1_speedup", lo="spf_target1_lo", hi="spf_target1_hi")),
+        "spf_target5_verdict": (fused_effect, dict(value="spf_target5_speedup", lo="spf_target5_lo", hi="spf_target5_hi")),
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

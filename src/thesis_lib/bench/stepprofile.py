@@ -279,13 +279,13 @@ def text(doc: dict) -> str:
     lines = [f"step profile on {doc['processor']} ({doc['threads']} threads), stream {doc['stream_gbps']:.1f} GB/s "
              f"(median; {doc['stream_gbps_range'][0]:.1f}-{doc['stream_gbps_range'][1]:.1f}); "
              "ms, medians; [floor] = the part's bytes at the stream rate",
-             f"{'step':<20}{'bare':>8}{'hooked':>8}" + "".join(f"{c:>15}" for c in cols) + f"{'aten ops':>10}"]
+             f"{'step':<31}{'bare':>8}{'hooked':>8}" + "".join(f"{c:>15}" for c in cols) + f"{'aten ops':>10}"]
     for r in table_rows(doc):
         cells = []
         for c in cols:
             floor = r.get(f"{c} floor")
             cells.append(f"{r[c]:7.2f}" + (f" [{floor:5.2f}]" if floor is not None else " " * 8))
-        lines.append(f"{r['step']:<20}{r['ms (bare)']:8.2f}{r['ms (hooked)']:8.2f}" + "".join(f"{c:>15}" for c in cells)
+        lines.append(f"{r['step']:<31}{r['ms (bare)']:8.2f}{r['ms (hooked)']:8.2f}" + "".join(f"{c:>15}" for c in cells)
                      + f"{r['aten ops']:10d}")
     for name, step in doc["steps"].items():
         off = doc["steps"].get(f"{name}, fused off")

@@ -40,8 +40,18 @@ def enabled(on: bool):
         ENABLED = before
 
 
+#: the norms :func:`use` replaces: those computing ``weight * x / sqrt(mean(x^2) + eps)`` (not ``(1 + weight) * ...``)
+NORMS = ("Qwen2RMSNorm", "Qwen3RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
+
+
 def _takes(*tensors: torch.Tensor) -> bool:
-    return ENABLED and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+    """Whether the fused operations take these tensors: switched on, float32 CPU tensors, the kernel module built
+    here (a fixed answer for the process, so a one-token step and a block's queries always take the same path)."""
+    if not (ENABLED and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)):
+        return False
+    from .weight_only import available
+
+    return available()
 
 
 class FusedRMSNorm(nn.Module):
@@ -65,8 +75,8 @@ class FusedRMSNorm(nn.Module):
 def rotary(q, k, cos, sin, unsqueeze_dim: int = 1, *, stock=None):
     """transformers' ``apply_rotary_pos_emb`` (q, k ``[B, H, S, d]``, cos, sin ``[B, S, d]``) in one call; other
     layouts and tensors go to ``stock``, transformers' own."""
-    if unsqueeze_dim != 1 or cos.dim() != 3 or not _takes(q, k, cos, sin):
-        return stock(q, k, cos, sin, unsqueeze_dim)
+    if unsqueeze_dim != 1 or cos.dim() != 3 or q.dim() != 4 or k.shape[0] != q.shape[0] or not _takes(q, k, cos, sin):
+        return stock(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
     from .weight_only import kernel
 
     q_embed, k_embed = kernel().rotary(q, k, cos, sin)
@@ -76,9 +86,10 @@ def rotary(q, k, cos, sin, unsqueeze_dim: int = 1, *, stock=None):
 def attend_one(module, query, key, value, **kwargs):
     """One query's attention (``query [B, H, 1, d]``, ``key``/``value [B, Hkv, L, d]``, no mask) as transformers'
     attention functions return it, ``([B, 1, H, d], None)``; None where the fused operation does not apply
-    (switched off, another dtype or device, dropout, a soft cap, a sliding window shorter than the keys, sinks)."""
+    (switched off, another dtype or device, no kernel module here, values shaped unlike the keys, dropout, a soft
+    cap, a sliding window shorter than the keys, sinks)."""
     window = kwargs.get("sliding_window")
-    if (query.shape[2] != 1 or not _takes(query, key, value) or kwargs.get("dropout", 0.0)
+    if (query.shape[2] != 1 or value.shape != key.shape or not _takes(query, key, value) or kwargs.get("dropout", 0.0)
             or kwargs.get("softcap") or kwargs.get("s_aux") is not None
             or (window is not None and key.shape[2] > window)):
         return None
@@ -106,16 +117,18 @@ def _install_rotary() -> None:
 
 
 def use(model) -> int:
-    """Give a float32 CPU model the fused operations: its RMS norms replaced by :class:`FusedRMSNorm` and the fused
-    rotary embedding installed (the fused attention is the row-exact attention's, :mod:`~thesis_lib.models.attention`).
+    """Give a float32 CPU model the fused operations: its RMS norms of the kinds :data:`NORMS` names replaced by
+    :class:`FusedRMSNorm` (a second call replaces nothing more) and the fused rotary embedding installed (the fused attention is the row-exact attention's, :mod:`~thesis_lib.models.attention`).
     Returns how many norms were replaced."""
     from .weight_only import kernel
 
     kernel()  # built (or loaded) now, not inside the first step
     n = 0
     for parent in list(model.modules()):
+        if isinstance(parent, FusedRMSNorm):  # its stand-by stays as it is
+            continue
         for name, child in list(parent.named_children()):
-            if type(child).__name__.endswith("RMSNorm"):
+            if type(child).__name__ in NORMS:
                 setattr(parent, name, FusedRMSNorm(child))
                 n += 1
     _install_rotary()

@@ -68,8 +68,8 @@ std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tenso
                   cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
               "rotary: float32 only");
   const int64_t B = q.size(0), S = q.size(2), d = q.size(3), h = d / 2;
-  TORCH_CHECK(d % 2 == 0 && k.size(3) == d && cos.size(2) == d && cos.size(1) == S && k.size(2) == S,
-              "rotary: shapes do not match");
+  TORCH_CHECK(d % 2 == 0 && k.size(0) == B && k.size(3) == d && cos.size(2) == d && cos.size(1) == S &&
+                  k.size(2) == S, "rotary: shapes do not match");
   auto cc = cos.expand({B, S, d}).contiguous(), sc = sin.expand({B, S, d}).contiguous();
   std::vector<torch::Tensor> out;
   for (auto x : {q, k}) {
