@@ -164,20 +164,26 @@ def cmd_precision_bench(args) -> int:
     return options.emit(doc, precision.text(doc), out_path)
 
 
-def cmd_llama_bench(args) -> int:
-    from ..bench import llama_peer
-    from ..bench.prompts import demo_prompts, encode
+def _embedded_pair(args):
+    """The embedded pair in ``--dtype`` after the cheap checks: ``(--out's new path, provenance, target, draft)``."""
     from ..bench.environment import provenance
     from ..models import loading
 
-    llama_peer.check()  # before any model loads
-    if args.prompts < 1 or args.max_new_tokens < 1 or args.k < 1:
-        raise ConfigError("--prompts, --max-new-tokens and -k must be >= 1.")
     specs.check_available(specs.DEFAULT_TARGET)
     specs.check_available(specs.DEFAULT_DRAFT)
     out_path = options.new_out_path(args)
     measured = provenance()
-    target, draft = loading.load_pair(dtype=args.dtype)
+    return (out_path, measured, *loading.load_pair(dtype=args.dtype))
+
+
+def cmd_llama_bench(args) -> int:
+    from ..bench import llama_peer
+    from ..bench.prompts import demo_prompts, encode
+
+    llama_peer.check()  # before any model loads
+    if args.prompts < 1 or args.max_new_tokens < 1 or args.k < 1:
+        raise ConfigError("--prompts, --max-new-tokens and -k must be >= 1.")
+    out_path, measured, target, draft = _embedded_pair(args)
     prompts = demo_prompts()[: args.prompts]
     ids = [encode(target.tokenizer, p.text) for p in prompts]
     doc = llama_peer.run(target, draft, ids, k=args.k, max_new_tokens=args.max_new_tokens)
@@ -194,18 +200,12 @@ def cmd_llama_bench(args) -> int:
 
 def cmd_step_profile(args) -> int:
     from ..bench import stepprofile
-    from ..bench.environment import provenance
     from ..bench.prompts import demo_prompts, encode
     from ..heads.for_model import flashhead_for
-    from ..models import loading
 
     if args.reps < 3 or args.max_block < 1 or args.new_tokens < 2:
         raise ConfigError("--reps must be >= 3, --max-block >= 1 and --new-tokens >= 2.")
-    specs.check_available(specs.DEFAULT_TARGET)
-    specs.check_available(specs.DEFAULT_DRAFT)
-    out_path = options.new_out_path(args)
-    measured = provenance()
-    target, draft = loading.load_pair(dtype=args.dtype)
+    out_path, measured, target, draft = _embedded_pair(args)
     ids = encode(target.tokenizer, demo_prompts()[0].text)
     doc = stepprofile.run(target, draft, flashhead_for(draft), ids, blocks=tuple(range(1, args.max_block + 1)),
                           reps=args.reps, new_tokens=args.new_tokens, compare_fused=args.compare_fused)

@@ -25,6 +25,8 @@ import contextlib
 import torch
 from torch import nn
 
+from . import weight_only
+
 #: whether the fused operations run (True) or transformers' own code (False); read at every call
 ENABLED = True
 
@@ -49,9 +51,7 @@ def _takes(*tensors: torch.Tensor) -> bool:
     here (a fixed answer for the process, so a one-token step and a block's queries always take the same path)."""
     if not (ENABLED and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)):
         return False
-    from .weight_only import available
-
-    return available()
+    return weight_only.available()
 
 
 class FusedRMSNorm(nn.Module):
@@ -67,9 +67,7 @@ class FusedRMSNorm(nn.Module):
         w = self.stock.weight
         if not _takes(x, w):
             return self.stock(x)
-        from .weight_only import kernel
-
-        return kernel().rms_norm(x, w, self.eps)
+        return weight_only.kernel().rms_norm(x, w, self.eps)
 
 
 def rotary(q, k, cos, sin, unsqueeze_dim: int = 1, *, stock=None):
@@ -77,9 +75,8 @@ def rotary(q, k, cos, sin, unsqueeze_dim: int = 1, *, stock=None):
     layouts and tensors go to ``stock``, transformers' own."""
     if unsqueeze_dim != 1 or cos.dim() != 3 or q.dim() != 4 or k.shape[0] != q.shape[0] or not _takes(q, k, cos, sin):
         return stock(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
-    from .weight_only import kernel
 
-    q_embed, k_embed = kernel().rotary(q, k, cos, sin)
+    q_embed, k_embed = weight_only.kernel().rotary(q, k, cos, sin)
     return q_embed, k_embed
 
 
@@ -93,11 +90,9 @@ def attend_one(module, query, key, value, **kwargs):
             or kwargs.get("softcap") or kwargs.get("s_aux") is not None
             or (window is not None and key.shape[2] > window)):
         return None
-    from .weight_only import kernel
-
     scale = kwargs.get("scaling")
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return kernel().attend_one(query, key, value, float(scale)), None
+    return weight_only.kernel().attend_one(query, key, value, float(scale)), None
 
 
 def _install_rotary() -> None:
@@ -120,9 +115,7 @@ def use(model) -> int:
     """Give a float32 CPU model the fused operations: its RMS norms of the kinds :data:`NORMS` names replaced by
     :class:`FusedRMSNorm` (a second call replaces nothing more) and the fused rotary embedding installed (the fused attention is the row-exact attention's, :mod:`~thesis_lib.models.attention`).
     Returns how many norms were replaced."""
-    from .weight_only import kernel
-
-    kernel()  # built (or loaded) now, not inside the first step
+    weight_only.kernel()  # built (or loaded) now, not inside the first step
     n = 0
     for parent in list(model.modules()):
         if isinstance(parent, FusedRMSNorm):  # its stand-by stays as it is
