@@ -70,12 +70,15 @@ def test_the_whole_profile_on_the_tiny_pair(tok):
     pair = [LoadedModel(spec=f"tiny:{n}", model=m, tokenizer=tok, path=None, device="cpu", dtype="int8-dynamic")
             for n, m in (("target", target), ("draft", draft))]
     doc = sp.run(*pair, flash, list(range(5, 25)), blocks=(1, 3), reps=3, new_tokens=4, progress=False,
-                 compare_fused=True)
+                 compare=("fused", "compact"))
     plain = ["draft, dense head", "draft, FlashHead", "target, block of 1", "target, block of 3"]
-    assert list(doc["steps"]) == plain + [f"{n}, fused off" for n in plain]
-    for name in plain:  # the fused operations dispatch fewer aten operations
-        assert doc["steps"][name]["aten_ops"] < doc["steps"][f"{name}, fused off"]["aten_ops"], name
-        assert len(doc["steps"][name]["bare_ms"]) == 3
+    assert list(doc["steps"]) == plain + [f"{n}, fused off" for n in plain] + [f"{n}, compact off" for n in plain]
+    for name in plain:  # the fused operations dispatch fewer aten operations, the compact step fewer still
+        steps = doc["steps"]
+        assert steps[name]["aten_ops"] < steps[f"{name}, compact off"]["aten_ops"] < steps[f"{name}, fused off"]["aten_ops"]
+        assert len(steps[name]["bare_ms"]) == 3
+    with pytest.raises(ValueError, match="cannot compare"):
+        sp.run(*pair, flash, list(range(5, 25)), blocks=(1,), reps=3, compare=("bogus",), progress=False)
     for name, step in doc["steps"].items():
         assert set(sp.PARTS) <= set(step["ms"]) and step["ms"]["bare_body"] > 0 and step["aten_ops"] > 0, name
         assert step["floor_ms"]["linear"] > 0 and step["context"] == 20 - step["n"]
@@ -132,22 +135,29 @@ def test_the_fused_comparison_reads_each_step_against_its_twin():
 
     steps = {"a": {"bare_ms": [10.0, 11.0, 9.0]}, "a, fused off": {"bare_ms": [12.0, 13.2, 10.8]},
              "b": {"bare_ms": [10.0, 14.0, 6.0]}, "b, fused off": {"bare_ms": [12.0, 8.0, 10.0]}, "c": {"bare_ms": [1.0]}}
-    rows = floor.fused_rows({"steps": steps})
+    rows = floor.switch_rows({"steps": steps}, "fused")
     assert list(rows["step"]) == ["a", "b"]
     a, b = rows.iloc[0], rows.iloc[1]
     assert a["speedup"] == pytest.approx(1.2) and a["lo"] == pytest.approx(1.2) and a["hi"] == pytest.approx(1.2)
     assert b["speedup"] == pytest.approx(1.0) and b["lo"] < 1.0 < b["hi"]
-    assert list(floor.fused_rows(None).columns) == ["fused operations"]
+    assert list(floor.switch_rows(None, "fused").columns) == ["fused operations"]
+    assert list(floor.switch_rows({"steps": steps}, "compact").columns) == ["compact step"]  # only fused twins
 
 
 def test_the_fused_verdict_follows_its_interval():
     from thesis_lib.analysis import floor, verdicts
 
-    assert verdicts.fused_effect(1.1, 1.05, 1.2) == "faster with them (1.100x, 1.050-1.200)"
-    assert verdicts.fused_effect(0.9, 0.8, 0.95).startswith("slower with them")
-    assert verdicts.fused_effect(1.0, 0.95, 1.05).startswith("neither")
-    assert verdicts.fused_effect(float("nan"), float("nan"), float("nan")) == "not compared in this profile"
-    steps = {"draft, FlashHead": {"bare_ms": [10.0, 10.0]}, "draft, FlashHead, fused off": {"bare_ms": [13.0, 13.0]}}
-    g = floor.fused_glued({"steps": steps})
+    assert verdicts.switch_effect(1.1, 1.05, 1.2) == "faster with them (1.100x, 1.050-1.200)"
+    assert verdicts.switch_effect(0.9, 0.8, 0.95).startswith("slower with them")
+    assert verdicts.switch_effect(1.0, 0.95, 1.05).startswith("neither")
+    assert verdicts.switch_effect(1.1, 1.05, 1.2, them="it") == "faster with it (1.100x, 1.050-1.200)"
+    assert verdicts.switch_effect(float("nan"), float("nan"), float("nan")) == "not compared in this profile"
+    steps = {"draft, FlashHead": {"bare_ms": [10.0, 10.0]}, "draft, FlashHead, fused off": {"bare_ms": [13.0, 13.0]},
+             "target, block of 1": {"bare_ms": [20.0, 20.0]}, "target, block of 1, compact off": {"bare_ms": [25.0, 25.0]}}
+    g = floor.switch_glued({"steps": steps}, "fused")
     assert g["spf_draft_speedup"] == pytest.approx(1.3) and g["spf_target1_speedup"] != g["spf_target1_speedup"]
-    assert all(v != v for v in floor.fused_glued(None).values())
+    c = floor.switch_glued({"steps": steps}, "compact")
+    assert c["spc_target1_speedup"] == pytest.approx(1.25) and c["spc_draft_speedup"] != c["spc_draft_speedup"]
+    steps["draft, FlashHead, compact off"] = {"bare_ms": [12.0, 12.0]}  # the fused operations' other half: the modules
+    assert floor.switch_glued({"steps": steps}, "fused")["spf_draft_speedup"] == pytest.approx(13 / 12)
+    assert all(v != v for v in floor.switch_glued(None, "compact").values())

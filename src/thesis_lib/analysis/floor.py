@@ -181,7 +181,7 @@ _OVERHEAD = ("attention", "norms", "activation", "rotary_table", "embedding", "o
 
 
 def step_rows(doc: dict | None) -> pd.DataFrame:
-    """``thesis-lib step-profile``'s steps (none: a one-cell table saying so; the ``fused off`` halves of a
+    """``thesis-lib step-profile``'s steps (none: a one-cell table saying so; the ``<switch> off`` halves of a
     comparison left out): each step's time without the hooks,
     each part with the hooks (ms, medians), the linear layers', attention's and the head's byte floors, the aten
     operations of one forward."""
@@ -189,7 +189,7 @@ def step_rows(doc: dict | None) -> pd.DataFrame:
         return pd.DataFrame({"step profile": ["none named (STEP_PROFILE_FILE)"]})
     rows = []
     for name, step in doc["steps"].items():
-        if name.endswith(", fused off"):  # the comparison's other half: fused_rows
+        if name.endswith(tuple(f", {w} off" for w in SWITCH_NAMES)):  # a comparison's other half: switch_rows
             continue
         ms, floor = step["ms"], step["floor_ms"]
         row = {"step": name, "ms": ms["bare_body"] + ms["bare_head"]}
@@ -229,30 +229,40 @@ def step_glued(doc: dict | None) -> dict:
             "sp_loop_beyond_share": doc["loop"]["beyond_share"], "sp_stream_gbps": doc["stream_gbps"]}
 
 
-def fused_rows(doc: dict | None) -> pd.DataFrame:
-    """A profile run with ``--compare-fused``: per step, its time without the fused operations over its time with
-    them (the mean over repetitions, each repetition timing both), with a bootstrap interval over repetitions."""
+#: what a profile's ``--compare`` switched off, as tables name it
+SWITCH_NAMES = {"fused": "fused operations", "compact": "compact step"}
+
+
+def switch_rows(doc: dict | None, switch: str = "fused") -> pd.DataFrame:
+    """A profile run with ``--compare <switch>``: per step, its time with ``switch`` off over its time with it on
+    (the mean over repetitions, each repetition timing both), with a bootstrap interval over repetitions. The
+    compact step needs the fused operations, so a step without them runs through the modules: they are set against
+    the step's "compact off" twin where the profile has one (the modules with them), else against the step."""
     from .uncertainty import timing_interval
 
+    what = SWITCH_NAMES[switch]
     rows = []
     for name, step in ((doc or {}).get("steps") or {}).items():
-        off = doc["steps"].get(f"{name}, fused off")
+        off = doc["steps"].get(f"{name}, {switch} off")
         if off is None:
             continue
+        if switch == "fused":
+            step = doc["steps"].get(f"{name}, compact off", step)
         iv = timing_interval(off["bare_ms"], step["bare_ms"], 1)
-        rows.append({"step": name, "ms, fused": sum(step["bare_ms"]) / len(step["bare_ms"]),
-                     "ms, not fused": sum(off["bare_ms"]) / len(off["bare_ms"]), "speedup": iv["value"],
+        rows.append({"step": name, f"ms, {what}": sum(step["bare_ms"]) / len(step["bare_ms"]),
+                     f"ms, no {what}": sum(off["bare_ms"]) / len(off["bare_ms"]), "speedup": iv["value"],
                      "lo": iv["lo"], "hi": iv["hi"]})
-    return pd.DataFrame(rows) if rows else pd.DataFrame({"fused operations": ["not compared in this profile"]})
+    return pd.DataFrame(rows) if rows else pd.DataFrame({what: ["not compared in this profile"]})
 
 
-def fused_glued(doc: dict | None) -> dict:
-    """The fused operations' speedup of the FlashHead draft's step, the target's one-token step and its block of
-    five, each with its interval (``spf_*``; nan where the profile did not compare them)."""
-    rows = fused_rows(doc)
+def switch_glued(doc: dict | None, switch: str = "fused") -> dict:
+    """What ``switch`` buys the FlashHead draft's step, the target's one-token step and its block of five: each
+    speedup with its interval (``spf_*`` for the fused operations, ``spc_*`` for the compact step; nan where the
+    profile did not compare them)."""
+    rows = switch_rows(doc, switch)
     out = {}
     for key, name in (("draft", "draft, FlashHead"), ("target1", "target, block of 1"), ("target5", "target, block of 5")):
         row = rows[rows["step"] == name] if "step" in rows else rows.iloc[0:0]
         for part in ("speedup", "lo", "hi"):
-            out[f"spf_{key}_{part}"] = float(row[part].iloc[0]) if len(row) else float("nan")
+            out[f"sp{switch[0]}_{key}_{part}"] = float(row[part].iloc[0]) if len(row) else float("nan")
     return out

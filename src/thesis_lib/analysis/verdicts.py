@@ -169,17 +169,22 @@ def step_reach(ceiling: float, target: float = 1.108) -> str:
     return f"so a faster head could still reach the thesis' {target:.3f}x on this body"
 
 
-def fused_effect(value: float, lo: float, hi: float) -> str:
-    """Whether a step is faster with the fused operations than without, by the interval of its speedup, with the
-    speedup and its interval."""
+def switch_effect(value: float, lo: float, hi: float, them: str = "them") -> str:
+    """Whether a step is faster with a change (the fused operations, ``them``; the compact step, "it") than
+    without, by the interval of its speedup, with the speedup and its interval."""
     if value != value or lo != lo or hi != hi:
         return "not compared in this profile"
     said = f"({value:.3f}x, {lo:.3f}-{hi:.3f})"
     if lo > 1:
-        return f"faster with them {said}"
+        return f"faster with {them} {said}"
     if hi < 1:
-        return f"slower with them {said}"
-    return f"neither clearly faster nor slower with them {said}"
+        return f"slower with {them} {said}"
+    return f"neither clearly faster nor slower with {them} {said}"
+
+
+def _with_it(value: float, lo: float, hi: float) -> str:
+    """:func:`switch_effect` of the compact step."""
+    return switch_effect(value, lo, hi, them="it")
 
 
 def loop_beyond(share: float, noise: float = 0.05) -> str:
@@ -490,9 +495,9 @@ RULES = {
                                             ms_unpadded="pad_flash_ms_token_unpadded")),
         "nobf16_unpadded_there": (unpadded_there, dict(verify5="nobf16_verify5_float32")),
         "sp_loop_verdict": (loop_beyond, dict(share="sp_loop_beyond_share")),
-        "spf_draft_verdict": (fused_effect, dict(value="spf_draft_speedup", lo="spf_draft_lo", hi="spf_draft_hi")),
-        "spf_target1_verdict": (fused_effect, dict(value="spf_target1_speedup", lo="spf_target1_lo", hi="spf_target1_hi")),
-        "spf_target5_verdict": (fused_effect, dict(value="spf_target5_speedup", lo="spf_target5_lo", hi="spf_target5_hi")),
+        **{f"sp{s}_{step}_verdict": (fn, dict(value=f"sp{s}_{step}_speedup", lo=f"sp{s}_{step}_lo",
+                                                hi=f"sp{s}_{step}_hi"))
+           for s, fn in (("f", switch_effect), ("c", _with_it)) for step in ("draft", "target1", "target5")},
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

@@ -14,12 +14,15 @@ hooks (:class:`PartClock`; a CPU runs each module synchronously, so a module's w
 Beside each part its byte floor: the bytes it must read at the machine's stream rate
 (:func:`~thesis_lib.bench.precision.stream_gbps`), and the aten operations one forward dispatches
 (:func:`count_ops`). The hooks cost time of their own; :class:`StepCase` times the same forward without them,
-interleaved, and reports both. :func:`loop_overhead` sets the target-only loop's time per token against its
-one-token forward and head.
+interleaved, and reports both; the hooked forward goes through the modules (the compact step of
+:mod:`~thesis_lib.models.compact` calls none), the bare one as decoding runs it. :func:`loop_overhead` sets the
+target-only loop's time per token against its one-token forward and head. :data:`SWITCHES` names what a profile can
+time with and without, side by side.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections import defaultdict
@@ -27,13 +30,16 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..models import fused
+from ..models import compact, fused
 from ..models.packing import PackedLinear
 from ..models.weight_only import WeightOnlyLinear
 
 #: the parts a forward is split into, in the order tables show them
 PARTS = ("linear", "attn_linear", "mlp_linear", "attention", "norms", "activation", "rotary_table", "embedding",
          "other", "head")
+#: what ``--compare`` can switch off for a step's twin (named "<step>, <switch> off"): each a context manager
+#: factory taking on/off
+SWITCHES = {"fused": fused.enabled, "compact": compact.enabled}
 
 
 class PartClock:
@@ -145,16 +151,25 @@ class StepCase:
     the head (on the last position for n = 1, else on every position, as a verify scores them). :meth:`once` runs
     it with the part hooks or without (``bare``); :meth:`result` gives the medians in ms."""
 
-    def __init__(self, state, ids: list[int], n: int, fused_ops: bool = True):
-        self.state, self.n, self.block, self.fused_ops = state, n, ids[-n:], fused_ops
+    def __init__(self, state, ids: list[int], n: int, off: str | None = None):
+        self.state, self.n, self.block, self.off = state, n, ids[-n:], off
         state.reset()
-        with fused.enabled(fused_ops):
+        with self._switched(False):
             state.greedy(ids[:-n], last_only=True)
         self.context = len(ids) - n
         self.times: dict[str, list[float]] = defaultdict(list)
 
+    def _switched(self, hooked: bool):
+        """The step's variant: its switch (:data:`SWITCHES`) off where it has one; hooked, through the modules."""
+        stack = contextlib.ExitStack()
+        if self.off is not None:
+            stack.enter_context(SWITCHES[self.off](False))
+        if hooked:
+            stack.enter_context(compact.enabled(False))
+        return stack
+
     def once(self, hooked: bool, record: bool = True) -> None:
-        with fused.enabled(self.fused_ops):
+        with self._switched(hooked):
             self._once(hooked, record)
 
     def _once(self, hooked: bool, record: bool) -> None:
@@ -179,12 +194,12 @@ class StepCase:
                 self.times[part].append(secs)
 
     def ops(self) -> int:
-        """The aten operations one forward of the block dispatches."""
+        """The aten operations one bare forward of the block dispatches."""
         def forward():
             self.state.hidden(self.block)
             self.state.crop(self.n)
 
-        with fused.enabled(self.fused_ops):
+        with self._switched(False):
             return count_ops(forward)
 
     def result(self) -> dict:
@@ -214,34 +229,40 @@ def loop_overhead(runner, case: StepCase, ids: list[int], *, reps: int) -> dict:
 
 
 def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8), reps: int = 15,
-        new_tokens: int = 32, progress: bool = True, compare_fused: bool = False) -> dict:
+        new_tokens: int = 32, progress: bool = True, compare: tuple[str, ...] = ()) -> dict:
     """The whole profile on a loaded pair (target and draft :class:`~thesis_lib.models.loading.LoadedModel`,
     ``flash`` the draft's FlashHead): the draft's one-token step with the dense head and with FlashHead and the
     target's blocks, every step hooked and bare once per repetition, steps interleaved in alternating order, the
     stream rate read once per repetition beside them; each part beside its floor at the median rate; then the
-    target-only loop's overhead per token. ``compare_fused``: every step also with :mod:`thesis_lib.models.fused`
-    switched off (its name ending ", fused off"), interleaved with the rest."""
+    target-only loop's overhead per token. ``compare``: names of :data:`SWITCHES`; every step also with each
+    switched off (its name ending ", <switch> off"), interleaved with the rest."""
     from ..bench.runner import Runner
     from ..decoding.state import ModelState
     from ..models.cpu import cpu_flags, cpu_name, fast_bf16
     from ..progress import tqdm
     from .precision import stream_gbps
 
-    cases = {"draft, dense head": (draft, None, 1, True), "draft, FlashHead": (draft, flash, 1, True)}
-    cases.update({f"target, block of {n}": (target, None, n, True) for n in blocks})
-    if compare_fused:
-        cases.update({f"{name}, fused off": (*case[:3], False) for name, case in list(cases.items())})
-    doc = {"processor": cpu_name(), "fused": target.info.get("fused"), "compare_fused": compare_fused, "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
+    unknown = set(compare) - set(SWITCHES)
+    if unknown:
+        raise ValueError(f"cannot compare {sorted(unknown)}: the switches are {', '.join(SWITCHES)}")
+    cases = {"draft, dense head": (draft, None, 1, None), "draft, FlashHead": (draft, flash, 1, None)}
+    cases.update({f"target, block of {n}": (target, None, n, None) for n in blocks})
+    for switch in compare:
+        cases.update({f"{name}, {switch} off": (*case[:3], switch) for name, case in list(cases.items())
+                      if case[3] is None})
+    doc = {"processor": cpu_name(), "fused": target.info.get("fused"), "compare": list(compare),
+           "compact": compact.why_not(target.model) or "the compact step (models.compact)",
+           "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "fast_bf16": fast_bf16(),
            "threads": torch.get_num_threads(), "torch": torch.__version__, "context": len(ids), "reps": reps,
            "target_kernels": target.info.get("cpu_kernels"), "draft_kernels": draft.info.get("cpu_kernels")}
     with torch.inference_mode():
         steps = {}
-        for name, (lm, head, n, on) in cases.items():
+        for name, (lm, head, n, off) in cases.items():
             # each step its own state (and cache): the draft's two heads share the model, not the cache
             state = ModelState(lm.model, head=head, vocab_limit=lm.vocab_limit) if head is not None else \
                 ModelState(lm.model, vocab_limit=lm.vocab_limit)
-            steps[name] = StepCase(state, ids, n, fused_ops=on)
+            steps[name] = StepCase(state, ids, n, off=off)
         names, readings = list(steps), []
         for r in tqdm(range(3 + reps), desc="step profile", disable=not progress):
             for name in (names if r % 2 else names[::-1]):
@@ -288,10 +309,11 @@ def text(doc: dict) -> str:
         lines.append(f"{r['step']:<31}{r['ms (bare)']:8.2f}{r['ms (hooked)']:8.2f}" + "".join(f"{c:>15}" for c in cells)
                      + f"{r['aten ops']:10d}")
     for name, step in doc["steps"].items():
-        off = doc["steps"].get(f"{name}, fused off")
-        if off is not None:
-            lines.append(f"{name}: the fused operations {statistics.median(off['bare_ms']) / statistics.median(step['bare_ms']):.3f}x "
-                         "as fast as without them (medians)")
+        for switch in SWITCHES:
+            off = doc["steps"].get(f"{name}, {switch} off")
+            if off is not None:
+                lines.append(f"{name}: {statistics.median(off['bare_ms']) / statistics.median(step['bare_ms']):.3f}x "
+                             f"as fast as with {switch} off (medians)")
     loop = doc["loop"]
     lines.append(f"target-only loop: {loop['tpot_ms']:.2f} ms per token against a one-token step of {loop['step_ms']:.2f} "
                  f"ms: {loop['beyond_ms']:.2f} ms ({100 * loop['beyond_share']:.0f} %) beyond the model")

@@ -208,9 +208,9 @@ def cmd_step_profile(args) -> int:
     out_path, measured, target, draft = _embedded_pair(args)
     ids = encode(target.tokenizer, demo_prompts()[0].text)
     doc = stepprofile.run(target, draft, flashhead_for(draft), ids, blocks=tuple(range(1, args.max_block + 1)),
-                          reps=args.reps, new_tokens=args.new_tokens, compare_fused=args.compare_fused)
+                          reps=args.reps, new_tokens=args.new_tokens, compare=tuple(args.compare))
     doc.update(measured=measured, command=f"thesis-lib step-profile --dtype {args.dtype} --max-block {args.max_block} "
-               f"--reps {args.reps} --new-tokens {args.new_tokens}" + (" --compare-fused" if args.compare_fused else ""))
+               f"--reps {args.reps} --new-tokens {args.new_tokens}" + "".join(f" --compare {c}" for c in args.compare))
     return options.emit(doc, stepprofile.text(doc), out_path)
 
 
@@ -369,7 +369,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
     p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
-    p.add_argument("--compare-fused", action="store_true", help="every step also with the fused operations off")
+    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact"), help="also with this off")
     options.out(p)
     p.set_defaults(func=cmd_step_profile)
 

@@ -21,6 +21,7 @@ call takes transformers' code.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 from torch import nn
@@ -32,14 +33,18 @@ ENABLED = True
 
 
 @contextlib.contextmanager
-def enabled(on: bool):
-    """Run the block with the fused operations on or off (then restore the previous setting)."""
-    global ENABLED
-    before, ENABLED = ENABLED, on
+def switched(module, on: bool):
+    """Run the block with ``module.ENABLED`` set to ``on`` (then restore the previous setting)."""
+    before, module.ENABLED = module.ENABLED, on
     try:
         yield
     finally:
-        ENABLED = before
+        module.ENABLED = before
+
+
+def enabled(on: bool):
+    """Run the block with the fused operations on or off."""
+    return switched(sys.modules[__name__], on)
 
 
 #: the norms :func:`use` replaces: those computing ``weight * x / sqrt(mean(x^2) + eps)`` (not ``(1 + weight) * ...``)

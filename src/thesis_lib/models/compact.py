@@ -1,0 +1,205 @@
+"""The decode step of a CPU model without transformers' modules: the same operations, called directly.
+
+A one-token step of the embedded draft spends about a third of its time between its operations: module calls,
+the causal mask's construction, the KV cache's concatenation (``torch.cat`` of every layer's keys and values, every
+step), views and casts (the measurement log's step profile). :class:`CompactStep` runs a forward over tokens that
+follow a cache as a short list of calls per layer: the RMS norm, **one** int8 product for the queries, keys and
+values together (their packed rows concatenated: each output is computed as in its own layer, so the values are
+the same), the rotary embedding, the new keys and values written into a preallocated cache (:class:`Storage`), one
+query's attention per position over its prefix, the output product, the residual, the norm, **one** product for
+the gate and up projections, SiLU and the product, the down projection.
+
+Every call is the one the model's own modules make (the fused kernels of :mod:`thesis_lib.models.fused`, aten's
+``silu``, ``mul`` and ``add``) on the same values, so the hidden states equal the modules' bit for bit (tested):
+greedy output, acceptance and every committed result stay as they were, only faster. A prefill (nothing cached
+yet) goes through the modules, as before. The cache stays transformers' ``DynamicCache`` (the trees, the batches
+and the memory count read it): its layers hold views of the preallocated storage, and a cache the modules grew
+since (a token tree's forward) is copied in again before the next step.
+
+:func:`for_model` gives the step of a model it applies to (a Qwen2 or Qwen3 float32 CPU model with the row-exact
+attention and the fused operations, as the loader gives the CPU default) and None otherwise. :data:`ENABLED`
+switches it off at run time for side-by-side timing; it also stands aside while the fused operations are off.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import fused, weight_only
+from .attention import NAME as ROW_EXACT
+
+#: whether :class:`~thesis_lib.decoding.state.ModelState` uses the compact step where it applies; read every step
+ENABLED = True
+#: the model kinds whose decoder layers :class:`CompactStep` mirrors
+KINDS = ("qwen2", "qwen3")
+#: preallocated cache positions, in steps of this many
+_CHUNK = 256
+
+
+def enabled(on: bool):
+    """Run a block with the compact step on or off (for side-by-side timing)."""
+    return fused.switched(sys.modules[__name__], on)
+
+
+def why_not(model) -> str | None:
+    """Why :class:`CompactStep` does not apply to ``model`` (None where it does)."""
+    cfg = model.config
+    if cfg.model_type not in KINDS:
+        return f"model type {cfg.model_type!r} (the compact step mirrors {', '.join(KINDS)})"
+    p = next(model.parameters())
+    if p.device.type != "cpu" or model.get_decoder().embed_tokens.weight.dtype != torch.float32:
+        return "not a float32 CPU model"
+    if cfg._attn_implementation != ROW_EXACT:
+        return f"attention {cfg._attn_implementation!r}, not the row-exact attention"
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
+        return "sliding-window layers"
+    layers = model.get_decoder().layers
+    if not all(isinstance(m, fused.FusedRMSNorm) for layer in layers
+               for m in (layer.input_layernorm, layer.post_attention_layernorm)):
+        return "its norms are not the fused ones"
+    if not weight_only.available():
+        return "the kernel module cannot be built"
+    return None
+
+
+def for_model(model) -> CompactStep | None:
+    """The compact step of ``model`` (built once, kept on the model), or None where :func:`why_not` says no."""
+    step = model.__dict__.get("_thesis_compact", False)
+    if step is False:
+        step = CompactStep(model) if why_not(model) is None else None
+        model.__dict__["_thesis_compact"] = step
+    return step
+
+
+def _norm(m):
+    """An RMS norm as a function of its rows: the fused kernel for :class:`~thesis_lib.models.fused.FusedRMSNorm`."""
+    if isinstance(m, fused.FusedRMSNorm):
+        k, w, eps = weight_only.kernel(), m.stock.weight, m.eps
+        return lambda x: k.rms_norm(x, w, eps)
+    return m
+
+
+def _product(layers) -> tuple:
+    """One function of the rows ``[n, K]`` giving each of ``layers``' outputs (a tuple): one int8-dynamic product
+    over the layers' packed rows concatenated where each is a :class:`WeightOnlyLinear` of that format whose outputs
+    fill whole packed groups (each output then computed exactly as in its own layer; the layers' buffers become
+    views of the joint ones, so no byte is held twice), else each layer's own call."""
+    sizes = [m.out_features for m in layers]
+    if not all(isinstance(m, weight_only.WeightOnlyLinear) and m.fmt == "int8-dynamic" and m.out_features % 32 == 0
+               and m.path == layers[0].path for m in layers):
+        return lambda x: tuple(m(x) for m in layers)
+    k = weight_only.kernel()
+    if len(layers) == 1:
+        (m,) = layers
+        packed, scale, bias = m.packed_weight, m.scale, m.packed_bias
+    else:
+        packed = torch.cat([m.packed_weight for m in layers])
+        scale = torch.cat([m.scale for m in layers])
+        bias = None if all(m.packed_bias is None for m in layers) else torch.cat(
+            [m.packed_bias if m.packed_bias is not None else torch.zeros(m.out_features) for m in layers])
+        at = 0
+        for m in layers:  # the layers' own buffers: views of the joint ones
+            size = m.packed_weight.numel()
+            m.packed_weight = packed[at:at + size]
+            at += size
+        for name, joint in (("scale", scale), ("packed_bias", bias)):
+            if joint is None:
+                continue
+            for m, part in zip(layers, joint.split(sizes)):
+                if getattr(m, name) is not None:
+                    setattr(m, name, part)
+    n_out, path = sum(sizes), layers[0].path
+    return lambda x: k.linear_dynamic(x, packed, n_out, scale, bias, path).split(sizes, dim=1)
+
+
+def _act(m):
+    """The MLP's activation as a function: aten's ``silu`` for transformers' SiLU (what its forward calls)."""
+    return torch.nn.functional.silu if type(m).__name__ in ("SiLUActivation", "SiLU") else m
+
+
+class Storage:
+    """One cache's preallocated keys and values, ``[1, Hkv, capacity, d]`` per layer; the cache's layers hold
+    views of it."""
+
+    def __init__(self):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    def adopt(self, layer, i: int, start: int, need: int, shape: tuple[int, int]) -> None:
+        """Make cache ``layer`` (index ``i``) a view of this storage over its ``start`` positions, with room for
+        ``need``: copied in where the layer holds a tensor of its own (a forward through the modules made it)."""
+        if len(self.keys) <= i:
+            self.keys.append(torch.empty(0))
+            self.values.append(torch.empty(0))
+        store_k = self.keys[i]
+        fits = store_k.dim() == 4 and store_k.shape[2] >= need
+        if fits and layer.keys.data_ptr() == store_k.data_ptr() and layer.keys.shape[2] == start:
+            return
+        if not fits:
+            cap = -(-need // _CHUNK) * _CHUNK * (2 if store_k.dim() == 4 else 1)
+            self.keys[i] = torch.empty(1, shape[0], cap, shape[1])
+            self.values[i] = torch.empty(1, shape[0], cap, shape[1])
+        self.keys[i][:, :, :start] = layer.keys
+        self.values[i][:, :, :start] = layer.values
+        layer.keys, layer.values = self.keys[i][:, :, :start], self.values[i][:, :, :start]
+
+
+class CompactStep:
+    """A Qwen2 or Qwen3 CPU model's forward over tokens that follow a cache, as direct calls (module docstring)."""
+
+    def __init__(self, model):
+        self.model = model
+        body = model.get_decoder()
+        cfg = model.config
+        self.embed, self.rotary_emb, self.final_norm = body.embed_tokens, body.rotary_emb, _norm(body.norm)
+        self.kernel = weight_only.kernel()
+        first = body.layers[0].self_attn
+        self.d = first.head_dim
+        self.h = cfg.num_attention_heads
+        self.hkv = cfg.num_key_value_heads
+        self.scale = float(first.scaling)
+        self.layers = []
+        for layer in body.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.layers.append((_norm(layer.input_layernorm), _product([a.q_proj, a.k_proj, a.v_proj]),
+                                _norm(a.q_norm) if hasattr(a, "q_norm") else None,
+                                _norm(a.k_norm) if hasattr(a, "k_norm") else None,
+                                _product([a.o_proj]), _norm(layer.post_attention_layernorm),
+                                _product([m.gate_proj, m.up_proj]), _act(m.act_fn), _product([m.down_proj])))
+
+    def hidden(self, ids: torch.Tensor, cache, store: Storage) -> torch.Tensor:
+        """Final hidden states ``[n, D]`` of ``ids [1, n]`` after the ``cache``'s positions (at least one), whose
+        keys and values are appended to it (in ``store``)."""
+        n = ids.shape[1]
+        start = cache.get_seq_length()
+        k = self.kernel
+        x = self.embed(ids)  # [1, n, D]
+        pos = torch.arange(start, start + n).unsqueeze(0)
+        cos, sin = self.rotary_emb(x, pos)
+        h, hkv, d, scale = self.h, self.hkv, self.d, self.scale
+        for i, (norm1, qkv, q_norm, k_norm, o_proj, norm2, gate_up, act, down) in enumerate(self.layers):
+            layer = cache.layers[i]
+            store.adopt(layer, i, start, start + n, (hkv, d))
+            rows = norm1(x).view(n, -1)
+            q, kk, v = qkv(rows)
+            q, kk = q.view(1, n, h, d), kk.view(1, n, hkv, d)
+            if q_norm is not None:
+                q, kk = q_norm(q), k_norm(kk)
+            q, kk = k.rotary(q.transpose(1, 2), kk.transpose(1, 2), cos, sin)
+            keys, values = store.keys[i], store.values[i]
+            keys[:, :, start:start + n] = kk
+            values[:, :, start:start + n] = v.view(1, n, hkv, d).transpose(1, 2)
+            if n == 1:
+                att = k.attend_one(q, keys[:, :, :start + 1], values[:, :, :start + 1], scale)
+            else:
+                att = torch.cat([k.attend_one(q[:, :, j:j + 1], keys[:, :, :start + j + 1],
+                                              values[:, :, :start + j + 1], scale) for j in range(n)], dim=1)
+            layer.keys, layer.values = keys[:, :, :start + n], values[:, :, :start + n]
+            x = x + o_proj(att.reshape(n, h * d))[0].view(1, n, -1)
+            gate, up = gate_up(norm2(x).view(n, -1))
+            if n > 1:  # as the modules' separate products give them
+                gate, up = gate.contiguous(), up.contiguous()
+            x = x + down(act(gate) * up)[0].view(1, n, -1)
+        return self.final_norm(x)[0]
