@@ -14,9 +14,9 @@ from thesis_lib.models import weight_only as wo
 from conftest import TINY_VOCAB, int8_pair
 
 
-def _int8(arch: str, seed: int = 0):
+def _int8(arch: str, seed: int = 0, fmt: str = "int8-dynamic"):
     model = tiny.tiny_model(arch, seed=seed)
-    wo.convert(model, "int8-dynamic")
+    wo.convert(model, fmt)
     attention.use(model)
     fused.use(model)
     return model
@@ -37,9 +37,9 @@ def _both(on, off, ids):
     return a, b
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
-def test_steps_and_blocks_after_a_cache_equal_the_modules_bit_for_bit(arch):
-    model = _int8(arch)
+@pytest.mark.parametrize("arch,fmt", [("qwen2", "int8-dynamic"), ("qwen3", "int8-dynamic"), ("qwen2", "int4-dynamic")])
+def test_steps_and_blocks_after_a_cache_equal_the_modules_bit_for_bit(arch, fmt):
+    model = _int8(arch, fmt=fmt)
     assert compact.why_not(model) is None
     on, off = _pair_of_states(model)
     calls = []

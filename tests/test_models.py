@@ -214,6 +214,23 @@ def test_load_pair_from_local_folders_with_padded_embeddings(tmp_path, tok):
     assert target.eos_ids == [258]
 
 
+def test_a_draft_in_its_own_precision_beside_the_target(tmp_path, tok, monkeypatch):
+    """``draft_dtype``: a 4-bit draft body beside an int8 target, each with its kernels recorded; an unknown draft
+    precision fails before any weights load."""
+    from thesis_lib.models import weight_only as wo
+
+    if not wo.available():
+        pytest.skip("the weight-only kernel cannot be built here")
+    a = tiny.save_tiny(tiny.tiny_model(seed=1), tok, tmp_path / "a")
+    b = tiny.save_tiny(tiny.tiny_model(seed=2), tok, tmp_path / "b")
+    target, draft = loading.load_pair(str(a), str(b), dtype="int8-dynamic", draft_dtype="int4-dynamic", progress=False)
+    assert target.info["cpu_kernels"].startswith("int8-dynamic") and draft.info["cpu_kernels"].startswith("int4-dynamic")
+    assert {m.fmt for m in draft.model.model.modules() if isinstance(m, wo.WeightOnlyLinear)} == {"int4-dynamic"}
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights were loaded"))
+    with pytest.raises(ConfigError, match="Unknown dtype 'int3'"):
+        loading.load_pair(str(a), str(b), draft_dtype="int3", progress=False)
+
+
 def test_chat_template_is_applied_unless_disabled(tok):
     with_chat = prompts.encode(tok, "hi")
     plain = prompts.encode(tok, "hi", chat=False)

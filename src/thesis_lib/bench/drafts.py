@@ -89,8 +89,8 @@ def flash_body(cfg, draft, *, progress: bool = True):
         return None
     folder = embedl.with_body(checkpoint)
     check_same_tokenizer(draft.tokenizer, loading.load_tokenizer(str(folder)), draft.spec, cfg.assets)
-    body = loading.load_model(str(folder), device=draft.device, dtype=cfg.dtype, pack=cfg.pack, tokenizer=draft.tokenizer,
-                              progress=progress)
+    body = loading.load_model(str(folder), device=draft.device, dtype=cfg.draft_dtype or cfg.dtype, pack=cfg.pack,
+                              tokenizer=draft.tokenizer, progress=progress)
     body.spec = cfg.assets
     return body
 

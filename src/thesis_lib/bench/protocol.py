@@ -54,6 +54,7 @@ class BenchConfig:
     device: str = "cpu"
     draft_device: str | None = None
     dtype: str = "auto"
+    draft_dtype: str | None = None  # the draft's precision where it differs (e.g. int4-dynamic)
     pack: bool | None = None  # None: oneDNN-packed linears for float32 on CPU
     k: int = 4
     max_new_tokens: int = 32
@@ -230,7 +231,7 @@ class BenchConfig:
 #: Parameters added after the first runs; a run folder written before them holds none of them (their defaults apply).
 LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max_probes", "freq_tokens",
                 "freq_calibration", "freq_tokens_generated", "temperature", "top_k", "top_p", "stop_below",
-                "thinking", "threads", "tree_width", "tree_shape")
+                "thinking", "threads", "tree_width", "tree_shape", "draft_dtype")
 #: Parameters that have left the library, with the one value runs may still hold (from_dict drops them there).
 RETIRED_FIELDS = {"outliers": 0.0, "split_threads": False}
 #: Retired parameters that named runs (outside LATER_FIELDS): the identity keeps them at their value.
@@ -317,7 +318,8 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
             head.with_probes(cfg.probes)
     else:
         target, draft = loading.load_pair(cfg.target, cfg.draft, device=cfg.device, draft_device=cfg.draft_device,
-                                         dtype=cfg.dtype, pack=cfg.pack, progress=progress)
+                                         dtype=cfg.dtype, pack=cfg.pack, progress=progress,
+                                         draft_dtype=cfg.draft_dtype)
         head = None
     for lm in (target, draft):  # the exactness record covers every block this run can verify
         loading.probe_rows(lm, cfg.largest_block())

@@ -68,7 +68,7 @@ def _runner(args, modes):
     if flash:
         options.check_flash(args, args.draft)
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
-                                      dtype=args.dtype, pack=options.pack(args))
+                                      dtype=args.dtype, pack=options.pack(args), draft_dtype=args.draft_dtype)
     return Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
                   flash_head=options.flash_head(args, draft) if flash else None, tree_width=args.tree_width,
                   tree_shape=options.tree_shape(args))
@@ -117,7 +117,8 @@ def cmd_compare(args) -> int:
     doc = {"target": args.target, "draft": args.draft, "k": args.k, "max_new_tokens": args.max_new_tokens,
            "prompts": [p.question_id for p in prompts], "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "threads": options.threads(),
-           "cpu_kernels": runner.target.info.get("cpu_kernels"), "component_costs_s": costs, "summary": summary}
+           "cpu_kernels": runner.target.info.get("cpu_kernels"), "draft_kernels": runner.draft.info.get("cpu_kernels"),
+           "component_costs_s": costs, "summary": summary}
     if runner.flash_head is not None:
         fh = runner.flash_head
         doc["flashhead"] = {"n_clusters": fh.n_clusters, "n_probes": fh.n_probes, "path": fh.active_path,

@@ -67,7 +67,7 @@ def _bench_config(args, profile: bool):
         top_k=args.top_k or None, top_p=None if args.top_p == 1 else args.top_p, stop_below=args.stop_below)
     return BenchConfig(
         name=args.name, out=args.out, target=args.target, draft=args.draft, device=args.device,
-        draft_device=args.draft_device, dtype=args.dtype, pack=options.pack(args), k=args.k,
+        draft_device=args.draft_device, dtype=args.dtype, draft_dtype=args.draft_dtype, pack=options.pack(args), k=args.k,
         max_new_tokens=args.max_new_tokens, modes=modes, prompt_file=args.prompt_file, categories=args.categories,
         per_category=args.per_category or None, prompts=args.prompts, turns=args.turns, chat=not args.no_chat,
         thinking=options.thinking(args), warmup=args.warmup, iterations=args.iterations, seed=args.seed,

@@ -24,6 +24,9 @@ def models(p: argparse.ArgumentParser, *, target: bool = True) -> None:
         g.add_argument("--draft-device", default=None, help="device for the draft if it differs from --device")
     g.add_argument("--dtype", default="auto", help="auto (bfloat16 where the CPU or GPU runs it natively, else float32), "
                    "float32, bfloat16, float16 (default: auto)")
+    if target:
+        g.add_argument("--draft-dtype", default=None, help="the draft's precision where it differs from --dtype, "
+                       "e.g. int4-dynamic (a 4-bit body beside the int8 target; CPU)")
     g.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
 

@@ -82,15 +82,17 @@ def _norm(m):
 
 
 def _product(layers) -> tuple:
-    """One function of the rows ``[n, K]`` giving each of ``layers``' outputs (a tuple): one int8-dynamic product
-    over the layers' packed rows concatenated where each is a :class:`WeightOnlyLinear` of that format whose outputs
+    """One function of the rows ``[n, K]`` giving each of ``layers``' outputs (a tuple): one int8- or int4-dynamic
+    product over the layers' packed rows concatenated where each is a :class:`WeightOnlyLinear` of one such format whose outputs
     fill whole packed groups (each output then computed exactly as in its own layer; the layers' buffers become
     views of the joint ones, so no byte is held twice), else each layer's own call."""
     sizes = [m.out_features for m in layers]
-    if not all(isinstance(m, weight_only.WeightOnlyLinear) and m.fmt == "int8-dynamic" and m.out_features % 32 == 0
-               and m.path == layers[0].path for m in layers):
+    fmt = getattr(layers[0], "fmt", None)
+    if not all(isinstance(m, weight_only.WeightOnlyLinear) and m.fmt == fmt and m.out_features % 32 == 0
+               and m.path == layers[0].path for m in layers) or fmt not in weight_only.DYNAMIC:
         return lambda x: tuple(m(x) for m in layers)
     k = weight_only.kernel()
+    product = k.linear_dynamic if fmt == "int8-dynamic" else k.linear_dynamic4
     if len(layers) == 1:
         (m,) = layers
         packed, scale, bias = m.packed_weight, m.scale, m.packed_bias
@@ -107,11 +109,12 @@ def _product(layers) -> tuple:
         for name, joint in (("scale", scale), ("packed_bias", bias)):
             if joint is None:
                 continue
-            for m, part in zip(layers, joint.split(sizes)):
+            for m, part in zip(layers, joint.split([getattr(m, name).numel() if getattr(m, name) is not None
+                                                    else m.out_features for m in layers])):
                 if getattr(m, name) is not None:
                     setattr(m, name, part)
     n_out, path = sum(sizes), layers[0].path
-    return lambda x: k.linear_dynamic(x, packed, n_out, scale, bias, path).split(sizes, dim=1)
+    return lambda x: product(x, packed, n_out, scale, bias, path).split(sizes, dim=1)
 
 
 def _act(m):

@@ -306,7 +306,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
             "rows_floor": floor_rows,
             "dtype_requested": fmt or str(torch_dtype).replace("torch.", "")}
     if fmt:
-        products = "int8 products over activations rounded per block of 32" if fmt == "int8-dynamic" else "float32 products"
+        products = ("int8 products over activations rounded per block of 32" if fmt in weight_only.DYNAMIC
+                    else "float32 products")
         info["cpu_kernels"] = (f"{fmt} ({n_wo} linear layers, the head in bfloat16 weights; {products}, "
                                f"{weight_only.kernel_path(fmt)} kernel)")
     if device == "cpu" and not on_virtual and model.dtype == torch.float32 and weight_only.available():
@@ -374,19 +375,23 @@ def _stored(dtype: str, device: str) -> str:
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
-              pack: bool | None = None) -> tuple[LoadedModel, LoadedModel]:
-    """Load a target and a draft that share a tokenizer; every cheap check runs before any weights load."""
+              pack: bool | None = None, draft_dtype: str | None = None) -> tuple[LoadedModel, LoadedModel]:
+    """Load a target and a draft that share a tokenizer (the draft in ``draft_dtype`` where given, e.g. a 4-bit
+    ``int4-dynamic`` body beside an int8 target); every cheap check runs before any weights load."""
+    d_name = draft_dtype or dtype
+    d_device = draft_device or device
     check_available(target)
     check_available(draft)
     check_quantization(target)
     check_quantization(draft)
     check_load_time(target, device, dtype)
-    check_load_time(draft, draft_device or device, dtype)
+    check_load_time(draft, d_device, d_name)
+    _dtype(d_name, d_device)  # an unknown draft dtype fails here, before any weights load
     t_dtype = _stored("bfloat16" if resolve(target).quant else dtype, device)
-    d_dtype = _stored("bfloat16" if resolve(draft).quant else dtype, draft_device or device)
+    d_dtype = _stored("bfloat16" if resolve(draft).quant else d_name, d_device)
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
     tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
-    drf = load_model(draft, device=draft_device or device, dtype=dtype, tokenizer=d_tok, progress=progress, pack=pack)
+    drf = load_model(draft, device=d_device, dtype=d_name, tokenizer=d_tok, progress=progress, pack=pack)
     return tgt, drf

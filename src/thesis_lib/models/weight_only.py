@@ -7,7 +7,8 @@ output row rounded to 255 levels of its largest magnitude, one float32 scale per
 ``int8-dynamic`` reads the same int8 weights and also rounds each input row, at run time, to int8 levels in blocks
 of 32 values (a float32 scale per block), so that the products are exact integer dot products (AVX-512 VNNI where
 the CPU has it, AVX2 byte products elsewhere): a block of rows costs little more than one row, at the price of
-rounding the activations too. Each block's integer sum is exact in any order and the blocks are added in a fixed
+rounding the activations too. ``int4-dynamic`` rounds the weights to 15 levels per block of 32 inputs (a float32
+scale per output and block, 0.625 bytes a weight in all) under the same activations: a draft's body in 4 bits. Each block's integer sum is exact in any order and the blocks are added in a fixed
 order, so every path computes each output alike, bit for bit.
 
 The kernel is the project's own (``csrc/weight_only.cpp``), compiled for this machine once, at install time
@@ -35,9 +36,12 @@ from torch import nn
 from ..errors import ConfigError
 
 #: DTYPE names of the weight-only formats -> the weights' torch dtype
-FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8, "int8-dynamic": torch.int8}
+FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8, "int8-dynamic": torch.int8,
+           "int4-dynamic": torch.uint8}
 #: the input width each format's layers must be a multiple of (others stay float32 ``nn.Linear``)
-WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32}
+WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32, "int4-dynamic": 32}
+#: the formats whose products take activations rounded to int8 per block of 32 at run time
+DYNAMIC = ("int8-dynamic", "int4-dynamic")
 _SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
 #: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused`
 _SOURCES = (_SOURCE, _SOURCE.with_name("decode_ops.cpp"))
@@ -101,7 +105,7 @@ def kernel_path(fmt: str = "int8-weights") -> str:
     k = kernel()
     if _path_arg():
         return "AVX2"
-    if fmt == "int8-dynamic":
+    if fmt in DYNAMIC:
         return "AVX-512 VNNI" if k.vnni_path() else "AVX2"
     return "AVX-512" if k.avx512_path() else "AVX2"
 
@@ -140,14 +144,16 @@ class WeightOnlyLinear(nn.Module):
         self.in_features, self.out_features, self.fmt = linear.in_features, linear.out_features, fmt
         if self.in_features % WIDTH[fmt]:
             raise ConfigError(f"{fmt} layers need an input width divisible by {WIDTH[fmt]}, got {self.in_features}.")
-        if fmt == "bfloat16-weights":
-            q = w.to(torch.bfloat16)
-            self.register_buffer("scale", None, persistent=False)
+        if fmt == "int4-dynamic":
+            packed, scale = pack_int4(*quantize_int4(w))
         else:
-            q, scale = quantize_int8(w)
-            self.register_buffer("scale", scale, persistent=False)
-        pack = k.pack_dynamic if fmt == "int8-dynamic" else k.pack
-        self.register_buffer("packed_weight", pack(q.contiguous()), persistent=False)
+            if fmt == "bfloat16-weights":
+                q, scale = w.to(torch.bfloat16), None
+            else:
+                q, scale = quantize_int8(w)
+            packed = (k.pack_dynamic if fmt == "int8-dynamic" else k.pack)(q.contiguous())
+        self.register_buffer("scale", scale, persistent=False)
+        self.register_buffer("packed_weight", packed, persistent=False)
         self.path = _path_arg()
         bias = linear.bias
         self.register_buffer("packed_bias", None if bias is None else bias.detach().float().clone(), persistent=False)
@@ -159,9 +165,9 @@ class WeightOnlyLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).float()
         with torch.no_grad():
-            if self.fmt == "int8-dynamic":
-                y = kernel().linear_dynamic(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias,
-                                            self.path)
+            if self.fmt in DYNAMIC:
+                fn = kernel().linear_dynamic if self.fmt == "int8-dynamic" else kernel().linear_dynamic4
+                y = fn(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias, self.path)
             else:
                 y = kernel().linear(x2, self.packed_weight, self.out_features, self.scale, self.packed_bias,
                                     self.path)
@@ -183,10 +189,43 @@ class WeightOnlyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, weights={self.fmt}"
 
 
+def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w [N, K]`` -> (int8 levels -7..7 ``[N, K]``, float32 scales ``[N, K / 32]``): each block of 32 inputs of a
+    row divided by its largest magnitude over 7 and rounded to the nearest integer (a block of zeros: scale 1)."""
+    n, k = w.shape
+    blocks = w.detach().float().reshape(n, k // 32, 32)
+    scale = blocks.abs().amax(dim=2) / 7
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(blocks / scale[..., None]).clamp_(-7, 7).to(torch.int8)
+    return q.reshape(n, k), scale
+
+
+def pack_int4(levels: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Levels ``[N, K]`` (-7..7) and scales ``[N, K / 32]`` -> the kernel's int4-dynamic layout: nibbles level + 8,
+    per group of 32 outputs and 4 inputs 64 bytes (low nibbles outputs 0-15, high 16-31), ``[N/32 * K * 16]``
+    bytes; the scales as ``[N/32][K/32][32]`` (rows past N: level 0, scale 0)."""
+    n, k = levels.shape
+    rows = -(-n // 32) * 32
+    u = torch.full((rows, k), 8, dtype=torch.uint8)
+    u[:n] = (levels.to(torch.int16) + 8).to(torch.uint8)
+    s = torch.zeros(rows, k // 32)
+    s[:n] = scale
+    u = u.view(rows // 32, 2, 16, k // 4, 4).permute(0, 3, 1, 2, 4)  # [G, K/4, 2, 16, 4]
+    packed = (u[:, :, 0] | (u[:, :, 1] << 4)).contiguous().view(-1)
+    return packed, s.view(rows // 32, 32, k // 32).permute(0, 2, 1).contiguous().view(-1)
+
+
 def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = None,
            fmt: str = "int8-weights") -> torch.Tensor:
-    """The inverse of the kernel's ``pack`` (``pack_dynamic`` for ``int8-dynamic``): ``[N, K]`` float32 (times
-    ``scale`` per row for int8)."""
+    """The inverse of the kernel's ``pack`` (``pack_dynamic`` for ``int8-dynamic``, :func:`pack_int4` for
+    ``int4-dynamic``): ``[N, K]`` float32 (times ``scale`` per row for int8, per row and block for int4)."""
+    if fmt == "int4-dynamic":
+        rows, nb = -(-n // 32) * 32, k // 32
+        nib = packed.view(rows // 32, k // 4, 16, 4)
+        u = torch.stack([nib & 0x0F, nib >> 4], dim=2)  # [G, K/4, 2, 16, 4]
+        levels = u.permute(0, 2, 3, 1, 4).reshape(rows, k)[:n].float() - 8
+        s = scale.view(rows // 32, nb, 32).permute(0, 2, 1).reshape(rows, nb)[:n]
+        return (levels.view(n, nb, 32) * s[..., None]).view(n, k)
     if fmt == "int8-dynamic":
         rows = -(-n // 32) * 32
         levels = (packed ^ 0x80).view(torch.int8)

@@ -204,12 +204,19 @@ template <int MT> VNNI_ATTR void dyn_tile_vnni(const QRows& a, int64_t m0, const
   }
 }
 
+// Eight outputs' signed weights w (4 inputs each) times a row's four levels at offset o, as 32-bit sums:
+// |a| times w signed as a, in unsigned-by-signed byte products widened pairwise (no saturation at |w| <= 127).
+AVX2_ATTR inline __m256i sdot4_avx2(const QRows& a, int64_t o, __m256i w) {
+  const __m256i av = _mm256_set1_epi32(load4(a.q + o)), mag = _mm256_set1_epi32(load4(a.aq + o));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(w, av)), _mm256_set1_epi16(1));
+}
+
 // AVX2: 8 outputs per pass (a quarter of a group). |a| times (w signed as a's sign) in unsigned-by-signed byte
 // products (at most 2 x 127 x 127 per pair: no saturation), widened to 32-bit sums.
 template <int MT> AVX2_ATTR void dyn_tile_avx2(const QRows& a, int64_t m0, const uint8_t* grp, int quarter,
                                                 float* out, int64_t ldo) {
   const int64_t K = a.K, nb = K / kBlock;
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 af[MT];
   for (int m = 0; m < MT; ++m) af[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -223,13 +230,7 @@ template <int MT> AVX2_ATTR void dyn_tile_avx2(const QRows& a, int64_t m0, const
         _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch + 64), _MM_HINT_T0);
       }
       const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c1)), flip);
-      for (int m = 0; m < MT; ++m) {
-        const int64_t o = (m0 + m) * K + b * kBlock + 4 * c;
-        const __m256i av = _mm256_set1_epi32(load4(a.q + o));
-        const __m256i mag = _mm256_set1_epi32(load4(a.aq + o));
-        const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w, av));
-        ai[m] = _mm256_add_epi32(ai[m], _mm256_madd_epi16(p, ones));
-      }
+      for (int m = 0; m < MT; ++m) ai[m] = _mm256_add_epi32(ai[m], sdot4_avx2(a, (m0 + m) * K + b * kBlock + 4 * c, w));
     }
     for (int m = 0; m < MT; ++m)
       af[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[m]), _mm256_set1_ps(a.s[(m0 + m) * nb + b]), af[m]);
@@ -243,6 +244,83 @@ constexpr DynVnniFn kDynVnni[kMaxRowsDyn + 1] = {nullptr, dyn_tile_vnni<1>, dyn_
                                                  dyn_tile_vnni<4>, dyn_tile_vnni<5>, dyn_tile_vnni<6>};
 constexpr DynAvx2Fn kDynAvx2[kMaxRowsDyn + 1] = {nullptr, dyn_tile_avx2<1>, dyn_tile_avx2<2>, dyn_tile_avx2<3>,
                                                  dyn_tile_avx2<4>, dyn_tile_avx2<5>, dyn_tile_avx2<6>};
+
+// ---- 4-bit weights x int8 activations ("int4-dynamic") ----
+// Weights are levels -7..7 with a float32 scale per output and block of kBlock inputs (the block's largest
+// magnitude over 7), stored as level + 8 in nibbles: a group of 32 outputs holds, for each 4 inputs, 64 bytes whose
+// low nibbles are outputs 0-15 and high nibbles outputs 16-31 (each output's 4 inputs adjacent, as in the int8
+// layout), then the group's scales as [K / kBlock][32]. The activations are int8-dynamic's rows. A block's integer
+// sum is exact on every path (AVX-512 VNNI: (level + 8) x a less 8 x the block's sum of levels; AVX2: |a| x level
+// signed as a), then one fused multiply-add by the activation's scale times the weight's, in ascending block order:
+// every path computes each output alike, and each row of a block equals that row alone.
+constexpr int kNib = 64;  // bytes per group and 4 inputs
+
+template <int MT> VNNI_ATTR void dyn4_tile_vnni(const QRows& a, int64_t m0, const uint8_t* grp, const float* ws,
+                                                 float* out, int64_t ldo) {
+  const int64_t K = a.K, nb = K / kBlock;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 af[MT][2];
+  for (int m = 0; m < MT; ++m) af[m][0] = af[m][1] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i ai[MT][2];
+    for (int m = 0; m < MT; ++m) ai[m][0] = ai[m][1] = _mm512_set1_epi32(a.corr[(m0 + m) * nb + b] / 16);
+    const uint8_t* c0 = grp + b * (kBlock / 4) * kNib;
+    for (int c = 0; c < kBlock / 4; ++c) {
+      const uint8_t* c1 = c0 + c * kNib;
+      _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch), _MM_HINT_T0);
+      const __m512i v = _mm512_loadu_si512(c1);
+      const __m512i w0 = _mm512_and_si512(v, low), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      for (int m = 0; m < MT; ++m) {
+        const __m512i av = _mm512_set1_epi32(load4(a.q + (m0 + m) * K + b * kBlock + 4 * c));
+        ai[m][0] = _mm512_dpbusd_epi32(ai[m][0], w0, av);
+        ai[m][1] = _mm512_dpbusd_epi32(ai[m][1], w1, av);
+      }
+    }
+    const __m512 s0 = _mm512_loadu_ps(ws + b * kGroupOut), s1 = _mm512_loadu_ps(ws + b * kGroupOut + 16);
+    for (int m = 0; m < MT; ++m) {
+      const __m512 sv = _mm512_set1_ps(a.s[(m0 + m) * nb + b]);
+      af[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][0]), _mm512_mul_ps(sv, s0), af[m][0]);
+      af[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][1]), _mm512_mul_ps(sv, s1), af[m][1]);
+    }
+  }
+  for (int m = 0; m < MT; ++m) {
+    _mm512_storeu_ps(out + m * ldo, af[m][0]);
+    _mm512_storeu_ps(out + m * ldo + 16, af[m][1]);
+  }
+}
+
+// AVX2: outputs 8 * quarter .. + 8: quarters 0 and 1 the low nibbles of bytes 0-31 and 32-63, 2 and 3 the high.
+template <int MT> AVX2_ATTR void dyn4_tile_avx2(const QRows& a, int64_t m0, const uint8_t* grp, const float* ws,
+                                                 int quarter, float* out, int64_t ldo) {
+  const int64_t K = a.K, nb = K / kBlock;
+  const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  const int shift = quarter >= 2 ? 4 : 0;
+  __m256 af[MT];
+  for (int m = 0; m < MT; ++m) af[m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i ai[MT];
+    for (int m = 0; m < MT; ++m) ai[m] = _mm256_setzero_si256();
+    const uint8_t* c0 = grp + b * (kBlock / 4) * kNib + (quarter & 1) * 32;
+    for (int c = 0; c < kBlock / 4; ++c) {
+      const uint8_t* c1 = c0 + c * kNib;
+      if (quarter == 0) _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch), _MM_HINT_T0);
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c1));
+      const __m256i w = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, shift), low), eight);
+      for (int m = 0; m < MT; ++m) ai[m] = _mm256_add_epi32(ai[m], sdot4_avx2(a, (m0 + m) * K + b * kBlock + 4 * c, w));
+    }
+    const __m256 sw = _mm256_loadu_ps(ws + b * kGroupOut + 8 * quarter);
+    for (int m = 0; m < MT; ++m)
+      af[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[m]), _mm256_mul_ps(_mm256_set1_ps(a.s[(m0 + m) * nb + b]), sw), af[m]);
+  }
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + m * ldo, af[m]);
+}
+
+using Dyn4VnniFn = void (*)(const QRows&, int64_t, const uint8_t*, const float*, float*, int64_t);
+using Dyn4Avx2Fn = void (*)(const QRows&, int64_t, const uint8_t*, const float*, int, float*, int64_t);
+constexpr Dyn4VnniFn kDyn4Vnni[kMaxRowsDyn + 1] = {nullptr, dyn4_tile_vnni<1>, dyn4_tile_vnni<2>, dyn4_tile_vnni<3>,
+                                                   dyn4_tile_vnni<4>, dyn4_tile_vnni<5>, dyn4_tile_vnni<6>};
+constexpr Dyn4Avx2Fn kDyn4Avx2[kMaxRowsDyn + 1] = {nullptr, dyn4_tile_avx2<1>, dyn4_tile_avx2<2>, dyn4_tile_avx2<3>,
+                                                   dyn4_tile_avx2<4>, dyn4_tile_avx2<5>, dyn4_tile_avx2<6>};
 
 bool has_vnni() {
   static const bool v = has_avx512() && __builtin_cpu_supports("avx512vnni");
@@ -363,6 +441,54 @@ torch::Tensor pack_dynamic(torch::Tensor w) {
   return blocked.view(torch::kUInt8).bitwise_xor(0x80);
 }
 
+namespace {
+
+// x's rows rounded to int8 per block (quantize_row): the tensors a QRows points into.
+struct Quantised {
+  torch::Tensor q, aq, s, corr;
+  QRows rows() const {
+    return QRows{q.data_ptr<int8_t>(), aq.data_ptr<int8_t>(), s.data_ptr<float>(), corr.data_ptr<int32_t>(), q.size(1)};
+  }
+};
+
+Quantised quantize(const torch::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock;
+  auto xc = x.contiguous();
+  Quantised r{torch::empty({M, K}, torch::kInt8), torch::empty({M, K}, torch::kInt8),
+              torch::empty({M, nb}, torch::kFloat32), torch::empty({M, nb}, torch::kInt32)};
+  const float* xp = xc.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m)
+    quantize_row(xp + m * K, K, r.q.data_ptr<int8_t>() + m * K, r.aq.data_ptr<int8_t>() + m * K,
+                 r.s.data_ptr<float>() + m * nb, r.corr.data_ptr<int32_t>() + m * nb);
+  return r;
+}
+
+// Runs tile(group, m, rows, out) over the groups of 32 outputs (split between threads) and the rows in tiles of up
+// to kMaxRowsDyn; returns y [M, N] plus bias.
+template <typename Tile>
+torch::Tensor dynamic_product(const torch::Tensor& x, int64_t N, const c10::optional<torch::Tensor>& bias,
+                              const torch::Tensor& scale, Tile tile) {
+  const int64_t M = x.size(0), groups = (N + kGroupOut - 1) / kGroupOut, Np = groups * kGroupOut;
+  auto y = torch::empty({M, Np}, x.options());
+  float* yp = y.data_ptr<float>();
+  const int64_t nthreads = at::get_num_threads();
+  const int64_t grain = std::max<int64_t>(1, (groups + nthreads - 1) / nthreads);
+  at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t m = 0; m < M;) {
+        const int mt = static_cast<int>(std::min<int64_t>(kMaxRowsDyn, M - m));
+        tile(g, m, mt, yp + m * Np + g * kGroupOut, Np);
+        m += mt;
+      }
+  });
+  auto out = Np == N ? y : y.narrow(1, 0, N);
+  if (scale.defined()) out = out.mul(scale.to(torch::kFloat32).unsqueeze(0));
+  if (bias.has_value()) out = out.add(bias->to(torch::kFloat32).unsqueeze(0));
+  return out.contiguous();
+}
+
+}  // namespace
+
 // y = quantised(x) @ (w * scale)^T + bias, w packed by `pack_dynamic` from [N, K]; path as for `linear`.
 torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scale,
                              c10::optional<torch::Tensor> bias, int64_t path) {
@@ -370,41 +496,45 @@ torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, t
   TORCH_CHECK(packed.scalar_type() == torch::kUInt8, "weights must be packed by pack_dynamic");
   TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
   const bool vnni = path == 0 && has_vnni();
-  const int64_t M = x.size(0), K = x.size(1), groups = (N + kGroupOut - 1) / kGroupOut, nb = K / kBlock;
+  const int64_t K = x.size(1), groups = (N + kGroupOut - 1) / kGroupOut;
   TORCH_CHECK(K % kBlock == 0 && packed.numel() == groups * kGroupOut * K, "packed weights do not match x and N");
-  auto xc = x.contiguous();
-  auto q = torch::empty({M, K}, torch::kInt8), aq = torch::empty({M, K}, torch::kInt8);
-  auto s = torch::empty({M, nb}, torch::kFloat32);
-  auto corr = torch::empty({M, nb}, torch::kInt32);
-  const float* xp = xc.data_ptr<float>();
-  for (int64_t m = 0; m < M; ++m)
-    quantize_row(xp + m * K, K, q.data_ptr<int8_t>() + m * K, aq.data_ptr<int8_t>() + m * K,
-                 s.data_ptr<float>() + m * nb, corr.data_ptr<int32_t>() + m * nb);
-  const QRows a{q.data_ptr<int8_t>(), aq.data_ptr<int8_t>(), s.data_ptr<float>(), corr.data_ptr<int32_t>(), K};
-  const int64_t Np = groups * kGroupOut;
-  auto y = torch::empty({M, Np}, x.options());
+  const Quantised qx = quantize(x);
+  const QRows a = qx.rows();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  float* yp = y.data_ptr<float>();
-  const int64_t nthreads = at::get_num_threads();
-  const int64_t grain = std::max<int64_t>(1, (groups + nthreads - 1) / nthreads);
-  at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const uint8_t* grp = wp + g * kGroupOut * K;
-      for (int64_t m = 0; m < M;) {
-        const int mt = static_cast<int>(std::min<int64_t>(kMaxRowsDyn, M - m));
-        float* o = yp + m * Np + g * kGroupOut;
-        if (vnni) {
-          kDynVnni[mt](a, m, grp, o, Np);
-        } else {
-          for (int h = 0; h < kGroupOut / 8; ++h) kDynAvx2[mt](a, m, grp, h, o + 8 * h, Np);
-        }
-        m += mt;
-      }
+  return dynamic_product(x, N, bias, scale, [&](int64_t g, int64_t m, int mt, float* o, int64_t ldo) {
+    const uint8_t* grp = wp + g * kGroupOut * K;
+    if (vnni) {
+      kDynVnni[mt](a, m, grp, o, ldo);
+    } else {
+      for (int h = 0; h < kGroupOut / 8; ++h) kDynAvx2[mt](a, m, grp, h, o + 8 * h, ldo);
     }
   });
-  auto out = (Np == N ? y : y.narrow(1, 0, N)).mul(scale.to(torch::kFloat32).unsqueeze(0));
-  if (bias.has_value()) out = out.add(bias->to(torch::kFloat32).unsqueeze(0));
-  return out.contiguous();
+}
+
+// y = quantised(x) @ w^T + bias, w the int4-dynamic layout from [N, K] (packed nibbles; scales [N/32][K/32][32]).
+torch::Tensor linear_dynamic4(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scales,
+                              c10::optional<torch::Tensor> bias, int64_t path) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 2, "x must be a 2-D float32 tensor");
+  TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.scalar_type() == torch::kFloat32 &&
+                  packed.is_contiguous() && scales.is_contiguous(), "weights must be in the int4-dynamic layout");
+  TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
+  const bool vnni = path == 0 && has_vnni();
+  const int64_t K = x.size(1), groups = (N + kGroupOut - 1) / kGroupOut, nb = K / kBlock;
+  TORCH_CHECK(K % kBlock == 0 && packed.numel() == groups * kGroupOut * K / 2 &&
+                  scales.numel() == groups * kGroupOut * nb, "packed weights do not match x and N");
+  const Quantised qx = quantize(x);
+  const QRows a = qx.rows();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const float* sp = scales.data_ptr<float>();
+  return dynamic_product(x, N, bias, torch::Tensor(), [&](int64_t g, int64_t m, int mt, float* o, int64_t ldo) {
+    const uint8_t* grp = wp + g * kGroupOut * K / 2;
+    const float* ws = sp + g * kGroupOut * nb;
+    if (vnni) {
+      kDyn4Vnni[mt](a, m, grp, ws, o, ldo);
+    } else {
+      for (int h = 0; h < kGroupOut / 8; ++h) kDyn4Avx2[mt](a, m, grp, ws, h, o + 8 * h, ldo);
+    }
+  });
 }
 
 bool vnni_path() { return has_vnni(); }
@@ -421,6 +551,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "weight-only linear (bfloat16 or int8 weights, float32 compute)");
   m.def("pack_dynamic", &pack_dynamic, "int8 weights in the int8-dynamic layout");
   m.def("linear_dynamic", &linear_dynamic, "int8 weights by int8 activations quantised per block of 32");
+  m.def("linear_dynamic4", &linear_dynamic4, "4-bit weights (a scale per block of 32) by int8-dynamic activations");
   m.def("vnni_path", &vnni_path, "whether the AVX-512 VNNI path runs on this CPU");
   m.def("avx512_path", &avx512_path, "whether the AVX-512 path runs on this CPU");
   m.def("rms_norm", &rms_norm, "float32 RMS norm, row by row (decode_ops.cpp)");
