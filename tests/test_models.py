@@ -231,6 +231,23 @@ def test_a_draft_in_its_own_precision_beside_the_target(tmp_path, tok, monkeypat
         loading.load_pair(str(a), str(b), draft_dtype="int3", progress=False)
 
 
+def test_the_draft_s_precision_follows_the_target_s_unless_named(monkeypatch):
+    """auto: a 4-bit draft body beside an int8-dynamic target on a CPU, the target's precision elsewhere; "same"
+    and a named precision as given."""
+    from thesis_lib.models import cpu
+
+    assert cpu.draft_precision("int8-dynamic", "auto") == "int4-dynamic"
+    assert cpu.draft_precision("int8-dynamic", None) == "int4-dynamic"
+    assert cpu.draft_precision("int8-dynamic", "same") == "int8-dynamic"
+    assert cpu.draft_precision("int8-weights", "auto") == "int8-weights"
+    assert cpu.draft_precision("bfloat16", "auto") == "bfloat16"
+    assert cpu.draft_precision("bfloat16", "auto", "cuda:0") == "bfloat16"
+    assert cpu.draft_precision("float32", "int4-dynamic") == "int4-dynamic"
+    for picked in ("int8-dynamic", "bfloat16"):  # auto follows what DTYPE auto resolves to on this CPU
+        monkeypatch.setattr(cpu, "auto_precision", lambda picked=picked: (picked, "test"))
+        assert cpu.draft_precision("auto", "auto") == ("int4-dynamic" if picked == "int8-dynamic" else "auto")
+
+
 def test_chat_template_is_applied_unless_disabled(tok):
     with_chat = prompts.encode(tok, "hi")
     plain = prompts.encode(tok, "hi", chat=False)

@@ -113,11 +113,19 @@ def test_the_appendix_reads_the_profile_as_constructed():
     assert g["sp_overhead_ms"] == pytest.approx(5.0) and g["sp_overhead_share"] == pytest.approx(5 / 15)
     assert g["sp_us_per_op"] == pytest.approx(5.0) and g["sp_block5"] == pytest.approx(1.5)
     assert (g["sp_growth_linear"], g["sp_growth_attention"], g["sp_growth_head"]) == pytest.approx((0.4, 0.2, 0.4))
+    assert g["sp_other_label"] == "no other draft" and g["sp_other_ratio"] != g["sp_other_ratio"]
+    doc = _doc(draft, one, five)
+    doc["steps"]["draft (int8-dynamic), FlashHead"] = dict(doc["steps"]["draft, FlashHead"],
+                                                           ms=dict(doc["steps"]["draft, FlashHead"]["ms"], bare_body=26.0))
+    other = floor.step_glued(doc)
+    assert other["sp_other_label"] == "int8-dynamic" and other["sp_other_ratio"] == pytest.approx(28 / 80)
+    assert other["sp_other_said"] == "the same draft with int8-dynamic weights took 28.0 ms, 0.35 of a target step"
+    assert other["sp_ratio"] == g["sp_ratio"]
     rows = floor.step_rows(_doc(draft, one, five))
     assert list(rows["step"]) == ["draft, dense head", "draft, FlashHead", "target, block of 1", "target, block of 5"]
     assert list(rows["ms"]) == [30.0, 20.0, 80.0, 120.0] and rows["linear floor"].iloc[0] == 5.0
     empty = floor.step_glued(None)
-    assert all(v != v for v in empty.values()) and set(empty) == set(g)
+    assert all(v != v for k, v in empty.items() if not isinstance(v, str)) and set(empty) == set(g)
     assert list(floor.step_rows(None).columns) == ["step profile"]
 
 

@@ -199,3 +199,21 @@ def test_a_shape_reads_back_from_its_text():
     for bad in ("0 x", "0.0", ""):
         with pytest.raises(ConfigError):
             TreeShape.parse(bad)
+
+
+def test_calibration_times_the_draft_over_every_width_a_tree_may_expand(tok):
+    """A grown tree of N nodes may expand up to N nodes at one depth: the draft's forward is timed over 1..N tokens
+    (as the target's verify over 1..N + 1), so every searched shape has a measured cost."""
+    from thesis_lib.bench import trees as tree_bench
+    from thesis_lib.bench.runner import Runner
+    from thesis_lib.models.loading import LoadedModel
+
+    target, draft, flash = int8_pair()
+    pair = [LoadedModel(spec=f"tiny:{n}", model=m, tokenizer=tok, path=None, device="cpu", dtype="int8-dynamic")
+            for n, m in (("target", target), ("draft", draft))]
+    runner = Runner(*pair, k=3, max_new_tokens=8, flash_head=flash)
+    doc = tree_bench.calibrate(runner, [list(range(5, 25))], max_new_tokens=10, reps=1, max_nodes=12, progress=False)
+    assert set(doc["drafts"]) == {"dense", "flash"}
+    for d in doc["drafts"].values():
+        assert sorted(int(n) for n in d["draft_s"]) == list(range(1, 13))
+        assert len(d["search"]["grown"]) == 12 and d["search"]["best"]["grown"]["round_s"] > 0

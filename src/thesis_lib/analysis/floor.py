@@ -204,22 +204,31 @@ def step_rows(doc: dict | None) -> pd.DataFrame:
 
 def step_glued(doc: dict | None) -> dict:
     """The profile's numbers for the page (``sp_*``; nan without a document): the FlashHead draft's step and the
-    target's in ms and their ratio; the draft's linear layers over their floor; what of the draft's body is neither
-    weights nor head (ms, share of the hooked body, µs per aten operation); a block of five over one step, and how
-    much of its growth the linear layers, attention and the head take; the target-only loop's time beyond its
-    model."""
+    target's in ms and their ratio (and the same draft's in another precision, where the profile has one); the
+    draft's linear layers over their floor; what of the draft's body is neither weights nor head (ms, share of the
+    hooked body, µs per aten operation); a block of five over one step, and how much of its growth the linear
+    layers, attention and the head take; the target-only loop's time beyond its model."""
     nan = float("nan")
     keys = ("draft_ms", "target_ms", "ratio", "linear_over_floor", "overhead_ms", "overhead_share", "ops",
             "us_per_op", "block5", "growth_linear", "growth_attention", "growth_head", "loop_beyond_share",
-            "stream_gbps")
+            "stream_gbps", "other_draft_ms", "other_ratio")
     if not doc:
-        return {f"sp_{k}": nan for k in keys}
+        return {f"sp_{k}": nan for k in keys} | {"sp_other_label": "no other draft",
+                                                 "sp_other_said": "no other precision of the draft was profiled"}
     steps = doc["steps"]
     draft, one, five = steps["draft, FlashHead"], steps["target, block of 1"], steps["target, block of 5"]
     bare = {name: s["ms"]["bare_body"] + s["ms"]["bare_head"] for name, s in steps.items()}
     overhead = sum(draft["ms"][p] for p in _OVERHEAD)
     grow = bare["target, block of 5"] - bare["target, block of 1"]
-    return {"sp_draft_ms": bare["draft, FlashHead"], "sp_target_ms": bare["target, block of 1"],
+    other = next((name for name in steps if name.startswith("draft (") and name.endswith("), FlashHead")), None)
+    label = other[len("draft ("):-len("), FlashHead")] if other else "no other draft"
+    said = (f"the same draft with {label} weights took {bare[other]:.1f} ms, "
+            f"{bare[other] / bare['target, block of 1']:.2f} of a target step" if other
+            else "no other precision of the draft was profiled")
+    return {"sp_other_label": label, "sp_other_said": said,
+            "sp_other_draft_ms": bare[other] if other else nan,
+            "sp_other_ratio": bare[other] / bare["target, block of 1"] if other else nan,
+            "sp_draft_ms": bare["draft, FlashHead"], "sp_target_ms": bare["target, block of 1"],
             "sp_ratio": bare["draft, FlashHead"] / bare["target, block of 1"],
             "sp_linear_over_floor": draft["ms"]["linear"] / draft["floor_ms"]["linear"],
             "sp_overhead_ms": overhead, "sp_overhead_share": overhead / draft["ms"]["body"],

@@ -16,6 +16,7 @@ from ..heads.assets import clustering_cache_root
 from ..heads.for_model import flashhead_for
 from ..heads.truncated import frequency_head
 from ..models import embedl, loading
+from ..models.cpu import draft_precision
 from ..models.loading import check_same_tokenizer
 from .modelbench import collect_hidden_states
 from .prompts import encode
@@ -89,7 +90,8 @@ def flash_body(cfg, draft, *, progress: bool = True):
         return None
     folder = embedl.with_body(checkpoint)
     check_same_tokenizer(draft.tokenizer, loading.load_tokenizer(str(folder)), draft.spec, cfg.assets)
-    body = loading.load_model(str(folder), device=draft.device, dtype=cfg.draft_dtype or cfg.dtype, pack=cfg.pack,
+    body = loading.load_model(str(folder), device=draft.device, dtype=draft_precision(cfg.dtype, cfg.draft_dtype, draft.device),
+                              pack=cfg.pack,
                               tokenizer=draft.tokenizer, progress=progress)
     body.spec = cfg.assets
     return body

@@ -294,7 +294,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
                           "is out of range.")
     t0 = time.perf_counter()
     pairs = {p: (int4_pair(target, draft, group_size=int4_group, progress=progress) if p == "int4"
-                 else loading.load_pair(target, draft, dtype=p, progress=progress))
+                 else loading.load_pair(target, draft, dtype=p, progress=progress, draft_dtype="same"))
              for p in precisions}
     first = next(iter(pairs.values()))[0]
     context = encode(first.tokenizer, prompts[context_prompt].text)

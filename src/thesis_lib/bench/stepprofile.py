@@ -229,13 +229,15 @@ def loop_overhead(runner, case: StepCase, ids: list[int], *, reps: int) -> dict:
 
 
 def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8), reps: int = 15,
-        new_tokens: int = 32, progress: bool = True, compare: tuple[str, ...] = ()) -> dict:
+        new_tokens: int = 32, progress: bool = True, compare: tuple[str, ...] = (),
+        other_drafts: dict | None = None) -> dict:
     """The whole profile on a loaded pair (target and draft :class:`~thesis_lib.models.loading.LoadedModel`,
     ``flash`` the draft's FlashHead): the draft's one-token step with the dense head and with FlashHead and the
     target's blocks, every step hooked and bare once per repetition, steps interleaved in alternating order, the
     stream rate read once per repetition beside them; each part beside its floor at the median rate; then the
     target-only loop's overhead per token. ``compare``: names of :data:`SWITCHES`; every step also with each
-    switched off (its name ending ", <switch> off"), interleaved with the rest."""
+    switched off (its name ending ", <switch> off"), interleaved with the rest. ``other_drafts``: ``{label: (draft,
+    flash)}``, the same draft in another precision, its two steps named "draft (<label>), ..." beside the rest."""
     from ..bench.runner import Runner
     from ..decoding.state import ModelState
     from ..models.cpu import cpu_flags, cpu_name, fast_bf16
@@ -246,6 +248,8 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
     if unknown:
         raise ValueError(f"cannot compare {sorted(unknown)}: the switches are {', '.join(SWITCHES)}")
     cases = {"draft, dense head": (draft, None, 1, None), "draft, FlashHead": (draft, flash, 1, None)}
+    for label, (lm, fh) in (other_drafts or {}).items():
+        cases.update({f"draft ({label}), dense head": (lm, None, 1, None), f"draft ({label}), FlashHead": (lm, fh, 1, None)})
     cases.update({f"target, block of {n}": (target, None, n, None) for n in blocks})
     for switch in compare:
         cases.update({f"{name}, {switch} off": (*case[:3], switch) for name, case in list(cases.items())
@@ -255,7 +259,8 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
            "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),
            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "fast_bf16": fast_bf16(),
            "threads": torch.get_num_threads(), "torch": torch.__version__, "context": len(ids), "reps": reps,
-           "target_kernels": target.info.get("cpu_kernels"), "draft_kernels": draft.info.get("cpu_kernels")}
+           "target_kernels": target.info.get("cpu_kernels"), "draft_kernels": draft.info.get("cpu_kernels"),
+           "other_drafts": {label: lm.info.get("cpu_kernels") for label, (lm, _) in (other_drafts or {}).items()}}
     with torch.inference_mode():
         steps = {}
         for name, (lm, head, n, off) in cases.items():

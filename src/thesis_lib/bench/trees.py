@@ -27,8 +27,8 @@ from ..decoding.tree_shapes import MISS, independent_nodes, rank_table, search
 from ..decoding.trees import TreeShape, tree_generate
 from .execute import execute
 
-#: Ranks kept per node, depths of the table, the largest tree searched, the draft widths timed.
-KEPT, DEPTH, MAX_NODES, WIDTHS = 8, 12, 32, 8
+#: Ranks kept per node, depths of the table, the largest tree searched (draft and target timed up to its size).
+KEPT, DEPTH, MAX_NODES = 8, 12, 32
 
 
 @torch.inference_mode()
@@ -81,7 +81,7 @@ def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, 
     doc = {"prompts": len(prompts), "tokens": outputs, "kept": KEPT, "verify_s": verify, "drafts": {}}
     for name, state in drafts.items():
         table, trials = rank_table(rank_lists[name], DEPTH, KEPT)
-        curve = forward_curve(state, context, range(1, WIDTHS + 1), reps)
+        curve = forward_curve(state, context, range(1, max_nodes + 1), reps)  # a level may expand every node
         shapes = search(table, curve, verify, verify[1], max_nodes=max_nodes, max_depth=DEPTH)
         alpha = table[0][0]  # the chain's first-position acceptance, for the closed form
         doc["drafts"][name] = {

@@ -63,6 +63,7 @@ class Params:
     device: str = "cpu"
     draft_device: str | None = None
     dtype: str = "auto"
+    draft_dtype: str = "auto"
     k: int = 4
     k_sweep: list = field(default_factory=lambda: [1, 2, 4, 6])
     max_new_tokens: int = 32
@@ -186,7 +187,7 @@ class Params:
 
     def bench(self, **kw) -> protocol.BenchConfig:
         base = dict(out=self.runs_dir, target=self.target, draft=self.draft, device=self.device,
-                    draft_device=self.draft_device, dtype=self.dtype, k=self.k, max_new_tokens=self.max_new_tokens,
+                    draft_device=self.draft_device, dtype=self.dtype, draft_dtype=self.draft_dtype, k=self.k, max_new_tokens=self.max_new_tokens,
                     modes=tuple(self.modes), prompt_file=self.prompt_file, per_category=self.per_category,
                     prompts=self.prompts, iterations=self.iterations, warmup=self.warmup,
                     warmup_tokens=self.warmup_tokens, seed=self.seed,

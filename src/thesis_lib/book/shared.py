@@ -21,6 +21,7 @@ from ..bench.modes import variant
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
+from ..models.cpu import draft_precision
 from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available, float32_rows_floor
 from .params import ROOT, Params, selected_prompts
 
@@ -48,10 +49,15 @@ def rows_floor_key(dtype: str, device: str) -> dict:
     return {}
 
 
-def machine_key(dtype: str, device: str, draft_device: str | None) -> dict:
-    """What a result's name adds to its parameters about this machine: the precision "auto" resolves to, whether
-    attention is row-exact and the rows floor, so that a result made another way here is not reused."""
+def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: str | None = "auto") -> dict:
+    """What a result's name adds to its parameters about this machine: the precision "auto" resolves to (and the
+    draft's, where it differs), whether attention is row-exact and the rows floor, so that a result made another
+    way here is not reused."""
     key = {"dtype_resolved": loading.resolved_dtype("auto", device)} if dtype == "auto" else {}
+    d_device = draft_device or device
+    draft = loading.resolved_dtype(draft_precision(dtype, draft_dtype, d_device), d_device)
+    if draft != loading.resolved_dtype(dtype, device):
+        key["draft_dtype_resolved"] = draft
     if exact_attention(device, draft_device):
         key["attention"] = "exact"
     return {**key, **rows_floor_key(dtype, device)}
@@ -61,7 +67,7 @@ def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.Bench
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
-    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device))
+    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device, cfg.draft_dtype))
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
@@ -71,13 +77,13 @@ _PAIRS: dict = {}
 
 def pair(p: Params, flash: bool = True):
     """``(target, draft, flash_head)`` for these parameters, loaded once per process."""
-    key = (p.target, p.draft, p.device, p.draft_device, p.dtype)
+    key = (p.target, p.draft, p.device, p.draft_device, p.dtype, p.draft_dtype)
     if key not in _PAIRS:
         _PAIRS.clear()
         torch.set_num_threads(protocol.available_cores())  # explicit (and recorded with every run and document)
         note(f"loading {p.target} and {p.draft} ({loading.resolved_dtype(p.dtype, p.device)})")
         target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
-                                         dtype=p.dtype, progress=p.progress)
+                                         dtype=p.dtype, progress=p.progress, draft_dtype=p.draft_dtype)
         _PAIRS[key] = [target, draft, None]
     entry = _PAIRS[key]
     if flash and entry[2] is None:
@@ -256,7 +262,7 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     """The JSON result ``<set>-<kind>-<hash of key>`` under ``RUNS_DIR``: read back, else computed and written."""
     if p.thinking is not None:  # every document rests on prompts encoded with the template's switch
         key = {**key, "thinking": p.thinking}
-    key = {**key, **machine_key(p.dtype, p.device, p.draft_device)}
+    key = {**key, **machine_key(p.dtype, p.device, p.draft_device, p.draft_dtype)}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))

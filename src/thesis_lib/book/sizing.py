@@ -179,7 +179,7 @@ def _measure(p, reference_steps: dict[str, float]) -> dict[str, float]:
 
     torch.set_num_threads(available_cores())
     target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
-                                      dtype=p.dtype, progress=False)
+                                      dtype=p.dtype, progress=False, draft_dtype=p.draft_dtype)
     runner = Runner(target, draft, k=p.k, max_new_tokens=12)
     pool = {q.question_id: q for q in load_prompts(p.prompt_file)}
     here: dict[str, float] = {}

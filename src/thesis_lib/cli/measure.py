@@ -164,16 +164,20 @@ def cmd_precision_bench(args) -> int:
     return options.emit(doc, precision.text(doc), out_path)
 
 
-def _embedded_pair(args):
-    """The embedded pair in ``--dtype`` after the cheap checks: ``(--out's new path, provenance, target, draft)``."""
+def _embedded_pair(args, also=()):
+    """The embedded pair in ``--dtype`` after the cheap checks, and the draft again in each precision of ``also``:
+    ``(--out's new path, provenance, target, draft, {precision: draft})``."""
     from ..bench.environment import provenance
     from ..models import loading
 
     specs.check_available(specs.DEFAULT_TARGET)
     specs.check_available(specs.DEFAULT_DRAFT)
-    out_path = options.new_out_path(args)
-    measured = provenance()
-    return (out_path, measured, *loading.load_pair(dtype=args.dtype))
+    for d in also:  # an unknown precision fails before any model loads
+        loading.resolved_dtype(d)
+    out_path, measured = options.new_out_path(args), provenance()
+    target, draft = loading.load_pair(dtype=args.dtype)
+    load = loading.load_model
+    return out_path, measured, target, draft, {d: load(specs.DEFAULT_DRAFT, dtype=d, tokenizer=draft.tokenizer) for d in also}
 
 
 def cmd_llama_bench(args) -> int:
@@ -183,7 +187,7 @@ def cmd_llama_bench(args) -> int:
     llama_peer.check()  # before any model loads
     if args.prompts < 1 or args.max_new_tokens < 1 or args.k < 1:
         raise ConfigError("--prompts, --max-new-tokens and -k must be >= 1.")
-    out_path, measured, target, draft = _embedded_pair(args)
+    out_path, measured, target, draft, _ = _embedded_pair(args)
     prompts = demo_prompts()[: args.prompts]
     ids = [encode(target.tokenizer, p.text) for p in prompts]
     doc = llama_peer.run(target, draft, ids, k=args.k, max_new_tokens=args.max_new_tokens)
@@ -205,12 +209,13 @@ def cmd_step_profile(args) -> int:
 
     if args.reps < 3 or args.max_block < 1 or args.new_tokens < 2:
         raise ConfigError("--reps must be >= 3, --max-block >= 1 and --new-tokens >= 2.")
-    out_path, measured, target, draft = _embedded_pair(args)
-    ids = encode(target.tokenizer, demo_prompts()[0].text)
-    doc = stepprofile.run(target, draft, flashhead_for(draft), ids, blocks=tuple(range(1, args.max_block + 1)),
-                          reps=args.reps, new_tokens=args.new_tokens, compare=tuple(args.compare))
+    out_path, measured, target, draft, others = _embedded_pair(args, args.also_draft)
+    doc = stepprofile.run(target, draft, flashhead_for(draft), encode(target.tokenizer, demo_prompts()[0].text),
+                          blocks=tuple(range(1, args.max_block + 1)), reps=args.reps, new_tokens=args.new_tokens,
+                          compare=tuple(args.compare), other_drafts={d: (m, flashhead_for(m)) for d, m in others.items()})
     doc.update(measured=measured, command=f"thesis-lib step-profile --dtype {args.dtype} --max-block {args.max_block} "
-               f"--reps {args.reps} --new-tokens {args.new_tokens}" + "".join(f" --compare {c}" for c in args.compare))
+               f"--reps {args.reps} --new-tokens {args.new_tokens}" + "".join(f" --compare {c}" for c in args.compare)
+               + "".join(f" --also-draft {d}" for d in args.also_draft))
     return options.emit(doc, stepprofile.text(doc), out_path)
 
 
@@ -312,8 +317,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--head-reps", type=int, default=3, help="passes over all hidden states for Table 4.1 (default: 3)")
     p.add_argument("--step-reps", type=int, default=5, help="passes over all prompts for Table 4.3 (default: 5)")
     options.prompts(p)
-    p.add_argument("--states", default=None, help="hidden-state file: read if it exists (same model and prompts), "
-                   "else collect and write it")
+    p.add_argument("--states", default=None, help="hidden-state file: read if it exists, else collected and written")
     options.out(p, "write the result document here (JSON; must not exist)")
     options.flash(p)
     p.set_defaults(func=cmd_model_bench)
@@ -339,10 +343,9 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("precision-bench", help="float32, bfloat16 and int4 on the CPU side by side: step and verify "
                        "cost, end-to-end speedup",
-                       description="Loads the pair once per precision (oneDNN-packed layers), then times one forward "
-                       "of blocks of 1..--max-block tokens after a real prompt for target and draft, precisions "
-                       "interleaved, and decodes --e2e-prompts prompts with target-only greedy, transformers' "
-                       "generate() and FlashHead deferred in each precision. One JSON document as the last line.")
+                       description="Per precision: target's and draft's forwards over 1..--max-block tokens after a "
+                       "prompt, precisions interleaved; --e2e-prompts prompts decoded target-only, by transformers' "
+                       "generate() and FlashHead deferred. One JSON document as the last line.")
     p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
     p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
     p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, "
@@ -351,8 +354,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")
-    p.add_argument("--e2e-prompts", type=int, default=3, help="demo prompts decoded end to end, 0: none "
-                   "(default: %(default)s)")
+    p.add_argument("--e2e-prompts", type=int, default=3, help="demo prompts decoded end to end (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
     p.add_argument("-k", type=int, default=4, help="block length of the speculative run (default: %(default)s)")
     p.add_argument("--emulated", action="store_true", help="on a CPU without native bf16 dot products, time "
@@ -361,15 +363,15 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_precision_bench)
 
     p = sub.add_parser("step-profile", help="where a decode step's time goes: each part beside its byte floor",
-                       description="The draft's one-token step (dense head, FlashHead) and the target's blocks of "
-                       "1..--max-block tokens after a demo prompt, split by module hooks into linear layers, attention "
-                       "and KV cache, norms, activation, the rest and the head, each beside its bytes at this machine's "
-                       "stream rate; the target-only loop's time per token. One JSON document as the last line.")
+                       description="The draft's step (dense head, FlashHead) and the target's blocks of 1..--max-block "
+                       "tokens split by module hooks into parts, each beside its bytes at the stream rate; the "
+                       "target-only loop's time per token. One JSON document as the last line.")
     p.add_argument("--dtype", default="auto", help="the pair's precision (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
     p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
     p.add_argument("--compare", action="append", default=[], choices=("fused", "compact"), help="also with this off")
+    p.add_argument("--also-draft", action="append", default=[], help="the draft also in this --dtype (e.g. int8-dynamic)")
     options.out(p)
     p.set_defaults(func=cmd_step_profile)
 
@@ -386,11 +388,9 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_llama_bench)
 
     p = sub.add_parser("sampling-check", help="prove speculative sampling lossless on tiny models (exact test)",
-                       description="Speculative sampling (dense and FlashHead drafts, ordinary and deferred) "
-                       "against target-only sampling's exact distribution of the first tokens, on tiny models "
-                       "with an 8-token vocabulary, with enough draws to catch an absolute error of --delta in "
-                       "any sequence's probability with probability --power; plus a negative control (a wrong "
-                       "rule) that must fail.")
+                       description="Speculative sampling (dense and FlashHead drafts, ordinary and deferred) against "
+                       "target-only sampling's exact distribution of the first tokens (tiny models, 8 tokens), draws "
+                       "enough to catch an error of --delta with probability --power; a wrong rule must fail.")
     p.add_argument("--delta", type=float, default=0.01, help="absolute error to catch (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=1e-3, help="family-wise level per configuration (default: %(default)s)")
     p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")

@@ -25,8 +25,8 @@ def models(p: argparse.ArgumentParser, *, target: bool = True) -> None:
     g.add_argument("--dtype", default="auto", help="auto (bfloat16 where the CPU or GPU runs it natively, else float32), "
                    "float32, bfloat16, float16 (default: auto)")
     if target:
-        g.add_argument("--draft-dtype", default=None, help="the draft's precision where it differs from --dtype, "
-                       "e.g. int4-dynamic (a 4-bit body beside the int8 target; CPU)")
+        g.add_argument("--draft-dtype", default="auto", help="the draft's precision: auto (int4-dynamic, a 4-bit body, "
+                       "beside an int8-dynamic target on a CPU; else --dtype), same (--dtype) or any --dtype value")
     g.add_argument("--no-pack", action="store_true", help="keep the stock linear kernels on CPU (default: oneDNN-packed)")
 
 

@@ -54,6 +54,7 @@ def cmd_serving_bench(args) -> int:
     out_path = options.new_out_path(args)
     measured = provenance()
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
+                                      draft_dtype=args.draft_dtype,
                                       pack=options.pack(args))
     head = options.flash_head(args, draft)
     pair = Pair(target, draft, head, k=args.k)
@@ -93,6 +94,7 @@ def cmd_tree_bench(args) -> int:
     out_path = options.new_out_path(args)
     measured = provenance()
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, dtype=args.dtype,
+                                      draft_dtype=args.draft_dtype,
                                       pack=options.pack(args))
     loading.probe_rows(target, 1 + MAX_NODES)
     runner = Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,

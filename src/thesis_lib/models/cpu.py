@@ -87,3 +87,13 @@ def rows_exact_expected(dtype: torch.dtype) -> bool:
         return False
     flags = cpu_flags()
     return "amx_bf16" in flags or ("avx2" in flags and "avx512f" not in flags)
+
+
+def draft_precision(dtype: str, draft_dtype: str | None, device: str = "cpu") -> str:
+    """The ``dtype`` parameter a draft loads with: ``draft_dtype`` where it names one; "same": the target's
+    ``dtype``; "auto" or None: ``int4-dynamic`` on a CPU whose target runs ``int8-dynamic`` (the draft's body in 4
+    bits: a cheaper step at about the same acceptance; the measurement log has both), else the target's ``dtype``."""
+    if draft_dtype not in (None, "auto"):
+        return dtype if draft_dtype == "same" else draft_dtype
+    resolved = auto_precision()[0] if dtype == "auto" else dtype
+    return "int4-dynamic" if device == "cpu" and resolved == "int8-dynamic" else dtype

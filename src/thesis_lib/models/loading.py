@@ -375,11 +375,13 @@ def _stored(dtype: str, device: str) -> str:
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
-              pack: bool | None = None, draft_dtype: str | None = None) -> tuple[LoadedModel, LoadedModel]:
-    """Load a target and a draft that share a tokenizer (the draft in ``draft_dtype`` where given, e.g. a 4-bit
-    ``int4-dynamic`` body beside an int8 target); every cheap check runs before any weights load."""
-    d_name = draft_dtype or dtype
+              pack: bool | None = None, draft_dtype: str | None = "auto") -> tuple[LoadedModel, LoadedModel]:
+    """Load a target and a draft that share a tokenizer, the draft in :func:`~thesis_lib.models.cpu.draft_precision`
+    (by default a 4-bit body beside an int8-dynamic target on a CPU); every cheap check runs before any weights load."""
+    from .cpu import draft_precision
+
     d_device = draft_device or device
+    d_name = draft_precision(dtype, draft_dtype, d_device) if not resolve(draft).quant else dtype
     check_available(target)
     check_available(draft)
     check_quantization(target)

@@ -35,11 +35,12 @@ class LocalExecutor:
         return f"local-{os.getpid()}-{len(ledger.entries(sweep.home)) + 1}"
 
     def _loaded(self, cfg):
-        key = (cfg.target, cfg.draft, cfg.device, cfg.draft_device, cfg.dtype, cfg.pack)
+        key = (cfg.target, cfg.draft, cfg.device, cfg.draft_device, cfg.dtype, cfg.draft_dtype, cfg.pack)
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
             self._pairs[key] = loading.load_pair(cfg.target, cfg.draft, device=cfg.device,
                                                  draft_device=cfg.draft_device, dtype=cfg.dtype, pack=cfg.pack,
+                                                 draft_dtype=cfg.draft_dtype,
                                                  progress=self.progress)
         return self._pairs[key]
 
