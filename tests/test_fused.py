@@ -87,6 +87,27 @@ def test_one_query_attention_is_sdpa_with_grouped_heads():
         assert fused.attend_one(None, query, key, value, scaling=0.3) is None
 
 
+def test_a_block_s_queries_in_one_call_equal_each_query_alone():
+    """attend_causal: query j of a block after ``start`` cached positions over keys 0..start + j, each (query, head)
+    bit for bit as attend_one computes it alone, and causal softmax attention to float32 rounding."""
+    k = wo.kernel()
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 6, 5, 72, generator=g)
+    keys, values = torch.randn(2, 2, 40, 72, generator=g), torch.randn(2, 2, 40, 72, generator=g)
+    start = 30
+    block = k.attend_causal(q, keys, values, 0.3, start)
+    assert block.shape == (2, 5, 6, 72)
+    for j in range(5):
+        alone = k.attend_one(q[:, :, j:j + 1].contiguous(), keys[:, :, :start + j + 1], values[:, :, :start + j + 1], 0.3)
+        assert torch.equal(block[:, j:j + 1], alone), j
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, j:j + 1].double(), keys[:, :, :start + j + 1].double().repeat_interleave(3, 1),
+            values[:, :, :start + j + 1].double().repeat_interleave(3, 1), scale=0.3)
+        assert _rel(block[:, j:j + 1], ref.transpose(1, 2)) < 1e-6
+    with pytest.raises(RuntimeError, match="fewer keys"):
+        k.attend_causal(q, keys[:, :, :33], values[:, :, :33], 0.3, start)
+
+
 def test_a_model_with_the_fused_operations_is_the_stock_model_to_rounding(tiny_models):
     """A packed float32 tiny model with the fused operations (what the loader gives a CPU model) against the same
     model with them switched off: the same hidden states to float32 rounding, and greedy tokens alike."""

@@ -52,7 +52,8 @@ def test_embedded_models_are_the_pinned_files(real_pair):
 
 
 def test_the_pair_runs_in_the_precision_this_cpu_supports(real_pair):
-    """int8 weights by int8 activations rounded per block (int8-dynamic) wherever the project's kernel builds; without it bfloat16 (oneDNN-packed,
+    """int8 weights by int8 activations rounded per block (int8-dynamic) wherever the project's kernel builds (the
+    draft's body then in 4 bits, int4-dynamic); without it bfloat16 (oneDNN-packed,
     tied heads included) where the CPU has native bf16 dot products, else float32; the converted files are stored
     in bfloat16 for the first two (no float32 copy), in float32 for float32."""
     from thesis_lib.models import weight_only
@@ -61,8 +62,8 @@ def test_the_pair_runs_in_the_precision_this_cpu_supports(real_pair):
 
     want = "int8-dynamic" if weight_only.available() else ("bfloat16" if fast_bf16() else "float32")
     layer = weight_only.WeightOnlyLinear if want == "int8-dynamic" else PackedLinear
-    for lm in real_pair:
-        assert lm.info["dtype_requested"] == want and want in lm.info["dtype_reason"]
+    for lm, asked in zip(real_pair, (want, "int4-dynamic" if want == "int8-dynamic" else want)):  # DRAFT_DTYPE auto
+        assert lm.info["dtype_requested"] == asked and asked in lm.info["dtype_reason"]
         assert lm.dtype == ("bfloat16" if want == "bfloat16" else "float32")
         assert lm.info["stored_dtype"] == ("float32" if want == "float32" else "bfloat16")
         assert lm.info["attention"].startswith("row-exact")

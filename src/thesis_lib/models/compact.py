@@ -5,8 +5,8 @@ the causal mask's construction, the KV cache's concatenation (``torch.cat`` of e
 step), views and casts (the measurement log's step profile). :class:`CompactStep` runs a forward over tokens that
 follow a cache as a short list of calls per layer: the RMS norm, **one** int8 product for the queries, keys and
 values together (their packed rows concatenated: each output is computed as in its own layer, so the values are
-the same), the rotary embedding, the new keys and values written into a preallocated cache (:class:`Storage`), one
-query's attention per position over its prefix, the output product, the residual, the norm, **one** product for
+the same), the rotary embedding, the new keys and values written into a preallocated cache (:class:`Storage`), the block's
+queries each over its own prefix (one call), the output product, the residual, the norm, **one** product for
 the gate and up projections, SiLU and the product, the down projection.
 
 Every call is the one the model's own modules make (the fused kernels of :mod:`thesis_lib.models.fused`, aten's
@@ -194,11 +194,8 @@ class CompactStep:
             keys, values = store.keys[i], store.values[i]
             keys[:, :, start:start + n] = kk
             values[:, :, start:start + n] = v.view(1, n, hkv, d).transpose(1, 2)
-            if n == 1:
-                att = k.attend_one(q, keys[:, :, :start + 1], values[:, :, :start + 1], scale)
-            else:
-                att = torch.cat([k.attend_one(q[:, :, j:j + 1], keys[:, :, :start + j + 1],
-                                              values[:, :, :start + j + 1], scale) for j in range(n)], dim=1)
+            # each query over its own prefix, as a one-token step attends (one call for the block)
+            att = k.attend_causal(q, keys[:, :, :start + n], values[:, :, :start + n], scale, start)
             layer.keys, layer.values = keys[:, :, :start + n], values[:, :, :start + n]
             x = x + o_proj(att.reshape(n, h * d))[0].view(1, n, -1)
             gate, up = gate_up(norm2(x).view(n, -1))

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
 from . import embedl, fused, virtual, weight_only
+from .cpu import draft_precision
 from .packing import PackedLinear, bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
@@ -378,8 +379,6 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
               pack: bool | None = None, draft_dtype: str | None = "auto") -> tuple[LoadedModel, LoadedModel]:
     """Load a target and a draft that share a tokenizer, the draft in :func:`~thesis_lib.models.cpu.draft_precision`
     (by default a 4-bit body beside an int8-dynamic target on a CPU); every cheap check runs before any weights load."""
-    from .cpu import draft_precision
-
     d_device = draft_device or device
     d_name = draft_precision(dtype, draft_dtype, d_device) if not resolve(draft).quant else dtype
     check_available(target)
@@ -396,4 +395,6 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     check_same_tokenizer(t_tok, d_tok, target, draft)
     tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
     drf = load_model(draft, device=d_device, dtype=d_name, tokenizer=d_tok, progress=progress, pack=pack)
+    if d_name != dtype and draft_dtype in (None, "auto"):
+        drf.info["dtype_reason"] = f"{d_name}: the draft's body in 4 bits beside the target's {tgt.info['dtype_requested']}"
     return tgt, drf

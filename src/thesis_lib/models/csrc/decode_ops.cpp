@@ -102,49 +102,74 @@ std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tenso
   return out;
 }
 
+namespace {
+
+// One query row qr over keys kr[j * ks] and values vr[j * vs], j < L: softmax(q k^T * sc) v added into o (zeros
+// on entry); p holds L floats. Every one-query attention of this file goes through this one function (never
+// inlined), so a query gets the same bits whichever call computes it.
+__attribute__((noinline)) void attend_row(const float* qr, const float* kr, int64_t ks, const float* vr, int64_t vs,
+                                          int64_t L, int64_t d, float sc, float* p, float* o) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < L; ++j) {
+    p[j] = dot(qr, kr + j * ks, d) * sc;
+    m = std::max(m, p[j]);
+  }
+  float z = 0.f;
+  for (int64_t j = 0; j < L; ++j) {
+    p[j] = std::exp(p[j] - m);
+    z += p[j];
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    const float w = p[j] / z;
+    for (int64_t i = 0; i < d; ++i) o[i] += w * vr[j * vs + i];
+  }
+}
+
+void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const char* what) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(), what, ": q [B, Hq, n, d], k and v [B, Hk, L, d]");
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
+                  v.scalar_type() == torch::kFloat32, what, ": float32 only");
+  TORCH_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(3) && q.size(1) % k.size(1) == 0, what,
+              ": shapes do not match");
+}
+
+}  // namespace
+
+torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start);
+
 // q [B, Hq, 1, d], k and v [B, Hk, L, d] (Hq a multiple of Hk: grouped queries; any strides with the last
 // dimension contiguous, so a prefix of a cache is read in place): softmax(q k^T * scale) v per head, as
 // [B, 1, Hq, d] (the layout transformers' attention functions return).
 torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale) {
-  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && v.sizes() == k.sizes(), "attend_one: one query");
-  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
-                  v.scalar_type() == torch::kFloat32, "attend_one: float32 only");
-  const int64_t B = q.size(0), Hq = q.size(1), d = q.size(3), Hk = k.size(1), L = k.size(2);
-  TORCH_CHECK(k.size(0) == B && k.size(3) == d && Hq % Hk == 0, "attend_one: shapes do not match");
+  check_qkv(q, k, v, "attend_one");
+  TORCH_CHECK(q.size(2) == 1, "attend_one: one query");
+  return attend_causal(q, k, v, scale, k.size(2) - 1);
+}
+
+// q [B, Hq, n, d], the queries of positions start .. start + n - 1; k and v [B, Hk, L, d] with L >= start + n:
+// query j attends over keys 0 .. start + j, each (query, head) exactly as attend_one computes it alone. Returns
+// [B, n, Hq, d]. One call for a verified block's queries instead of one per query.
+torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start) {
+  check_qkv(q, k, v, "attend_causal");
+  const int64_t B = q.size(0), Hq = q.size(1), n = q.size(2), d = q.size(3), Hk = k.size(1);
+  TORCH_CHECK(start >= 0 && k.size(2) >= start + n, "attend_causal: the cache holds fewer keys than the queries see");
   auto qc = q.contiguous();
   auto kc = k.stride(3) == 1 ? k : k.contiguous();
   auto vc = v.stride(3) == 1 ? v : v.contiguous();
-  auto out = torch::zeros({B, 1, Hq, d}, q.options());
+  auto out = torch::zeros({B, n, Hq, d}, q.options());
   const float* qp = qc.data_ptr<float>();
   const float* kp = kc.data_ptr<float>();
   const float* vp = vc.data_ptr<float>();
-  const int64_t ks0 = kc.stride(0), ks1 = kc.stride(1), ks2 = kc.stride(2);
-  const int64_t vs0 = vc.stride(0), vs1 = vc.stride(1), vs2 = vc.stride(2);
   float* op = out.data_ptr<float>();
   const int64_t group = Hq / Hk;
   const float sc = static_cast<float>(scale);
-  at::parallel_for(0, B * Hq, kHeadsPerTask, [&](int64_t r0, int64_t r1) {
-    std::vector<float> p(static_cast<size_t>(L));
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / Hq, hq = r % Hq, hk = hq / group;
-      const float* qr = qp + r * d;
-      const float* kr = kp + b * ks0 + hk * ks1;
-      const float* vr = vp + b * vs0 + hk * vs1;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < L; ++j) {
-        p[j] = dot(qr, kr + j * ks2, d) * sc;
-        m = std::max(m, p[j]);
-      }
-      float z = 0.f;
-      for (int64_t j = 0; j < L; ++j) {
-        p[j] = std::exp(p[j] - m);
-        z += p[j];
-      }
-      float* o = op + (b * Hq + hq) * d;
-      for (int64_t j = 0; j < L; ++j) {
-        const float w = p[j] / z;
-        for (int64_t i = 0; i < d; ++i) o[i] += w * vr[j * vs2 + i];
-      }
+  at::parallel_for(0, B * Hq * n, kHeadsPerTask, [&](int64_t r0, int64_t r1) {
+    std::vector<float> p(static_cast<size_t>(start + n));
+    for (int64_t r = r0; r < r1; ++r) {  // r = (b * Hq + hq) * n + j
+      const int64_t j = r % n, bh = r / n, b = bh / Hq, hq = bh % Hq, hk = hq / group;
+      attend_row(qp + r * d, kp + b * kc.stride(0) + hk * kc.stride(1), kc.stride(2),
+                 vp + b * vc.stride(0) + hk * vc.stride(1), vc.stride(2), start + j + 1, d, sc, p.data(),
+                 op + ((b * n + j) * Hq + hq) * d);
     }
   });
   return out;

@@ -545,6 +545,7 @@ bool avx512_path() { return has_avx512(); }
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
 std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin);
 torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale);
+torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
@@ -557,4 +558,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "float32 RMS norm, row by row (decode_ops.cpp)");
   m.def("rotary", &rotary, "float32 rotary embedding of queries and keys (decode_ops.cpp)");
   m.def("attend_one", &attend_one, "one query's float32 attention over a cache, grouped heads (decode_ops.cpp)");
+  m.def("attend_causal", &attend_causal, "a block's queries, each over its prefix as attend_one (decode_ops.cpp)");
 }
