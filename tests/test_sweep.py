@@ -181,9 +181,12 @@ def slurm_cluster(tmp_path_factory):
 
 
 def _wait_running(sw, executor, timeout=60.0) -> ledger.RunState:
+    """A job of the sweep that Slurm reports running and whose script has begun (its first line is in its log:
+    squeue can say RUNNING before the batch script has printed anything)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = [s for s in ledger.states(sw, executor) if s.state == ledger.RUNNING]
+        running = [s for s in ledger.states(sw, executor) if s.state == ledger.RUNNING and s.log is not None
+                   and s.log.is_file() and f"job {s.job_id} on" in s.log.read_text()]
         if running:
             return running[0]
         time.sleep(0.1)
