@@ -126,3 +126,21 @@ def test_models_it_does_not_mirror_say_why_and_decode_through_the_modules():
     on.compact.hidden = None  # would fail if called
     with fused.enabled(False), torch.inference_mode():  # fused operations off: the compact step stands aside too
         assert on.hidden([3]).shape == (1, on.model.config.hidden_size)
+
+
+def test_a_copied_or_converted_model_gets_its_own_step():
+    """The step holds the layers it was built from: a deep copy of a model (other weights) and a model converted
+    after its first state each get a step of their own."""
+    import copy
+
+    model = _int8("qwen2", seed=4)
+    first = compact.for_model(model)
+    assert first is not None and compact.for_model(model) is first
+    twin = copy.deepcopy(model)
+    assert compact.for_model(twin) is not first
+    later = tiny.tiny_model("qwen2", seed=5)
+    assert ModelState(later).compact is None  # not yet row-exact and fused
+    wo.convert(later, "int8-dynamic")
+    attention.use(later)
+    fused.use(later)
+    assert compact.for_model(later) is not None

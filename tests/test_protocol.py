@@ -666,3 +666,11 @@ def test_committed_run_folders_still_load_and_keep_their_names():
             k: v for k, v in doc.items() if k not in ("outliers", "split_threads")}
     with pytest.raises(ConfigError, match="outliers has left the library"):
         protocol.BenchConfig.from_dict({**docs[0], "outliers": 0.005})
+
+
+def test_the_draft_s_default_precision_names_a_run_as_before():
+    """DRAFT_DTYPE auto and an absent draft precision are one configuration: the same name-giving identity as a
+    run written before the field existed; a named draft precision is part of it."""
+    auto, absent = protocol.BenchConfig(draft_dtype="auto"), protocol.BenchConfig()
+    assert auto.identity() == absent.identity() and "draft_dtype" not in auto.identity()
+    assert protocol.BenchConfig(draft_dtype="same").identity()["draft_dtype"] == "same"

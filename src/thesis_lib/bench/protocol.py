@@ -54,7 +54,7 @@ class BenchConfig:
     device: str = "cpu"
     draft_device: str | None = None
     dtype: str = "auto"
-    draft_dtype: str | None = None  # the draft's precision (loading.draft_precision; None: auto)
+    draft_dtype: str | None = None  # the draft's precision (models.cpu.draft_precision; None: auto)
     pack: bool | None = None  # None: oneDNN-packed linears for float32 on CPU
     k: int = 4
     max_new_tokens: int = 32
@@ -106,6 +106,8 @@ class BenchConfig:
         if isinstance(self.modes, str):
             self.modes = tuple(m for m in self.modes.split(",") if m)
         self.modes = tuple(self.modes)
+        if self.draft_dtype == "auto":  # the default, one way: a run's name changes only where the draft's does
+            self.draft_dtype = None
 
     @classmethod
     def from_dict(cls, doc: dict) -> "BenchConfig":

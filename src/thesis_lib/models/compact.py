@@ -24,6 +24,7 @@ switches it off at run time for side-by-side timing; it also stands aside while 
 from __future__ import annotations
 
 import sys
+import weakref
 
 import torch
 
@@ -64,12 +65,18 @@ def why_not(model) -> str | None:
     return None
 
 
+#: each model's compact step, built once (keyed weakly: a deep copy of a model does not share its step)
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def for_model(model) -> CompactStep | None:
-    """The compact step of ``model`` (built once, kept on the model), or None where :func:`why_not` says no."""
-    step = model.__dict__.get("_thesis_compact", False)
-    if step is False:
+    """The compact step of ``model``, or None where :func:`why_not` says no (asked again at each call: a model
+    converted since gets its own step)."""
+    step = _STEPS.get(model)
+    if step is None or step.source is not model.get_decoder().layers[0].self_attn.q_proj:
         step = CompactStep(model) if why_not(model) is None else None
-        model.__dict__["_thesis_compact"] = step
+        if step is not None:
+            _STEPS[model] = step
     return step
 
 
@@ -153,7 +160,7 @@ class CompactStep:
     """A Qwen2 or Qwen3 CPU model's forward over tokens that follow a cache, as direct calls (module docstring)."""
 
     def __init__(self, model):
-        self.model = model
+        self.source = model.get_decoder().layers[0].self_attn.q_proj  # the layer it was built from
         body = model.get_decoder()
         cfg = model.config
         self.embed, self.rotary_emb, self.final_norm = body.embed_tokens, body.rotary_emb, _norm(body.norm)

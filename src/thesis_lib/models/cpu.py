@@ -90,9 +90,9 @@ def rows_exact_expected(dtype: torch.dtype) -> bool:
 
 
 def draft_precision(dtype: str, draft_dtype: str | None, device: str = "cpu") -> str:
-    """The ``dtype`` parameter a draft loads with: ``draft_dtype`` where it names one; "same": the target's
-    ``dtype``; "auto" or None: ``int4-dynamic`` on a CPU whose target runs ``int8-dynamic`` (the draft's body in 4
-    bits: a cheaper step at about the same acceptance; the measurement log has both), else the target's ``dtype``."""
+    """The ``dtype`` parameter a draft on ``device`` loads with: ``draft_dtype`` where it names one; "same":
+    ``dtype``; "auto" or None: ``int4-dynamic`` on a CPU where ``dtype`` means ``int8-dynamic`` there (the draft's
+    body in 4 bits: a cheaper step at about the same acceptance; the measurement log has both), else ``dtype``."""
     if draft_dtype not in (None, "auto"):
         return dtype if draft_dtype == "same" else draft_dtype
     resolved = auto_precision()[0] if dtype == "auto" else dtype

@@ -396,5 +396,5 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
     drf = load_model(draft, device=d_device, dtype=d_name, tokenizer=d_tok, progress=progress, pack=pack)
     if d_name != dtype and draft_dtype in (None, "auto"):
-        drf.info["dtype_reason"] = f"{d_name}: the draft's body in 4 bits beside the target's {tgt.info['dtype_requested']}"
+        drf.info["dtype_reason"] = f"{d_name}: the draft's body in 4 bits where {dtype} means int8-dynamic on its CPU"
     return tgt, drf
