@@ -222,12 +222,11 @@ def step_glued(doc: dict | None) -> dict:
     grow = bare["target, block of 5"] - bare["target, block of 1"]
     other = next((name for name in steps if name.startswith("draft (") and name.endswith("), FlashHead")), None)
     label = other[len("draft ("):-len("), FlashHead")] if other else "no other draft"
-    said = (f"the same draft with {label} weights took {bare[other]:.1f} ms, "
-            f"{bare[other] / bare['target, block of 1']:.2f} of a target step" if other
-            else "no other precision of the draft was profiled")
-    return {"sp_other_label": label, "sp_other_said": said,
-            "sp_other_draft_ms": bare[other] if other else nan,
-            "sp_other_ratio": bare[other] / bare["target, block of 1"] if other else nan,
+    other_ms = bare[other] if other else nan
+    other_ratio = other_ms / bare["target, block of 1"]
+    said = (f"the same draft with {label} weights took {other_ms:.1f} ms, {other_ratio:.2f} of a target step"
+            if other else "no other precision of the draft was profiled")
+    return {"sp_other_label": label, "sp_other_said": said, "sp_other_draft_ms": other_ms, "sp_other_ratio": other_ratio,
             "sp_draft_ms": bare["draft, FlashHead"], "sp_target_ms": bare["target, block of 1"],
             "sp_ratio": bare["draft, FlashHead"] / bare["target, block of 1"],
             "sp_linear_over_floor": draft["ms"]["linear"] / draft["floor_ms"]["linear"],
