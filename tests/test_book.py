@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from thesis_lib.analysis import reference, tables, theory
+from thesis_lib.analysis import headline, reference, tables, theory
 from thesis_lib.book import browser, build, execute, params
 from thesis_lib.errors import ConfigError
 from thesis_lib.models import specs
@@ -156,6 +156,41 @@ def test_every_notebook_executes_with_the_smoke_parameters(smoke_book):
         assert len(injected) == 1 and "hide-input" in injected[0]["metadata"]["tags"], n
 
 
+def test_a_read_only_build_reads_results_recorded_on_another_machine_and_measures_nothing(smoke_book, tmp_path,
+                                                                                         monkeypatch):
+    """``READ_ONLY`` (the committed-data book, ``make read``): a run or document whose name carries another machine's
+    key is found by its parameters; nothing is measured or written; what was never recorded is a clear error."""
+    import dataclasses
+    import shutil
+
+    from thesis_lib.bench import protocol
+    from thesis_lib.book import shared
+    from thesis_lib.book.params import Params, load_parameters
+
+    _, _, tmp = smoke_book
+    recorded = tmp_path / "recorded"
+    for kind in ("bench", "model-bench"):  # as if made on a machine whose key gave other names
+        src = next((tmp / "runs").glob(f"smoke-{kind}-*"))
+        dest = recorded / f"smoke-{kind}-{'0' * 10}{src.suffix}"
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest)
+    doc = json.loads((dest).read_text())
+    doc["key"] = {**doc["key"], "dtype_resolved": "some-other-format"}
+    dest.write_text(json.dumps(doc))
+    before = sorted((q.name, q.stat().st_mtime) for q in recorded.rglob("*"))
+    p = Params.from_namespace({**load_parameters("smoke"), "SET_NAME": "smoke", "RUNS_DIR": str(recorded),
+                               "READ_ONLY": True}).check()
+    monkeypatch.setattr(protocol, "run", lambda *a, **k: pytest.fail("a read-only build measured a run"))
+    monkeypatch.setattr(shared, "pair", lambda *a, **k: pytest.fail("a read-only build loaded the models"))
+    run = shared.main_run(p)
+    assert run.path.name == f"smoke-bench-{'0' * 10}" and shared.main_config(p).name != run.path.name
+    assert shared.model_bench(p)["key"]["dtype_resolved"] == "some-other-format"
+    with pytest.raises(ConfigError, match="READ_ONLY: .* holds no recorded run"):
+        shared.profile_run(p)
+    with pytest.raises(ConfigError, match="READ_ONLY: .* holds no recorded model-bench"):
+        shared.model_bench(dataclasses.replace(p, state_tokens=p.state_tokens + 1))
+    assert sorted((q.name, q.stat().st_mtime) for q in recorded.rglob("*")) == before  # nothing written
+
+
 def test_the_runs_a_scheduler_gets_are_the_notebooks_own(smoke_book):
     # make book EXECUTOR=slurm runs these before the notebooks; the notebooks must then find them, not others
     from thesis_lib.book import scheduled
@@ -267,28 +302,32 @@ def test_chapter_4_glue_and_tables(smoke_book):
 
 
 def test_the_introduction_opens_with_the_glued_strip(smoke_book):
-    """The first screen of the introduction shows the five ratios beside the thesis' (glued, not typed: the page's
-    count of findings that point the thesis' way is recounted here from the table it shows), and the facts the
+    """The first screen of the introduction shows every thesis ratio beside this build's, judged against the thesis'
+    value (glued, not typed: the page's counts are recounted here from the table it shows, and its words from
+    the intervals beside them), and the facts the
     page states about the build (precision, new tokens, prompts) are the parameter set's and the run's."""
-    from thesis_lib.analysis import headline
     from thesis_lib.models import loading
 
-    _, html, tmp = smoke_book
-    page = (html / "intro.html").read_text(encoding="utf-8")
+    _, pages, tmp = smoke_book
+    page = (pages / "intro.html").read_text(encoding="utf-8")
     first = page[:page.index("answer, in brief")]
     rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*\(Table [^<]*\))</td>\s*<td[^>]*>([0-9.]+)</td>\s*<td[^>]*>([0-9.]+)</td>"
-                      r"\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>", first)
+                      r"\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>", first)
     assert [r[0] for r in rows] == [f"{f} (Table {t})" for f, t, _ in headline.FINDINGS]
-    for _, thesis, ours, interval, direction in rows:  # the direction follows the interval shown beside it
+    for _, thesis, ours, interval, against, direction in rows:  # the words follow the interval shown beside them
         lo, hi = map(float, re.fullmatch(r"([0-9.]+)-([0-9.]+)x", interval).groups())
         assert direction == ("cannot tell" if lo <= 1 <= hi else "yes" if (lo > 1) == (float(thesis) > 1) else "no")
-    same = sum(r[4] == "yes" for r in rows)
-    cannot = sum(r[4] == "cannot tell" for r in rows)
+        assert against == ("reproduced" if lo <= float(thesis) <= hi else "larger" if lo > float(thesis) else "smaller")
     g = glued("ch4_results")
-    assert g["headline_same_way"] == same and g["headline_cannot_tell"] == cannot and g["headline_total"] == 5
-    assert re.search(rf">{same}</span>\s*of these\s*<span[^>]*>5</span>\s*findings", first)
-    assert re.search(rf"and for\s*<span[^>]*>{cannot}</span>\s*the interval holds 1", first)
-    assert "a FlashHead draft step costs" in first and "headline_why" not in first
+    reproduced = sum(r[4] == "reproduced" for r in rows)
+    assert g["headline_reproduced"] == reproduced and g["headline_total"] == len(headline.FINDINGS)
+    assert g["headline_cannot_tell"] == sum(r[5] == "cannot tell" for r in rows)
+    assert g["headline_reversed"] == sum(r[5] == "no" for r in rows)
+    assert g["headline_same_way"] == sum(r[5] == "yes" and r[4] != "reproduced" for r in rows)
+    said = html.unescape(re.sub(r"<[^>]+>", "", first))
+    assert f"{reproduced} of {len(rows)} of the thesis' values reproduced here" in said
+    assert g["headline_count"] in " ".join(said.split())
+    assert "it predicts" in said and "gap_said" not in first and "the thesis measured" in said
     p = params.Params.from_namespace(params.load_parameters("smoke")).check()
     assert g["build_new_tokens"] == p.max_new_tokens and g["build_dtype"] == loading.resolved_dtype(p.dtype, p.device)
     runs = tmp / "runs"
@@ -303,16 +342,24 @@ def test_chapter_5_and_explorer_glue(smoke_book):
     g = glued("ch5_conclusion")
     # the counts the page states, recounted from the verdict table it shows (one direction cell per finding)
     cells = re.findall(r"<td[^>]*>(yes|no|cannot tell)(?: \(point only\))?</td>", g["verdicts"])
-    assert g["finding_count"] == len(reference.FINDINGS) == len(cells)
-    assert g["agree_count"] == cells.count("yes") and g["cannot_tell_count"] == cells.count("cannot tell")
+    assert g["headline_total"] == len(headline.FINDINGS) == len(cells)
+    assert g["headline_reversed"] == cells.count("no") and g["headline_cannot_tell"] == cells.count("cannot tell")
     said = re.findall(r"<td[^>]*>(reproduced|larger|smaller)</td>", g["verdicts"])
-    assert g["reproduced_count"] == said.count("reproduced") and len(said) == len(cells)
+    assert g["headline_reproduced"] == said.count("reproduced") and len(said) == len(cells)
+    assert g["headline_count"] == glued("ch4_results")["headline_count"]  # the introduction's count, the same
     assert 0 < g["c_thesis"] < 1 and 0 <= g["acceptance_flash"] <= 1
     assert 0 < g["flash_head_share_decode"] < 100
     assert math.isclose(g["thesis_flash_head_share"], 100 * reference.value("4.8", "The head-only ceiling is low", "Value"))
     e = glued("explorer")  # the static explorer: a state per draft and K of the sweep, per K and probes of the grid
-    assert e["explorer_runs"] == 1 and len(list((smoke_book[2] / "runs").glob("smoke-grid-*"))) == 1
+    assert e["explorer_runs"] == 2 and len(list((smoke_book[2] / "runs").glob("smoke-grid-*"))) == 1
     assert e["explorer_states"] == 2 * 2 + 2 * 2 and e["explorer_lossless"] is True
+    # at the book's own K and probe count the explorer shows chapter 4's run: chapter 5's pooled ratio, exactly
+    page = (smoke_book[1] / "notebooks" / "explorer.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script type="application/json">(.*?)</script>', page, re.S)[1].replace("<\\/", "</"))
+    main = [s for s in data if s["run"].startswith("smoke-bench-")]
+    assert sorted(s["mode"] for s in main) == ["dense_deferred", "flash_deferred"] and {s["k"] for s in main} == {3}
+    flash = next(s for s in main if s["mode"] == "flash_deferred")
+    assert math.isclose(flash["speedup"], g["def_flash_vs_base"]) and flash["lo"] <= flash["speedup"] <= flash["hi"]
 
 
 def test_chapter_6_glue(smoke_book):
@@ -560,23 +607,52 @@ def test_thesis_numbers_are_internally_consistent():
         reference.value("4.5", "Baseline", "No such column")
 
 
-def test_a_finding_whose_interval_holds_1_has_no_direction():
-    """The verdict table judges each finding by its interval: on the thesis' side of 1 (yes), on the other (no),
-    holding 1 (cannot tell, whatever its point says); the thesis' value reproduced when inside it. Without an
-    interval the point decides and the table says so."""
-    row = "4.6|Baseline vs. dense draft"  # the thesis: 1.709x, faster
+def test_a_finding_is_judged_by_its_interval_against_the_thesis_value():
+    """The strip judges each finding by its interval: on the thesis' side of 1 (yes), on the other (no), holding 1
+    (cannot tell, whatever its point says); the thesis' value reproduced when inside it, else larger or smaller
+    here. Without an interval the point decides the direction and the table says so; a finding not measured says
+    that. The count sentence names each reversal with both values."""
+    key = "4.6|Baseline vs. dense draft"  # the thesis: 1.709x, faster
 
     def judged(point, lo, hi):
-        return reference.verdicts({row: point}, {row: point}, {row: (lo, hi)}).set_index("Table").loc["4.6"].iloc[0]
+        return headline.judge({key: (point, lo, hi)}).set_index("Key").loc[key]
 
     v = judged(1.30, 0.97, 1.62)  # a point well above 1, an interval that holds it
-    assert v["Same direction"] == "cannot tell" and v["Thesis' value"] == "smaller"  # 1.709 lies above
+    assert v["Same direction"] == "cannot tell" and v["Against the thesis"] == "smaller"  # 1.709 lies above
     assert judged(1.30, 1.05, 1.62)["Same direction"] == "yes"
     assert judged(0.90, 0.85, 0.95)["Same direction"] == "no"
-    assert judged(1.60, 1.50, 1.80)["Thesis' value"] == "reproduced"
-    assert reference.verdicts({row: 1.2})["Same direction"][2] == "yes (point only)"
-    assert reference.verdicts({row: 0.8})["Same direction"][2] == "no (point only)"
-    assert reference.verdicts({})["Same direction"][2] == "–"
+    assert judged(1.60, 1.50, 1.80)["Against the thesis"] == "reproduced"
+    assert judged(1.90, 1.80, 2.00)["Against the thesis"] == "larger"
+    nan = float("nan")
+    assert judged(1.2, nan, nan)["Same direction"] == "yes (point only)"
+    assert judged(0.8, nan, nan)[["Same direction", "Against the thesis"]].tolist() == ["no (point only)", "no interval"]
+    assert headline.judge({}).set_index("Key").loc[key, "Same direction"] == "not measured"
+    ours = {"4.2|Dense LM head vs. FlashHead": (4.0, 3.9, 4.4),  # reproduced (4.321 inside)
+            "4.4|Dense model vs. Flash model": (1.3, 1.25, 1.35),  # same way, larger
+            key: (0.88, 0.81, 0.97),  # reversed
+            "4.10|Base only vs. FlashHead deferred": (1.1, 0.95, 1.2)}  # cannot tell, smaller
+    c = headline.counted(headline.judge(ours).set_index("Key").loc[list(ours)].reset_index())
+    assert (c["headline_reproduced"], c["headline_same_way"], c["headline_reversed"], c["headline_cannot_tell"],
+            c["headline_total"]) == (1, 1, 1, 1, 4)
+    assert c["headline_count"] == (
+        "1 of 4 of the thesis' values reproduced here (each inside this build's 95 % interval); 1 more point the "
+        "thesis' way but differ in size (1 larger here); reversed here: dense draft over target-only, ordinary "
+        "schedule (Table 4.6), 0.88x against the thesis' 1.709x; for 1 the interval holds 1, so this build cannot "
+        "tell their direction")
+
+
+def test_the_loop_gap_is_said_by_where_the_prediction_falls():
+    assert headline.gap_said(1.2, 1.1, 1.3).startswith("inside the measured interval")
+    assert headline.gap_said(1.4, 1.1, 1.3).startswith("above the measured interval")
+    assert headline.gap_said(1.0, 1.1, 1.3).startswith("below the measured interval")
+
+
+def test_the_thesis_draft_cost_has_one_definition():
+    """Table 4.3's step over the time per token of Table 4.9's target-only decoding: 16.55 ms x 5.326 tok/s."""
+    assert math.isclose(reference.draft_cost("flash"), 16.55 * 5.326 / 1000)
+    assert math.isclose(reference.draft_cost("dense"), 18.33 * 5.326 / 1000)
+    with pytest.raises(ConfigError):
+        reference.draft_cost("medusa")
 
 
 def test_theory_formulas():
@@ -1208,6 +1284,10 @@ def test_the_remaining_verdict_rules_read_both_ways():
     assert v.agrees_more(0.5, 0.43, 0.40, 0.60).startswith("cannot be told")  # the thesis' value is inside
     assert v.deferred_counts(1.1, 1.5) == "on both kinds of hardware" and "not in this run" in v.deferred_counts(0.8, 0.9)
     assert "cannot tell" in v.deferred_counts(0.95, 1.5)
+    assert v.flash_gain_where(1.09, 1.12, 1.10, 1.13).startswith("here FlashHead gains over the dense draft in the ordinary schedule already")
+    assert v.flash_gain_where(0.98, 1.03, 1.02, 1.10).startswith("here, as in the thesis")  # the thesis' own pattern
+    assert v.flash_gain_where(1.02, 1.10, 0.99, 1.05).endswith("cannot resolve a gain with deferred verification")
+    assert v.flash_gain_where(0.95, 1.05, 0.97, 1.04).startswith("here neither schedule")
     assert (v.cheaper(1.0, 2.0), v.cheaper(2.0, 1.0)) == ("cheaper", "not cheaper here")
     assert (v.target_met(1.10), v.target_met(1.09)) == ("meets", "does not meet")
     assert v.target_met(1.15, lo=0.98, hi=1.30) == "neither clearly meets nor clearly misses"  # the point alone meets it

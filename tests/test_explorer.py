@@ -54,6 +54,26 @@ def test_a_new_head_setting_is_warmed_untimed_once(monkeypatch):
     assert flags == [(3, 3, True), (5, 3, False), (5, 7, True)]
 
 
+def test_a_setting_tried_again_shows_its_spread_and_target_only_decoding_is_warmed_first(monkeypatch):
+    """The history gives a setting tried twice or more its median speed ratio and range over its repetitions (once
+    is no interval); the first target-only generation of a prompt is preceded by an untimed one."""
+    assert widgets._repeated([1.2]) == "" and widgets._repeated([]) == ""
+    assert widgets._repeated([1.3, 1.1, 1.2]) == "1.20x (1.10-1.30x, 3 runs)"
+    calls = []
+    real = widgets.greedy_generate
+    monkeypatch.setattr(widgets, "greedy_generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    panel = widgets.live_panel(_smoke_params())
+    assert panel.idle(120)
+    assert len(calls) == 2  # the untimed warm-up, then the timed baseline
+    panel.k.value = 5
+    assert panel.idle(60)
+    panel.k.value = 3
+    assert panel.idle(60)
+    assert len(calls) == 2 and [h["k"] for h in panel.history] == [3, 5, 3]
+    ratios = [h["ratio"] for h in panel.history if h["k"] == 3]
+    assert widgets._repeated(ratios) in panel.table.value and "2 runs" in panel.table.value
+
+
 def test_every_mode_of_the_panel_runs_and_is_lossless():
     p = _smoke_params()
     panel = widgets.live_panel(p)

@@ -52,3 +52,75 @@ def test_the_readme_is_a_front_door():
     outside = README.replace(_between("<!-- results:begin -->", "<!-- results:end -->"), "")
     assert not re.findall(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b", outside)
     assert not re.search(r"\bissue \d+", outside, re.I)  # the tracker's numbers mean nothing to a reader
+
+
+def _pooled(rows: list[dict], mode: str) -> tuple[float, dict]:
+    """A mode's decode tokens per second over all its samples, and per prompt (tokens, seconds), from raw records."""
+    mine = [r for r in rows if r["mode"] == mode]
+    per = {}
+    for r in mine:
+        t, s = per.get(r["question_id"], (0, 0.0))
+        per[r["question_id"]] = (t + r["decode_tokens"], s + r["decode_s"])
+    return sum(r["decode_tokens"] for r in mine) / sum(r["decode_s"] for r in mine), per
+
+
+def test_every_verdict_of_the_results_table_follows_from_the_raw_samples():
+    """Each row of the README's table recomputed from the committed raw files, not from the library's tables: the
+    ratio (pooled decode tokens / decode seconds of the samples; the model bench's mean latencies), a bootstrap
+    over prompts written here (its bounds within 0.03 of the table's, whose verdicts are then judged from the
+    table's bounds), and the words: reproduced / larger / smaller against the thesis' value in its data file,
+    the direction by the interval's side of 1, and the count sentence below the table."""
+    import json
+
+    import numpy as np
+
+    from thesis_lib.analysis import headline
+
+    folder = headline.COMMITTED
+    raw = {kind: [json.loads(line) for line in next(folder.glob(f"*-{kind}-*/samples.jsonl")).read_text().splitlines()]
+           for kind in ("bench", "profile")}
+    doc = json.loads(next(folder.glob("*-model-bench-*.json")).read_text())
+    thesis = json.loads((ROOT / "data" / "thesis_reference.json").read_text())["tables"]
+    speedup = {t: {r[0]: r[-1] for r in thesis[t]["rows"]} for t in ("4.2", "4.4", "4.6", "4.10")}
+    tok_s = {r[0]: r[1] for r in thesis["4.7"]["rows"]}
+    expected = [  # (thesis value, kind of data, mode a, mode b): the README's rows, in order
+        (speedup["4.2"]["Dense LM head vs. FlashHead"], "head", "dense", "flashhead"),
+        (speedup["4.4"]["Dense model vs. Flash model"], "step", "dense", "flashhead"),
+        (speedup["4.6"]["Baseline vs. dense draft"], "bench", "baseline", "dense_ordinary"),
+        (speedup["4.6"]["Baseline vs. FlashHead draft"], "bench", "baseline", "flash_ordinary"),
+        (speedup["4.6"]["Dense draft vs. FlashHead draft"], "bench", "dense_ordinary", "flash_ordinary"),
+        (speedup["4.10"]["Base only vs. dense deferred"], "bench", "baseline", "dense_deferred"),
+        (speedup["4.10"]["Base only vs. FlashHead deferred"], "bench", "baseline", "flash_deferred"),
+        (speedup["4.10"]["Dense deferred vs. FlashHead deferred"], "bench", "dense_deferred", "flash_deferred"),
+        (tok_s["Dense shared"] / tok_s["Dense draft"], "profile", "dense_ordinary", "shared_ordinary"),
+    ]
+    table = _between("<!-- results:begin -->", "<!-- results:end -->")
+    rows = re.findall(r"^\| ([^|]+\(Table [^|]+\)) \| ([0-9.]+)x \| ([0-9.]+)x \| ([0-9.]+)-([0-9.]+)x \| (\w+) \| "
+                      r"([^|]+) \|$", table, re.M)
+    assert len(rows) == len(expected) == len(headline.FINDINGS)
+    df = headline.findings(*headline.committed())
+    rng = np.random.default_rng(1)
+    for (finding, th, ours, lo_s, hi_s, against, direction), (value, kind, a, b), (_, r) in zip(rows, expected, df.iterrows()):
+        assert float(th) == round(value, 3), finding
+        if kind in ("head", "step"):
+            point = doc[kind]["stats"][a]["mean_ms"] / doc[kind]["stats"][b]["mean_ms"]
+        else:
+            (pa, per_a), (pb, per_b) = _pooled(raw[kind], a), _pooled(raw[kind], b)
+            point = pb / pa
+            prompts = sorted(per_a)
+            ta, sa = np.array([per_a[q] for q in prompts]).T
+            tb, sb = np.array([per_b[q] for q in prompts]).T
+            draws = rng.integers(0, len(prompts), (4000, len(prompts)))
+            boot = (tb[draws].sum(1) / sb[draws].sum(1)) / (ta[draws].sum(1) / sa[draws].sum(1))
+            mine = np.percentile(boot, [2.5, 97.5])
+            assert abs(mine[0] - r["95 % low"]) < 0.03 and abs(mine[1] - r["95 % high"]) < 0.03, finding
+        assert float(ours) == round(point, 2), finding
+        lo, hi = r["95 % low"], r["95 % high"]
+        assert float(lo_s) == pytest.approx(lo, abs=0.006) and float(hi_s) == pytest.approx(hi, abs=0.006)
+        assert against == ("reproduced" if lo <= value <= hi else "larger" if lo > value else "smaller"), finding
+        assert direction == ("cannot tell" if lo <= 1 <= hi else "yes" if (lo > 1) == (value > 1) else "no"), finding
+    words = [(rw[5], rw[6]) for rw in rows]
+    n = sum(w == "reproduced" for w, _ in words)
+    assert f"{n} of {len(rows)} of the thesis' values reproduced here" in table
+    for finding, *_, direction in rows:
+        assert (finding[0].lower() + finding[1:] in table.split("reversed here:")[-1]) == (direction == "no")

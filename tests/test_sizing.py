@@ -148,3 +148,46 @@ def test_a_plan_is_measured_once_saved_and_reused_on_the_same_machine(tmp_path, 
         assert "timed on" in sizing.page_said(p)
     by_hand = params.Params.from_namespace({**out, "MAX_NEW_TOKENS": 40}).check()
     assert sizing.page_said(by_hand).endswith("as the parameter set fixes them")
+
+
+def test_a_notebook_run_with_the_default_set_takes_make_book_s_plan(tmp_path, monkeypatch):
+    """papermill with ``-f params/cpu-embedded.yaml`` (or a notebook's own defaults, the same values) leaves the
+    sizes ``auto``: the notebook takes the plan ``make book`` saved on this machine for those parameters, without
+    timing anything, and the smallest sample where there is none; its globals get the sizes it ran."""
+    def fake_speed(p, reference_steps):
+        return {"speed": 0.5, "step_by_prompt_s": {q: s / 2 for q, s in reference_steps.items()}, "measure_s": 1.0}
+
+    ns = _values(tmp_path, BUDGET_MINUTES=120)
+    bare = dict(ns)
+    smallest = params.of_notebook(bare)  # no plan yet
+    assert (smallest.per_category, smallest.max_new_tokens, smallest.iterations) == (1, sizing.MIN_TOKENS, 1)
+    assert [bare[k] for k in sizing.SIZED] == [1, sizing.MIN_TOKENS, 1]
+    monkeypatch.setattr(sizing, "measure_speed", fake_speed)
+    planned = sizing.resolve(ns, progress=False)  # what `make book` does first
+    assert planned["PER_CATEGORY"] > 1
+    monkeypatch.setattr(sizing, "measure_speed", lambda *a, **k: pytest.fail("a notebook timed the machine"))
+    p = params.of_notebook(dict(ns))
+    assert (p.per_category, p.max_new_tokens, p.iterations) == tuple(planned[k] for k in sizing.SIZED)
+
+
+def test_a_read_only_set_takes_the_recorded_build_s_sizes_from_any_machine(tmp_path):
+    """The committed-data book: its sizes are the plan saved beside the recorded runs, whichever machine made it;
+    without a saved plan it says so; and its parameter set is the default set's with a few values changed."""
+    committed = params.load_parameters("cpu-embedded-committed")
+    default = params.load_parameters("cpu-embedded")
+    assert {k: v for k, v in committed.items() if default.get(k) != v} == {
+        "RUNS_DIR": "data/reference/book-cpu-embedded", "READ_ONLY": True, "SET_NAME": "cpu-embedded"}
+    plan = {"key": {"machine": "some other CPU, 64 cores"}, "chosen": {"per_category": 3, "max_new_tokens": 24,
+                                                                       "iterations": 2}}
+    values = _values(tmp_path, READ_ONLY=True)
+    with pytest.raises(ConfigError, match="holds no plan"):
+        sizing.resolve(values)
+    sizing.plan_path(values).write_text(json.dumps([plan]))
+    out = sizing.resolve(values)
+    assert [out[k] for k in sizing.SIZED] == [3, 24, 2]
+    own = tmp_path / "mine.yaml"
+    own.write_text("BASE: mine\n")
+    with pytest.raises(ConfigError, match="BASE names the set itself"):
+        params.load_parameters(str(own))
+    own.write_text("BASE: smoke\nK: 5\n")
+    assert params.load_parameters(str(own)) == {**params.load_parameters("smoke"), "K": 5}

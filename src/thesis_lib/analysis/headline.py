@@ -1,10 +1,13 @@
-"""The headline: the thesis' five main ratios beside one build's (the README's results table, the book's first
-screen). :data:`FINDINGS` names each ratio and the thesis table row it comes from; :func:`strip` computes them
-from a build's main run and model-bench document; :func:`committed` finds those in a folder of run data (the
-committed default build's by default); :func:`markdown` writes the table with where the numbers come from;
-:func:`same_way` counts the findings that point the way the thesis' do (:func:`cannot_tell` those whose
-interval holds 1), and :func:`why_differ` says, from the
-measured costs, what sets this machine apart."""
+"""What reproduced: every end-to-end and model-level ratio of the thesis beside one build's, each judged against the
+thesis' own value (the README's results table, the introduction's first screen, chapter 5's verdict table).
+
+:data:`FINDINGS` names each ratio and the thesis table row it comes from; :func:`judge` turns numbers into the
+table (a pure function: point, interval and the thesis' value in, verdicts out); :func:`findings` collects a
+build's numbers from its main run, profiled run and model-bench document; :func:`committed` finds those in a folder
+of run data (the committed default build's by default); :func:`markdown` writes the strip with where its numbers
+come from; :func:`counted` says how many reproduced, how many more point the same way and which reverse;
+:func:`model_gap` puts the loop's cost-model prediction, at this machine's costs and at the thesis' draft cost,
+beside both measured speedups."""
 
 from __future__ import annotations
 
@@ -14,114 +17,215 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.runs import load_run
+from ..decoding.costs import speedup
 from ..errors import ConfigError
 from . import reference, tables, theory, uncertainty
+from .pooled import totals
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The committed default build's run data (``make book``'s runs on the embedded pair).
 COMMITTED = ROOT / "data" / "reference" / "book-cpu-embedded"
-#: (finding, thesis table, the table's row): each ratio is that row's ``Speedup``.
+#: Table 4.7's control, as a comparison: the dense-shared draft (a FlashHead checkpoint's body, dense head) over
+#: the dense draft, in the profiled run; it isolates the checkpoint from the head.
+CONTROL = "Dense draft vs. dense shared"
+#: (finding, thesis table, the table's row): each ratio is that row's ``Speedup`` (the control's, Table 4.7's
+#: Decode Tok/s of its two modes).
 FINDINGS = (
     ("FlashHead head over the dense head", "4.2", "Dense LM head vs. FlashHead"),
     ("Whole draft step, FlashHead over dense", "4.4", "Dense model vs. Flash model"),
+    ("Dense draft over target-only, ordinary schedule", "4.6", "Baseline vs. dense draft"),
+    ("FlashHead draft over target-only, ordinary schedule", "4.6", "Baseline vs. FlashHead draft"),
     ("FlashHead draft over dense draft, ordinary schedule", "4.6", "Dense draft vs. FlashHead draft"),
-    ("FlashHead draft over dense draft, deferred verification", "4.10", "Dense deferred vs. FlashHead deferred"),
+    ("Dense deferred over target-only decoding", "4.10", "Base only vs. dense deferred"),
     ("FlashHead deferred over target-only decoding", "4.10", "Base only vs. FlashHead deferred"),
+    ("FlashHead draft over dense draft, deferred verification", "4.10", "Dense deferred vs. FlashHead deferred"),
+    ("Control: dense-shared draft over dense draft, profiled run", "4.7", CONTROL),
 )
+NAN = float("nan")
+
+
+def thesis_value(table: str, row: str) -> float:
+    """The thesis' ratio of a finding: the row's Speedup, or for the control Table 4.7's two Decode Tok/s."""
+    if row == CONTROL:
+        return reference.value("4.7", "Dense shared", "Decode Tok/s") / reference.value("4.7", "Dense draft",
+                                                                                       "Decode Tok/s")
+    return reference.value(table, row, "Speedup")
+
+
+def judge(ours: dict[str, tuple[float, float, float]], per_sample: dict[str, float] | None = None) -> pd.DataFrame:
+    """One row per finding from this build's numbers, ``ours["<table>|<row>"] = (ratio, low, high)`` (NaN bounds
+    where no interval was recorded; a finding missing from ``ours`` was not measured): the thesis' value, this
+    build's, its interval, the verdict against the thesis' value (*reproduced*: inside the interval; *larger* /
+    *smaller*: the interval entirely above / below it; :func:`~thesis_lib.analysis.uncertainty.against_thesis`)
+    and, separately, whether the direction agrees (*yes* / *no* by the interval's side of 1, *cannot tell* when it
+    holds 1; :func:`~thesis_lib.analysis.uncertainty.direction`). ``per_sample`` adds the per-sample median."""
+    rows = []
+    for finding, table, row in FINDINGS:
+        key, thesis = f"{table}|{row}", thesis_value(table, row)
+        mine, lo, hi = ours.get(key, (None, NAN, NAN))
+        measured, bounded = mine is not None, lo == lo and hi == hi
+        out = {"Finding": f"{finding} (Table {table})", "Key": key, "Thesis": thesis,
+               "This build": mine if measured else NAN, "95 % low": lo, "95 % high": hi,
+               "Against the thesis": (uncertainty.against_thesis(lo, hi, thesis) if bounded
+                                      else "no interval" if measured else "not measured"),
+               "Same direction": uncertainty.direction(thesis, mine, lo, hi) if measured else "not measured"}
+        if per_sample is not None:
+            out["Per-sample median"] = per_sample.get(key, NAN)
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def findings(run, profiled, model_bench: dict, *, per_sample: bool = False) -> pd.DataFrame:
+    """:func:`judge` on a build: Tables 4.2/4.4 from the model-bench document (intervals over the timed states and
+    contexts), 4.6/4.10 from the main run and the control from the profiled run (paired bootstrap over prompts)."""
+    ours = {}
+    parts = [("4.2", tables.table_4_2(model_bench)), ("4.4", tables.table_4_4(model_bench)),
+             ("4.6", tables.table_4_6(run)), ("4.10", tables.table_4_10(run)), ("4.7", tables.control(profiled, CONTROL))]
+    for table, df in parts:
+        for _, r in df.iterrows():
+            ours[f"{table}|{r['Comparison']}"] = (float(r["Speedup"]), float(r[tables.LOW]), float(r[tables.HIGH]))
+    return judge(ours, tables.per_sample_speedups(run) if per_sample else None)
+
 
 def committed(folder: str | Path | None = None) -> tuple:
-    """The main run (``*-bench-*``) and the model-bench document (``*-model-bench-*.json``) of a build's run data
-    (default: the committed default build's)."""
+    """The main run (``*-bench-*``), the profiled run (``*-profile-*``) and the model-bench document
+    (``*-model-bench-*.json``) of a build's run data (default: the committed default build's)."""
     import json
 
     folder = Path(folder or COMMITTED)
     runs = sorted(glob.glob(str(folder / "*-bench-*" / "summary.json")))
+    profiles = sorted(glob.glob(str(folder / "*-profile-*" / "summary.json")))
     docs = sorted(glob.glob(str(folder / "*-model-bench-*.json")))
-    if not runs or not docs:
-        raise ConfigError(f"{folder} holds no main run (*-bench-*) and model-bench document (*-model-bench-*.json).")
-    return load_run(Path(runs[0]).parent), json.loads(Path(docs[0]).read_text(encoding="utf-8"))
+    if not runs or not profiles or not docs:
+        raise ConfigError(f"{folder} holds no main run (*-bench-*), profiled run (*-profile-*) and model-bench "
+                          "document (*-model-bench-*.json).")
+    return (load_run(Path(runs[0]).parent), load_run(Path(profiles[0]).parent),
+            json.loads(Path(docs[0]).read_text(encoding="utf-8")))
 
 
-def strip(run, model_bench: dict) -> pd.DataFrame:
-    """One row per finding: the thesis' ratio, this build's with its 95 % interval (over the prompts for the runs,
-    over the timed states and contexts for the head and the draft step), and whether it points the thesis' way
-    (:func:`~thesis_lib.analysis.uncertainty.direction`)."""
-    ours = {"4.2": tables.table_4_2(model_bench), "4.4": tables.table_4_4(model_bench),
-            "4.6": tables.table_4_6(run), "4.10": tables.table_4_10(run)}
-    rows = []
-    for finding, table, row in FINDINGS:
-        mine = ours[table].set_index("Comparison").loc[row]
-        lo, hi, thesis = float(mine[tables.LOW]), float(mine[tables.HIGH]), reference.value(table, row, "Speedup")
-        rows.append({"Finding": f"{finding} (Table {table})", "Thesis": thesis, "This build": float(mine["Speedup"]),
-                     "95 % interval": (f"{uncertainty.bound_text(lo)}-{uncertainty.bound_text(hi)}x"
-                                       if lo == lo else "not recorded"),
-                     "Same direction": uncertainty.direction(thesis, float(mine["Speedup"]), lo, hi)})
-    return pd.DataFrame(rows)
+def strip(df: pd.DataFrame) -> pd.DataFrame:
+    """The findings ``df`` (:func:`judge`) as the page shows them: the interval as one text column."""
+    interval = [f"{uncertainty.bound_text(lo)}-{uncertainty.bound_text(hi)}x" if lo == lo else "not recorded"
+                for lo, hi in zip(df["95 % low"], df["95 % high"])]
+    return pd.DataFrame({"Finding": df["Finding"], "Thesis": df["Thesis"], "This build": df["This build"],
+                         "95 % interval": interval, "Against the thesis": df["Against the thesis"],
+                         "Same direction": df["Same direction"]})
 
 
 def facts(run) -> dict:
     """What a build's main run says about the build: the precision its target ran in (a weight-only format by its
-    name, else the dtype), its prompts, new tokens."""
-    target = run.environment.get("models", {}).get("target", {})
+    name, else the dtype), its draft's, its prompts, new tokens."""
+    models = run.environment.get("models", {})
+    target, draft = models.get("target", {}), models.get("draft", {})
     return {"build_dtype": target.get("dtype_requested") or target.get("dtype", "?"),
+            "build_draft_dtype": draft.get("dtype_requested") or draft.get("dtype", "?"),
             "build_prompts": len({r["question_id"] for r in run.samples}),
             "build_new_tokens": run.config["max_new_tokens"]}
 
 
-def markdown(run, model_bench: dict) -> str:
-    """The strip as a Markdown table, with a line saying which build, revision, date and machine it shows."""
+def markdown(run, profiled, model_bench: dict) -> str:
+    """The strip as a Markdown table, the count (:func:`counted`) and a line saying which build, revision, date and
+    machine it shows."""
     from ..bench.environment import measured_when
 
-    df = strip(run, model_bench)
-    lines = ["| Finding | Thesis | This build | 95 % interval | Same direction |", "| --- | ---: | ---: | ---: | --- |"]
+    df = findings(run, profiled, model_bench)
+    shown = strip(df)
+    lines = ["| Finding | Thesis | This build | 95 % interval | Against the thesis | Same direction |",
+             "| --- | ---: | ---: | ---: | --- | --- |"]
     lines += [f"| {r['Finding']} | {r['Thesis']:.3f}x | {r['This build']:.2f}x | {r['95 % interval']} | "
-              f"{r['Same direction']} |" for _, r in df.iterrows()]
+              f"{r['Against the thesis']} | {r['Same direction']} |" for _, r in shown.iterrows()]
     env, f = run.environment, facts(run)
     models = env.get("models", {})
-    lines.append("")
-    lines.append(f"This build: the embedded pair ({models.get('target', {}).get('spec', '?').split(':')[-1]} target, "
-                 f"{models.get('draft', {}).get('spec', '?').split(':')[-1]} draft) in {f['build_dtype']}, "
-                 f"{run.config.get('k')} draft tokens per round, {f['build_prompts']} prompts x "
-                 f"{f['build_new_tokens']} new tokens, on {env.get('cpu', 'a CPU')} ({env.get('torch_threads', '?')} "
-                 f"threads), {measured_when(env, code_note=False)}. "
+    lines += ["", counted(df)["headline_count"][0].upper() + counted(df)["headline_count"][1:] + ".", "",
+              why_said(model_gap(run)), ""]
+    lines.append(f"This build: the embedded pair ({models.get('target', {}).get('spec', '?').split(':')[-1]} target "
+                 f"in {f['build_dtype']}, {models.get('draft', {}).get('spec', '?').split(':')[-1]} draft in "
+                 f"{f['build_draft_dtype']}), {run.config.get('k')} draft tokens per round, {f['build_prompts']} "
+                 f"prompts x {f['build_new_tokens']} new tokens, on {env.get('cpu', 'a CPU')} "
+                 f"({env.get('torch_threads', '?')} threads), {measured_when(env, code_note=False)}. "
                  f"Thesis: {reference.setup()['label'].removeprefix('thesis: ')}. Intervals: a paired bootstrap "
                  f"over the prompts, or over the timed states for the head and the step "
-                 f"({uncertainty.RESAMPLES:,} resamples, percentile); *cannot tell*: the interval holds 1.")
+                 f"({uncertainty.RESAMPLES:,} resamples, percentile). *Reproduced*: the thesis' value lies inside "
+                 f"the interval; *larger* / *smaller*: the interval lies above / below it; *cannot tell*: the "
+                 f"interval holds 1.")
     return "\n".join(lines)
 
 
-def same_way(df: pd.DataFrame) -> int:
-    """How many findings point the same way here as in the thesis (the strip's *Same direction* is yes)."""
-    return int(df["Same direction"].str.startswith("yes").sum())
+def _name(finding: str) -> str:
+    return finding[0].lower() + finding[1:]
 
 
-def cannot_tell(df: pd.DataFrame) -> int:
-    """How many findings' intervals hold 1: this build cannot tell their direction."""
-    return int((df["Same direction"] == "cannot tell").sum())
+def counted(df: pd.DataFrame) -> dict:
+    """How many of the findings ``df`` (:func:`judge`) reproduced, how many more point the thesis' way, which
+    reverse (the interval on the other side of 1) and for how many the interval holds 1; and the sentence that
+    says so (``headline_count``)."""
+    reproduced = int((df["Against the thesis"] == "reproduced").sum())
+    same = df["Same direction"].str.startswith("yes") & (df["Against the thesis"] != "reproduced")
+    reversed_ = df[df["Same direction"].str.startswith("no")]
+    cannot = int((df["Same direction"] == "cannot tell").sum())
+    said = f"{reproduced} of {len(df)} of the thesis' values reproduced here (each inside this build's 95 % interval)"
+    if same.any():
+        said += (f"; {int(same.sum())} more point the thesis' way but differ in size ("
+                 + ", ".join(f"{n} {w} here" for w, n in ((w, int((same & (df['Against the thesis'] == w)).sum()))
+                                                         for w in ("smaller", "larger")) if n) + ")")
+    if len(reversed_):
+        said += "; reversed here: " + "; ".join(
+            f"{_name(r['Finding'])}, {r['This build']:.2f}x against the thesis' {r['Thesis']:.3f}x"
+            for _, r in reversed_.iterrows())
+    if cannot:
+        said += f"; for {cannot} the interval holds 1, so this build cannot tell their direction"
+    return {"headline_reproduced": reproduced, "headline_same_way": int(same.sum()), "headline_reversed": len(reversed_),
+            "headline_cannot_tell": cannot, "headline_total": len(df), "headline_count": said}
 
 
-def thesis_draft_cost() -> float:
-    """The thesis' FlashHead draft step over its target step: Table 4.3's Flash model mean latency over the time per
-    token of its target-only decoding (Table 4.9's Base only)."""
-    return (reference.value("4.3", "Flash model", "Mean latency (ms)")
-            / (1000 / reference.value("4.9", "Base only", "Decode Tok/s")))
+def model_gap(run) -> dict:
+    """The loop's cost model (:func:`~thesis_lib.decoding.costs.speedup`) for FlashHead deferred at the run's K,
+    with the run's own acceptance (per token, from its mean emitted per round): its prediction at this machine's
+    measured costs (draft step and verified block of K + 1, in target steps), at the thesis' draft cost
+    (:func:`~thesis_lib.analysis.reference.draft_cost`) with this machine's block, and at the thesis' draft cost
+    with a block verified for the cost of one step; beside this build's measured speedup (with its interval) and
+    the thesis'. ``gap_said`` says which side of the measured interval the prediction here falls."""
+    costs = theory.measured_costs(run)
+    k, c = costs["k"], costs.get("c_flash", costs["c_dense"])
+    alpha = theory.alpha_from_emitted(totals(run.of("flash_deferred"))["mean_emitted"], k)
+    ci = uncertainty.ratio_interval(run, "flash_deferred", "baseline")
+    c_thesis = reference.draft_cost("flash")
+    out = {"gap_alpha": alpha, "gap_c": c, "gap_verify": costs["verify_k1"], "gap_k": k, "gap_c_thesis": c_thesis,
+           "gap_model_here": float(speedup(alpha, k, c, costs["verify_k1"])),
+           "gap_model_thesis_c": float(speedup(alpha, k, c_thesis, costs["verify_k1"])),
+           "gap_model_thesis": float(speedup(alpha, k, c_thesis, 1.0)),
+           "gap_measured": ci["ratio"], "gap_measured_lo": ci["lo"], "gap_measured_hi": ci["hi"],
+           "gap_thesis": thesis_value("4.10", "Base only vs. FlashHead deferred")}
+    out["gap_said"] = gap_said(out["gap_model_here"], ci["lo"], ci["hi"])
+    return out
 
 
-def why_differ(c_here: float, c_thesis: float, verify_here: float, k: int) -> str:
-    """What the measured costs say about a speculative round here: the draft step's cost in target steps beside the
-    thesis', and whether a verified block of K + 1 tokens costs more than one target step."""
-    draft = (f"a FlashHead draft step costs {c_here:.2f} of a target step here, against {c_thesis:.2f} in the thesis"
-             if c_here > c_thesis else
-             f"a FlashHead draft step costs {c_here:.2f} of a target step here, no more than the thesis' {c_thesis:.2f}")
-    block = (f"verifying a block of {k + 1} tokens costs {verify_here:.2f} target steps"
-             + (", so a verified block is not free" if verify_here > 1.05 else ", about one step: nearly free"))
-    return f"{draft}, and {block}"
+def why_said(gap: dict) -> str:
+    """:func:`model_gap` as the README's one paragraph: the prediction at this machine's costs beside the measured
+    speedup, then at the thesis' draft cost, beside the thesis' measured speedup."""
+    return (f"Why: with this build's acceptance ({gap['gap_alpha']:.2f} per token, K = {gap['gap_k']}), the loop's "
+            f"cost model predicts {gap['gap_model_here']:.2f}x for FlashHead deferred over target-only decoding at "
+            f"this machine's costs (a FlashHead draft step at {gap['gap_c']:.2f} of a target step, a verified block of "
+            f"{gap['gap_k'] + 1} at {gap['gap_verify']:.2f} steps), {gap['gap_said']} (measured "
+            f"{gap['gap_measured']:.2f}x, {gap['gap_measured_lo']:.2f}-{gap['gap_measured_hi']:.2f}x). At the thesis' "
+            f"draft cost ({gap['gap_c_thesis']:.3f} of a target step) it predicts {gap['gap_model_thesis_c']:.2f}x with "
+            f"this machine's block and {gap['gap_model_thesis']:.2f}x with a block that costs one step; the thesis "
+            f"measured {gap['gap_thesis']:.3f}x.")
+
+
+def gap_said(model_here: float, lo: float, hi: float) -> str:
+    """Whether the loop does what its measured costs allow: the cost model's prediction inside the measured
+    interval (it does), above it (time the model leaves out, outside the draft steps and the verify forward, costs
+    the loop), or below it (the loop does better than its costs predict)."""
+    if lo <= model_here <= hi:
+        return "inside the measured interval: the loop does what its costs allow, and the gap to the thesis is these costs"
+    if model_here > hi:
+        return ("above the measured interval: besides these costs, time the model leaves out (outside the draft steps "
+                "and the verify forward) costs the loop")
+    return "below the measured interval: the loop does better than its measured costs predict"
 
 
 def glued(run, df: pd.DataFrame) -> dict:
-    """The values the book glues beside the strip ``df`` of ``run``: how many findings point the thesis' way, of
-    how many, what the measured costs say (:func:`why_differ`), and the build's :func:`facts`."""
-    costs = theory.measured_costs(run)
-    why = why_differ(costs.get("c_flash", costs["c_dense"]), thesis_draft_cost(), costs["verify_k1"], costs["k"])
-    return {"headline_same_way": same_way(df), "headline_cannot_tell": cannot_tell(df), "headline_total": len(df),
-            "headline_why": why, **facts(run)}
+    """The values the book glues beside the findings ``df`` of ``run``: the counts and their sentence
+    (:func:`counted`), the cost model's account of the gap (:func:`model_gap`) and the build's :func:`facts`."""
+    return {**counted(df), **model_gap(run), **facts(run)}

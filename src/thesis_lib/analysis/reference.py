@@ -2,7 +2,8 @@
 ``data/thesis_reference.json``.
 
 :func:`sections` (number -> title), :func:`thesis_table` (one table as a DataFrame), :func:`values` (every number as a record), :func:`beside` (the
-thesis' rows interleaved with ours), :func:`verdicts` (the headline :data:`FINDINGS` against a run).
+thesis' rows interleaved with ours), :func:`draft_cost` (the thesis' draft step over its
+target step, defined once).
 """
 
 from __future__ import annotations
@@ -118,34 +119,11 @@ def sources(ours: str) -> str:
     return f"thesis = {thesis}, as printed in the thesis; this run = {ours}"
 
 
-#: The thesis' headline findings, each as (claim, table, row, column): chapter 5 compares them with a run.
-FINDINGS = (
-    ("FlashHead speeds up the draft's head", "4.2", "Dense LM head vs. FlashHead", "Speedup"),
-    ("FlashHead speeds up a whole draft decode step", "4.4", "Dense model vs. Flash model", "Speedup"),
-    ("Speculative decoding (dense draft) beats target-only decoding", "4.6", "Baseline vs. dense draft", "Speedup"),
-    ("FlashHead draft vs dense draft, ordinary schedule", "4.6", "Dense draft vs. FlashHead draft", "Speedup"),
-    ("Deferred verification (dense draft) vs target-only", "4.10", "Base only vs. dense deferred", "Speedup"),
-    ("Deferred verification (FlashHead draft) vs target-only", "4.10", "Base only vs. FlashHead deferred", "Speedup"),
-    ("FlashHead draft vs dense draft, deferred schedule", "4.10", "Dense deferred vs. FlashHead deferred", "Speedup"),
-)
-
-
-def verdicts(ours: dict[str, float], per_sample: dict[str, float] | None = None,
-             intervals: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
-    """Per finding: the thesis' speedup, this run's pooled one with its 95 % interval and its per-sample median
-    (dicts keyed ``"<table>|<row>"``), whether the direction agrees (*yes*, *no*, *cannot tell* when the interval
-    holds 1; :func:`~thesis_lib.analysis.uncertainty.direction`) and whether the thesis' value is reproduced
-    (inside the interval), or lies below or above it."""
-    from .uncertainty import against_thesis, direction
-
-    per_sample, intervals = per_sample or {}, intervals or {}
-    rows = []
-    for claim, table, row, column in FINDINGS:
-        key = f"{table}|{row}"
-        theirs, mine = value(table, row, column), ours.get(key)
-        lo, hi = intervals.get(key, (float("nan"), float("nan")))
-        rows.append({"Finding": claim, "Table": table, "Thesis": theirs, "This run": mine, "95 % low": lo,
-                     "95 % high": hi, "This run, per-sample median": per_sample.get(key),
-                     "Same direction": direction(theirs, mine, lo, hi) if mine is not None else "–",
-                     "Thesis' value": against_thesis(lo, hi, theirs) if lo == lo else "–"})
-    return pd.DataFrame(rows)
+def draft_cost(draft: str = "flash") -> float:
+    """The thesis' draft step over its target step, the one definition every chapter uses: Table 4.3's mean step
+    latency of its ``flash`` or ``dense`` 0.6B draft over the time per token of its target-only decoding in the
+    deferred-verification experiment (Table 4.9's Base only, its largest sample: 560)."""
+    row = {"flash": "Flash model", "dense": "Dense model"}
+    if draft not in row:
+        raise ConfigError(f"The thesis timed the steps of a 'flash' and a 'dense' draft, not {draft!r}.")
+    return value("4.3", row[draft], "Mean latency (ms)") / (1000 / value("4.9", "Base only", "Decode Tok/s"))

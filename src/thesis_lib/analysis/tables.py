@@ -119,6 +119,14 @@ def _profile_modes(run: Run) -> list[str]:
     return [f"{d}_{schedule}" for d in ("dense", "shared", "flash")]
 
 
+def control(run, label: str) -> pd.DataFrame:
+    """Table 4.7's control as a comparison row named ``label``: the dense-shared draft's decode speed over the dense
+    draft's in a profiled run, with its paired 95 % interval (1 where the checkpoint has no effect of its own)."""
+    run = as_run(run)
+    dense, shared, _ = _profile_modes(run)
+    return _speedups(run, [(label, dense, shared)], "4.7")
+
+
 def table_4_7(run) -> pd.DataFrame:
     """Phase-level profile of the dense, dense-shared and FlashHead draft modes (a profiled run), with the 95 %
     interval of the draft propose share (Figure 4.2 has every share's, as error bars; all would not fit the page)."""

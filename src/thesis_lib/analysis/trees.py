@@ -162,7 +162,7 @@ def tree_text(doc: dict) -> str:
 
 
 def gpu_prediction(doc: dict, gpu_doc: dict | None, draft: str = "flash") -> dict | None:
-    """The thesis' setting under the model: the H100's verify curve and captured FlashHead draft step at the thesis'
+    """The thesis' shapes under the model: an H100's verify curve (the GPU check's; the thesis names no GPU model) and captured FlashHead draft step at the thesis'
     shapes (random weights: costs, never acceptance), in target steps, with this pair's rank table; trees of at most
     12 nodes (the curve ends at 13 tokens). None without a GPU document."""
     if gpu_doc is None:

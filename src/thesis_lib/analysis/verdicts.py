@@ -126,6 +126,21 @@ def deferred_counts(lo: float, hi: float) -> str:
     return "on the thesis' GPUs; this run cannot tell its effect from none"
 
 
+def flash_gain_where(ord_lo: float, ord_hi: float, def_lo: float, def_hi: float) -> str:
+    """In which schedules FlashHead gains over the dense draft here, by the intervals of its speed over the dense
+    draft's, ordinary (``ord_``) and deferred (``def_``): a gain only where the whole interval lies above 1."""
+    ordinary, deferred = ord_lo > 1, def_lo > 1
+    if ordinary and deferred:
+        return ("here FlashHead gains over the dense draft in the ordinary schedule already, and with deferred "
+                "verification too, so the append is not what hides the head's saving on this machine")
+    if deferred:
+        return "here, as in the thesis, FlashHead's gain over the dense draft shows once deferred verification removes the append"
+    if ordinary:
+        return ("here FlashHead gains over the dense draft in the ordinary schedule, and this run cannot resolve a gain "
+                "with deferred verification")
+    return "here neither schedule shows a gain of FlashHead over the dense draft that this run can resolve"
+
+
 def cheaper(a_ms: float, b_ms: float) -> str:
     """``cheaper`` when ``a_ms`` < ``b_ms``, else ``not cheaper here``."""
     return "cheaper" if a_ms < b_ms else "not cheaper here"
@@ -560,6 +575,8 @@ RULES = {
         "acceptance_vs_thesis": (agrees_more, dict(ours="acceptance_flash", theirs="acceptance_flash_thesis",
                                                    lo="acc_flash_ord_lo", hi="acc_flash_ord_hi")),
         "deferred_where": (deferred_counts, dict(lo="def_vs_ord_flash_lo", hi="def_vs_ord_flash_hi")),
+        "flash_gain_where": (flash_gain_where, dict(ord_lo="ord_flash_vs_dense_lo", ord_hi="ord_flash_vs_dense_hi",
+                                                    def_lo="def_flash_vs_dense_lo", def_hi="def_flash_vs_dense_hi")),
         "ceiling_spread": (ceiling_vs_spread, dict(head_ceiling="head_ceiling", p25="flash_dense_p25",
                                                    p75="flash_dense_p75")),
         "prec_int4_effect": (int4_effect, dict(verify5_int4="prec_verify5_int4",

@@ -148,7 +148,7 @@ def _drive_static_explorer(page) -> list[dict]:
         el, fig = page.locator(".tc-static-state"), page.locator(f"{box} .tc-static-figure")
         chosen = fig.locator("circle.tc-chosen")
         return {**{a: el.get_attribute(f"data-{a}") for a in ("k", "probes", "mode", "found")},
-                "text": el.inner_text()[:300], "figure_points": fig.get_attribute("data-points"),
+                "text": el.inner_text()[:600], "figure_points": fig.get_attribute("data-points"),
                 "figure_chosen_k": chosen.get_attribute("data-k") if chosen.count() else None,
                 "figure_bars": fig.locator("line.tc-bar").count(),
                 "interval": el.locator(".tc-interval").inner_text() if el.locator(".tc-interval").count() else None}

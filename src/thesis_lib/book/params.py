@@ -22,7 +22,8 @@ def parameter_sets() -> list[str]:
 
 
 def load_parameters(name: str) -> dict:
-    """A named parameter set (``params/<name>.yaml``) or a YAML file's path; UPPER_CASE names only."""
+    """A named parameter set (``params/<name>.yaml``) or a YAML file's path; UPPER_CASE names only. A set that
+    names ``BASE`` (another set) takes that set's values and changes only those it gives."""
     import yaml
 
     path = Path(name)
@@ -34,6 +35,11 @@ def load_parameters(name: str) -> dict:
     bad = [k for k in doc if not (isinstance(k, str) and k.isupper())]
     if bad:
         raise ConfigError(f"{path.name}: parameter names are UPPER_CASE ({', '.join(map(str, bad))} are not).")
+    base = doc.pop("BASE", None)
+    if base is not None:
+        if Path(str(base)).stem == path.stem:
+            raise ConfigError(f"{path.name}: BASE names the set itself.")
+        doc = {**load_parameters(str(base)), **doc}
     return doc
 
 
@@ -151,6 +157,9 @@ class Params:
     progress: bool = True
     #: the GPU path rehearsed on a CPU (:mod:`thesis_lib.book.rehearsal`): stand-in hub repos, virtual GPUs
     rehearsal: bool = False
+    #: a build that measures nothing: every run and document comes from ``RUNS_DIR`` (recorded on another machine
+    #: too: matched by configuration, not by this machine's name for it), its sizes from the plan saved there
+    read_only: bool = False
 
     @classmethod
     def from_namespace(cls, ns: dict) -> "Params":
@@ -198,8 +207,18 @@ class Params:
 
 
 def of_notebook(ns: dict) -> Params:
-    """The chapter notebooks' one call: their parameters (``globals()``) as :class:`Params`, checked."""
-    return Params.from_namespace(ns).check()
+    """The chapter notebooks' one call: their parameters (``globals()``) as :class:`Params`, checked. Sizes left
+    ``auto`` (a notebook run by papermill with a parameter file, or with its defaults, which are the default set's)
+    take the newest saved plan of this machine for the same parameters, as ``make book`` chose them, else the
+    smallest sample (:func:`.sizing.resolve` without timing); the notebook's globals get the chosen sizes."""
+    from . import sizing
+
+    values = {k: v for k, v in ns.items() if k.isupper()}
+    if sizing.sized_keys(values):
+        values = sizing.resolve(values, measure=False, progress=False)
+        for k in sizing.SIZED:
+            ns[k] = values[k]
+    return Params.from_namespace(values).check()
 
 
 def selected_prompts(p: Params):

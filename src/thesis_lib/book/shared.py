@@ -18,6 +18,7 @@ import torch
 from ..bench import drafts, embedl_peer, modelbench, protocol
 from ..bench.environment import environment, measured_when, provenance
 from ..bench.modes import variant
+from ..errors import ConfigError
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
@@ -94,13 +95,41 @@ def pair(p: Params, flash: bool = True):
     return tuple(entry)
 
 
+#: What :func:`machine_key` may add to a result's key: a read-only build matches results without them.
+MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "attention", "bf16_rows_floor", "f32_rows_floor")
+
+
+def _without(doc: dict, names) -> dict:
+    return {k: v for k, v in json.loads(json.dumps(doc, default=str)).items() if k not in names}
+
+
+def recorded_run(cfg: protocol.BenchConfig):
+    """A complete run folder beside ``cfg``'s path, of its kind, with its configuration (name and folder aside),
+    made on any machine; None where there is none."""
+    want = _without(cfg.to_dict(), ("name", "out"))
+    for folder in sorted(cfg.path.parent.glob(f"{cfg.name.rsplit('-', 1)[0]}-*")):
+        if (folder / SUMMARY).is_file():
+            run = load_run(folder)
+            if _without(protocol.BenchConfig.from_dict(run.config).to_dict(), ("name", "out")) == want:
+                return run
+    return None
+
+
 def obtain(cfg: protocol.BenchConfig, p: Params):
-    """The run of this configuration: read back if complete, resumed if interrupted, else executed."""
+    """The run of this configuration: read back if complete, resumed if interrupted, else executed; a read-only
+    build (``READ_ONLY``) reads the recorded run of this configuration and never measures."""
     if (cfg.path / SUMMARY).is_file():
         run = load_run(cfg.path)
         if protocol.BenchConfig.from_dict(run.config).to_dict() == json.loads(json.dumps(cfg.to_dict())):
             note(f"run folder {cfg.name}: reused ({measured_when(run.environment)})")
             return run
+    if p.read_only:
+        run = recorded_run(cfg)
+        if run is None:
+            raise ConfigError(f"READ_ONLY: {cfg.path.parent} holds no recorded run of {cfg.name}'s configuration; "
+                              "this build measures nothing (`make book` measures this machine).")
+        note(f"run folder {run.path.name}: read ({measured_when(run.environment)})")
+        return run
     n_prompts = len(cfg.check())
     loaded = pair(p, flash=cfg.needs_flash)
     if loaded[2] is not None and cfg.clusters is not None and loaded[2].n_clusters != cfg.clusters:
@@ -264,6 +293,14 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
         key = {**key, "thinking": p.thinking}
     key = {**key, **machine_key(p.dtype, p.device, p.draft_device, p.draft_dtype)}
     path = Path(p.runs_dir) / f"{p.set_name}-{kind}-{digest(key)}.json"
+    if not path.is_file() and p.read_only:  # a recorded document of this key, made on any machine
+        want = _without(key, MACHINE_FIELDS)
+        path = next((f for f in sorted(path.parent.glob(f"{p.set_name}-{kind}-*.json"))
+                     if _without(json.loads(f.read_text(encoding="utf-8")).get("key") or {}, MACHINE_FIELDS) == want),
+                    None)
+        if path is None:
+            raise ConfigError(f"READ_ONLY: {p.runs_dir} holds no recorded {kind} document of these parameters; this "
+                              "build measures nothing (`make book` measures this machine).")
     if path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))
         note(f"{path.name}: reused ({measured_when(doc.get('measured') or doc.get('environment') or {})})")

@@ -257,6 +257,12 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         return values
     from .params import ROOT, Params
 
+    if values.get("READ_ONLY"):  # the sizes the recorded build chose, on whatever machine it ran
+        plans = _plans(plan_path(values))
+        if not plans:
+            raise ConfigError(f"READ_ONLY reads a recorded build, but {plan_path(values)} holds no plan of its sizes.")
+        return {**values, **{k: plans[-1]["chosen"][k.lower()] for k in auto}}
+
     budget = values.get("BUDGET_MINUTES")
     if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
         raise ConfigError(f"{', '.join(auto)} = auto needs BUDGET_MINUTES > 0 (got {budget!r}).")

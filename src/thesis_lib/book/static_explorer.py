@@ -15,7 +15,9 @@ MODES = {"flash_deferred": "FlashHead, deferred", "dense_deferred": "dense, defe
 
 def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
     """One state from the run's own summary (:mod:`thesis_lib.bench.metrics`): speed, speedup over the same run's
-    baseline (the median of per-prompt ratios, and the pooled ratio with its 95 % interval), acceptance, tokens per round, outputs equal to the baseline's, and the run with its date and revision."""
+    baseline (the pooled ratio, as chapter 4 computes it, with its 95 % interval; the median of per-prompt ratios
+    beside it), acceptance, tokens per round, outputs equal to the baseline's, and the run with its date and
+    revision."""
     m = (run.summary or {}).get(mode)
     if not m or "baseline" not in run.summary:
         return None
@@ -23,17 +25,21 @@ def _state(run, mode: str, k: int, probes: int | None) -> dict | None:
     git = env.get("git") or {}
     ci = ratio_interval(run, mode, "baseline")
     return {"mode": mode, "k": k, "probes": probes, "tok_s": m["decode_tokens_per_s"],
-            "speedup": m["speedup_vs_baseline"], "pooled": ci["ratio"], "lo": ci["lo"], "hi": ci["hi"], "acceptance": m["acceptance"], "tokens_per_round": m["mean_emitted"],
+            "speedup": ci["ratio"], "median": m["speedup_vs_baseline"], "lo": ci["lo"], "hi": ci["hi"],
+            "acceptance": m["acceptance"], "tokens_per_round": m["mean_emitted"],
             "equal": m["matches_baseline"], "prompts": m["samples"], "run": run.path.name,
             "measured": f"{str(env.get('recorded_at', '?'))[:10]}, revision {str(git.get('commit', '?'))[:7]}"
                         + (" (uncommitted changes)" if git.get("dirty") else "")}
 
 
-def states(sweep: dict, grid: dict) -> list[dict]:
-    """One state per (mode, K, probes) in ``sweep`` (:func:`~thesis_lib.book.shared.sweep_runs`) and ``grid``
-    (:func:`~thesis_lib.book.shared.explorer_runs`), probes as each run recorded them; the sweep's run wins ties."""
+def states(sweep: dict, grid: dict, main=None) -> list[dict]:
+    """One state per (mode, K, probes) in ``main`` (chapter 4's run, at its K and probes: its numbers, over its
+    prompts, are the ones the explorer shows there), ``sweep`` (:func:`~thesis_lib.book.shared.sweep_runs`) and
+    ``grid`` (:func:`~thesis_lib.book.shared.explorer_runs`), probes as each run recorded them; earlier runs win ties.
+    The main run's states come last, so the explorer opens on the sweep's first K."""
     out, seen = [], set()
-    for k, run in list(sweep.items()) + [(k, run) for (k, _), run in grid.items()]:
+    first = [(main.config["k"], main)] if main is not None else []
+    for k, run in first + list(sweep.items()) + [(k, run) for (k, _), run in grid.items()]:
         n = ((run.environment or {}).get("flashhead") or {}).get("n_probes")
         for mode in MODES:
             key = (mode, k, n if mode == "flash_deferred" else None)
@@ -43,7 +49,8 @@ def states(sweep: dict, grid: dict) -> list[dict]:
             if s:
                 out.append(s)
                 seen.add(key)
-    return out
+    mains = [s for s in out if main is not None and s["run"] == main.path.name]
+    return [s for s in out if s not in mains] + mains
 
 
 def all_lossless(states_: list[dict]) -> bool:
@@ -71,9 +78,9 @@ _JS = """
       out.innerHTML = '<i>Not measured: no run of this combination in the book\\'s run folders.</i>'; return; }
     out.setAttribute('data-found', 'yes');
     out.innerHTML = '<b>measured</b>: ' + fmt(s.tok_s, 2) + ' tok/s decode, <b class="tc-speedup">' +
-      fmt(s.speedup, 2) + 'x</b> the decode speed of target-only decoding in the same run (median over ' + s.prompts +
-      ' prompts; pooled <span class="tc-interval">' + fmt(s.pooled, 2) + 'x, 95 %% interval ' + fmt(s.lo, 2) + '-' +
-      fmt(s.hi, 2) + 'x</span>); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
+      fmt(s.speedup, 2) + 'x</b> the decode speed of target-only decoding in the same run (pooled over ' + s.prompts +
+      ' samples: <span class="tc-interval">' + fmt(s.speedup, 2) + 'x, 95 %% interval ' + fmt(s.lo, 2) + '-' +
+      fmt(s.hi, 2) + 'x</span>; median of per-prompt ratios ' + fmt(s.median, 2) + 'x); acceptance ' + fmt(s.acceptance, 3) + ' (accepted / drafted), ' + fmt(s.tokens_per_round, 2) +
       ' tokens per round; outputs equal to target-only: ' + s.equal + '/' + s.prompts + '<br><small>run folder <code>' + s.run +
       '</code>, measured ' + s.measured + '</small>';
   }
@@ -114,7 +121,9 @@ _JS = """
     fig.innerHTML = '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" role="img">' +
       svg.join('') + '</svg><div style="font-size:0.85em;color:#555">Measured speedup over K for ' +
       (want.mode === 'flash_deferred' ? 'the FlashHead draft at ' + want.probes + ' probes' : 'the dense draft') +
-      ', deferred verification; red: the chosen K; bars: 95 %% intervals of the pooled ratio over the prompts' + (pts.some(function (d) { return d.k === want.k; }) ? '' : ' (not measured)') + '.</div>';
+      ', deferred verification; points: the pooled ratio, bars: its 95 %% interval over the prompts; red: the chosen K' +
+      (pts.some(function (d) { return d.k === want.k; }) ? '' : ' (not measured)') + '. Each point names its run above ' +
+      'when chosen: at the K and probe count of the book itself it is the main run of chapter 4, elsewhere the sweep run.</div>';
   }
   k.addEventListener('change', show); p.addEventListener('change', show);
   Array.prototype.forEach.call(modes, function (m) { m.addEventListener('change', show); });
