@@ -100,3 +100,11 @@ def test_every_notebook_s_defaults_are_the_default_set_s_values():
         assert given["SET_NAME"] == "cpu-embedded"
         if any(given.get(k) == "auto" for k in ("PER_CATEGORY", "MAX_NEW_TOKENS", "ITERATIONS")):
             assert {"BUDGET_MINUTES", "COST_REFERENCE", "PER_CATEGORY", "MAX_NEW_TOKENS", "ITERATIONS"} <= set(given)
+
+
+def test_every_book_notebook_takes_the_read_only_switch():
+    """``thesis-lib book`` passes a notebook only the parameters its cell declares: a notebook without READ_ONLY
+    would measure in a read-only build."""
+    from thesis_lib.book import execute
+
+    assert all("READ_ONLY" in execute.notebook_parameters(n) for n in execute.NOTEBOOKS)
