@@ -53,13 +53,19 @@ def bootstrap(cells: list[np.ndarray], statistic, *, resamples: int = RESAMPLES,
     point = statistic(np.sum([c.sum(axis=0) for c in cells], axis=0))
     rng = np.random.default_rng(seed)
     n = len(cells)
-    draws = np.empty(resamples)
-    for i in range(resamples):
-        acc = np.zeros(cells[0].shape[1])
-        for j in rng.integers(0, n, n):
-            c = cells[j]
-            acc += c[rng.integers(0, len(c), len(c))].sum(axis=0) if len(c) > 1 else c[0]
-        draws[i] = statistic(acc)
+    sizes = {len(c) for c in cells}
+    if len(sizes) == 1:  # clusters of one size (the usual case): every draw at once
+        m = sizes.pop()
+        picks = rng.integers(0, n, (resamples, n))
+        units = rng.integers(0, m, (resamples, n, m)) if m > 1 else np.zeros((resamples, n, 1), dtype=int)
+        sums = np.stack(cells)[picks[..., None], units].sum(axis=(1, 2))
+    else:
+        sums = np.zeros((resamples, cells[0].shape[1]))
+        for i in range(resamples):
+            for j in rng.integers(0, n, n):
+                c = cells[j]
+                sums[i] += c[rng.integers(0, len(c), len(c))].sum(axis=0) if len(c) > 1 else c[0]
+    draws = np.array([statistic(v) for v in sums], dtype=float)
     tail = 100 * (1 - level) / 2
     lo, hi = np.nanpercentile(draws, [tail, 100 - tail]) if np.isfinite(draws).any() else (np.nan, np.nan)
     return {"value": float(point), "lo": float(lo), "hi": float(hi), "clusters": n, "level": level,
