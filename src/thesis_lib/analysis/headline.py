@@ -136,8 +136,8 @@ def markdown(run, profiled, model_bench: dict) -> str:
               f"{r['Against the thesis']} | {r['Same direction']} |" for _, r in shown.iterrows()]
     env, f = run.environment, facts(run)
     models = env.get("models", {})
-    lines += ["", counted(df)["headline_count"][0].upper() + counted(df)["headline_count"][1:] + ".", "",
-              why_said(model_gap(run)), ""]
+    said = counted(df)["headline_count"]
+    lines += ["", said[0].upper() + said[1:] + ".", "", why_said(model_gap(run)), ""]
     lines.append(f"This build: the embedded pair ({models.get('target', {}).get('spec', '?').split(':')[-1]} target "
                  f"in {f['build_dtype']}, {models.get('draft', {}).get('spec', '?').split(':')[-1]} draft in "
                  f"{f['build_draft_dtype']}), {run.config.get('k')} draft tokens per round, {f['build_prompts']} "
