@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from thesis_lib.book import params, sizing
+from thesis_lib.book import buildcosts, params, sizing
 from thesis_lib.errors import ConfigError
 
 REFERENCE = params.ROOT / "data" / "reference" / "book-costs-cpu-embedded.json"
@@ -62,7 +62,7 @@ def _build(tokens, step_s, *, prompts=7, gen=1.5, tok=0.2, sweep=9.0, fixed=600.
 
 def test_the_fit_splits_per_generation_from_per_token_across_two_lengths():
     two = [_build(32, 0.2), _build(16, 0.3)]
-    costs = sizing.fit(two)
+    costs = buildcosts.fit(two)
     assert math.isclose(costs.per_generation, 1.5) and math.isclose(costs.per_token, 0.2)
     assert math.isclose(costs.sweep_per_token, 9.0) and math.isclose(costs.fixed, 600.0)
     assert math.isclose(costs.other_per_token, 12.0)
@@ -71,18 +71,18 @@ def test_the_fit_splits_per_generation_from_per_token_across_two_lengths():
         assert math.isclose(sizing.predict(costs, b["step_s"] / 0.2, s["prompts"], s["new_tokens"], 1),
                             sum(b["parts_s"].values()))
     # a decode with a part per generation: two lengths find it, one length takes all of it per token
-    costs = sizing.fit([_build(32, 0.2, tok=0.2 + 0.8 / 32), _build(16, 0.2, tok=0.2 + 0.8 / 16)])  # 0.8 s each
+    costs = buildcosts.fit([_build(32, 0.2, tok=0.2 + 0.8 / 32), _build(16, 0.2, tok=0.2 + 0.8 / 16)])  # 0.8 s each
     assert math.isclose(costs.per_generation, 1.5 + 0.8) and math.isclose(costs.per_token, 0.2)
-    one = sizing.fit([_build(32, 0.2)])
+    one = buildcosts.fit([_build(32, 0.2)])
     assert math.isclose(one.fixed, 600.0 + 12.0 * 32) and one.other_per_token == 0.0
     assert math.isclose(one.per_token, 0.2) and math.isclose(one.per_generation, 1.5)
     with pytest.raises(ConfigError):
-        sizing.fit([])
+        buildcosts.fit([])
 
 
 def test_the_committed_reference_and_the_other_machines_it_simulates():
     ref = json.loads(REFERENCE.read_text())
-    costs = sizing.fit(ref["builds"])
+    costs = buildcosts.fit(ref["builds"])
     b = ref["builds"][0]
     assert set(b["parts_s"]) == {"main_prefill", "main_decode", "main_overhead", "sweep_prefill", "sweep_decode",
                                  "sweep_overhead", "other"} and min(b["parts_s"].values()) >= 0
