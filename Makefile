@@ -4,7 +4,7 @@
 
 PYTHON ?= python3
 # The book's parameter set (params/<name>.yaml, or a YAML file); RECOMPUTE=1 re-executes the notebooks (and
-# re-plans the sample); BUDGET=MINUTES sizes the default set's sample for another build time than its 30 minutes.
+# re-plans the sample); BUDGET=MINUTES sizes the default set's sample for another build time than its 40 minutes.
 PARAMS ?= cpu-embedded
 RECOMPUTE ?=
 BUDGET ?=

@@ -82,14 +82,15 @@ def test_the_fit_splits_per_generation_from_per_token_across_two_lengths():
 
 def test_the_committed_reference_and_the_other_machines_it_simulates():
     ref = json.loads(REFERENCE.read_text())
-    costs = buildcosts.fit(ref["builds"])
-    b = ref["builds"][0]
+    bf16 = buildcosts.matching(ref["builds"], "bfloat16/bfloat16")  # the two Xeon builds
+    costs = buildcosts.fit(bf16)
+    b = bf16[0]
     assert set(b["parts_s"]) == {"main_prefill", "main_decode", "main_overhead", "sweep_prefill", "sweep_decode",
                                  "sweep_overhead", "other"} and min(b["parts_s"].values()) >= 0
     # The other machine kinds, simulated by their speed relative to the reference's: the 7 x 32 book took 30.4 min
     # on the AVX-512 BF16 EPYC and 81 min on the AVX2 EPYC in float32 (measurement log) against 43.9 min in the
     # reference build of that sample, whose steps were this much faster than the first reference's:
-    at32 = next(r for r in ref["builds"] if r["sizes"]["new_tokens"] == 32)
+    at32 = next(r for r in bf16 if r["sizes"]["new_tokens"] == 32)
     scale = at32["step_s"] / b["step_s"]
     assert math.isclose(sizing.predict(costs, scale, 7, 32, 1), at32["total_s"], rel_tol=0.05)
     fast = sizing.choose(costs, 30.4 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5)
@@ -130,13 +131,17 @@ def test_a_plan_is_measured_once_saved_and_reused_on_the_same_machine(tmp_path, 
         return {"speed": 2.0, "step_by_prompt_s": {q: 2 * s for q, s in reference_steps.items()}, "measure_s": 1.0}
 
     monkeypatch.setattr(sizing, "measure_speed", fake_speed)
-    values = _values(tmp_path)
+    monkeypatch.setattr(sizing, "precision", lambda values: "bfloat16/bfloat16")  # the Xeon builds, whatever runs this
+    values = _values(tmp_path, BUDGET_MINUTES=30)
     out = sizing.resolve(values, progress=False)
     assert [out[k] for k in sizing.SIZED] == [1, 16, 1] and len(calls) == 1  # twice as slow: the smallest sample
     plan = json.loads((tmp_path / "t-plan.json").read_text())[-1]
     assert plan["speed"] == 2.0 and plan["chosen"]["fits"] is False and plan["budget_minutes"] == 30
-    costs = sizing.Costs(**plan["costs"])  # the timing's own second is counted in the prediction
+    costs = {k: sizing.Costs(**c) for k, c in plan["costs"].items()}  # the timing's own second is counted
     assert math.isclose(plan["chosen"]["predicted_s"], round(sizing.predict(costs, 2.0, 7, 16, 1), 1) + 1.0)
+    # the reference's builds of this machine's precisions, per notebook where they know their notebooks
+    assert plan["precision"] == "bfloat16/bfloat16" and len(plan["references"]) == 2
+    assert math.isclose(sum(plan["predicted_by_part_s"].values()), plan["chosen"]["predicted_s"] - 1.0, abs_tol=0.5)
     assert sizing.resolve(values, progress=False) == out and len(calls) == 1  # reused, not measured again
     roomy = sizing.resolve({**values, "BUDGET_MINUTES": 240}, progress=False)  # another budget: planned anew
     assert len(calls) == 2 and roomy["PER_CATEGORY"] > 1
@@ -191,3 +196,71 @@ def test_a_read_only_set_takes_the_recorded_build_s_sizes_from_any_machine(tmp_p
         params.load_parameters(str(own))
     own.write_text("BASE: smoke\nK: 5\n")
     assert params.load_parameters(str(own)) == {**params.load_parameters("smoke"), "K": 5}
+
+
+def _with_notebooks(b, shares):
+    """``b`` with its run parts split between notebooks by ``shares`` and its other time given to the last."""
+    names = list(shares)
+    nbs = {n: {"parts_s": {k: v * shares[n] for k, v in b["parts_s"].items() if k != "other"}} for n in names}
+    for n in names:
+        nbs[n]["parts_s"]["other"] = 0.0
+    nbs[names[-1]]["parts_s"]["other"] = b["parts_s"]["other"] - 40.0 * b["step_s"] / 0.2  # 40 s outside notebooks
+    for n in names:
+        nbs[n]["seconds"] = sum(nbs[n]["parts_s"].values())
+    return {**b, "total_s": sum(b["parts_s"].values()), "measure_s": 0.0, "notebooks": nbs}
+
+
+def test_a_per_notebook_model_predicts_each_chapter_and_adds_up_to_the_whole():
+    builds = [_with_notebooks(_build(32, 0.2), {"a": 0.25, "b": 0.75}),
+              _with_notebooks(_build(16, 0.3), {"a": 0.25, "b": 0.75})]
+    parts = buildcosts.model(builds)
+    assert set(parts) == {"a", "b", buildcosts.OUTSIDE}
+    whole = buildcosts.fit(builds)
+    for prompts, tokens in ((7, 16), (14, 24), (35, 64)):
+        split = {k: sizing.predict(c, 1.0, prompts, tokens, 1) for k, c in parts.items()}
+        assert math.isclose(sum(split.values()), sizing.predict(whole, 1.0, prompts, tokens, 1), rel_tol=1e-9)
+        assert math.isclose(split[buildcosts.OUTSIDE], 40.0)
+        # notebook a holds a quarter of the runs and nothing else; b the rest of the runs and the other work
+        runs = sizing.predict(buildcosts.Costs(fixed=0.0, per_generation=whole.per_generation, per_token=whole.per_token,
+                                               sweep_per_token=whole.sweep_per_token), 1.0, prompts, tokens, 1)
+        assert math.isclose(split["a"], 0.25 * runs, rel_tol=1e-9)
+    # one build without notebooks: the whole build as one part
+    assert set(buildcosts.model([builds[0], _build(16, 0.3)])) == {"build"}
+
+
+def test_the_reference_builds_of_this_machine_s_precision_are_the_ones_fitted():
+    bf16, int8 = ({**_build(16, 0.2), "precision": "bfloat16/bfloat16"},
+                  {**_build(16, 0.08, fixed=900.0), "precision": "int8-dynamic/int4-dynamic"})
+    assert buildcosts.matching([bf16, int8], "int8-dynamic/int4-dynamic") == [int8]
+    assert buildcosts.matching([bf16, int8], "float32/float32") == [bf16, int8]  # none of this kind: all
+    ref = json.loads(REFERENCE.read_text())
+    kinds = {b["precision"] for b in ref["builds"]}
+    assert kinds == {"bfloat16/bfloat16", "int8-dynamic/int4-dynamic"}
+    for b in ref["builds"]:  # a build's notebooks account for its time: each notebook's parts add up to its seconds
+        for nb in b.get("notebooks", {}).values():
+            assert math.isclose(sum(nb["parts_s"].values()), nb["seconds"], abs_tol=0.5)
+
+
+def test_each_run_is_charged_to_the_notebook_running_when_it_began(tmp_path):
+    values = {"SET_NAME": "t", "SWEEP_PROMPTS": 3, "TARGET": "x", "MAX_NEW_TOKENS": 16, "PER_CATEGORY": 1,
+              "ITERATIONS": 1}
+    for name, at, prompts, wall in (("t-bench-1", "2026-11-27T10:00:30+0000", None, 50.0),
+                                    ("t-grid-2", "2026-11-27T10:01:10+0000", 3, 20.0),
+                                    ("t-beyond-3", "2026-11-27T10:03:00+0000", None, 30.0)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"target": "x", "max_new_tokens": 16, "per_category": 1,
+                                                   "iterations": 1, "prompts": prompts}))
+        (d / "environment.json").write_text(json.dumps({"recorded_at": at, "machine": {"wall_s": wall}}))
+        rows = [{"question_id": "q1", "mode": "baseline", "iteration": 0, "ttft_s": 1.0, "decode_s": 9.0,
+                 "component_costs_s": {"target_step_s": 0.08, "draft_step_s": 0.02}}]
+        (d / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    t0 = 1_795_773_600.0  # 2026-11-27T10:00:00Z
+    notebooks = [{"notebook": "ch4", "started": t0, "seconds": 100.0},
+                 {"notebook": "ch6", "started": t0 + 100.0, "seconds": 150.0}]
+    doc = buildcosts.build_costs(tmp_path, values, 300.0, notebooks=notebooks)
+    ch4, ch6 = doc["notebooks"]["ch4"]["parts_s"], doc["notebooks"]["ch6"]["parts_s"]
+    assert (ch4["main_prefill"], ch4["main_decode"], ch4["main_overhead"]) == (1.0, 9.0, 40.0)
+    assert (ch4["sweep_prefill"], ch4["sweep_decode"], ch4["sweep_overhead"], ch4["other"]) == (1.0, 9.0, 10.0, 30.0)
+    assert (ch6["main_prefill"], ch6["main_decode"], ch6["main_overhead"], ch6["other"]) == (1.0, 9.0, 20.0, 120.0)
+    assert doc["parts_s"]["other"] == 300.0 - 100.0  # the whole build's split is the same as without notebooks

@@ -11,8 +11,6 @@ and its measured one share the machine's state. Summaries and ratios are :mod:`~
 from __future__ import annotations
 
 import random
-import statistics
-import time
 from typing import Callable, Sequence
 
 import torch
@@ -113,24 +111,15 @@ def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DE
 def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dict[str, float]:
     """Median seconds of the loop's building blocks at the prompt's context length (the terms of the
     thesis' TPOT_spec model, section 2.2; :func:`thesis_lib.decoding.costs.measure_costs` times them): one draft
-    step, one target step, a target verify forward over K and K + 1 tokens, and the draft's prefill of the
-    prompt (which the loops do inside the first proposal, so it falls in the decode phase); with a FlashHead
-    draft also its step (``flash_draft_step_s``)."""
+    step, one target step and a target verify forward over K and K + 1 tokens (the draft's prefill of the prompt
+    is timed with the target's, in TTFT, so it is no decode cost); with a FlashHead draft also its step
+    (``flash_draft_step_s``)."""
     states = {"draft": runner.drafter.state}
     if runner.flash_drafter is not None:
         states["flash_draft"] = runner.flash_drafter.state
     measured = measure_costs(runner.t_state, states, ids, verify_sizes=(1, runner.k, runner.k + 1), reps=reps)
     verify = measured.pop("verify_s")
     out = {"target_step_s": verify[1], **measured}
-    d_state = runner.drafter.state
-    prefills = []
-    with torch.inference_mode():
-        for _ in range(3):
-            d_state.reset()
-            t0 = time.perf_counter()
-            d_state.greedy(ids, last_only=True).tolist()
-            prefills.append(time.perf_counter() - t0)
-    out["draft_prefill_s"] = statistics.median(prefills)
     for n in (runner.k, runner.k + 1):
         out[f"target_verify_{n}_s"] = verify[n]
     return out

@@ -102,10 +102,10 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
 
 
 def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
-    """Decode tok/s that the component costs predict for one speculative sample, given what it did: the draft's
-    prompt prefill once, then its rounds summed as one :func:`~thesis_lib.decoding.costs.round_cost` (each
-    drafted token a draft step, each verify call a K-token (deferred: K+1) target forward, each append a step). Python, cache cropping and the second token
-    the draft feeds after a fully accepted block are left out."""
+    """Decode tok/s that the component costs predict for one speculative sample, given what it did: its rounds
+    summed as one :func:`~thesis_lib.decoding.costs.round_cost` (each drafted token a draft step, each verify call a
+    K-token (deferred: K+1) target forward, each append a step). Python, cache cropping and the second token the
+    draft feeds after a fully accepted block are left out; both prefills lie in TTFT, outside the decode phase."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
     if (rec["mode"] in SAMPLE_MODES or k_policy_of(rec["mode"]) != "fixed"
@@ -116,6 +116,5 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     step = costs["flash_draft_step_s"] if mode.startswith("flash") else costs["draft_step_s"]
     if mode.endswith("pipelined") or verify is None:
         return None  # the model has no overlap term; a variant's K whose verify forward was not timed
-    t = costs["draft_prefill_s"] + round_cost(rec["drafted"], step, rec["verify_calls"] * verify,
-                                              rec["append_calls"] * costs["target_step_s"])
+    t = round_cost(rec["drafted"], step, rec["verify_calls"] * verify, rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - rec["first_emit"]) / t

@@ -4,6 +4,17 @@
 :func:`build_costs` splits a build's wall time by what it grows with: each run's prefill, decode and the rest of its
 wall time, on the main prompts and on ``SWEEP_PROMPTS`` prompts, and the rest of the build. :func:`fit` turns
 reference builds of that form into :class:`Costs`, the coefficients of the planner's formula.
+
+Two refinements, where the reference builds allow them (:func:`model`):
+
+- **Precision.** A build's time scales with this machine's step time only among builds of the same precisions
+  (``precision``: the target's and the draft's, as ``auto`` resolved): an int8 prefill shrinks less than an int8 step
+  against bfloat16, and the notebooks' own work (loading, calibration, rendering) not at all. The builds of this
+  machine's precisions are fitted where there are any; else all of them.
+- **Notebooks.** A build that knows its notebooks (``notebooks``: each one's seconds, and the runs it made, split as
+  above) is fitted per notebook: each notebook's runs and the rest of its time by the same formula, and what lies
+  outside the notebooks (rendering, the step timing) as a fixed part. The plan then predicts each chapter, and a
+  build's record shows each chapter predicted against measured.
 """
 
 from __future__ import annotations
@@ -17,6 +28,9 @@ from pathlib import Path
 from ..errors import ConfigError
 
 COST_PROMPTS = 3  # prompts the step costs are measured on
+RUN_PARTS = ("main_prefill", "main_decode", "main_overhead", "sweep_prefill", "sweep_decode", "sweep_overhead")
+#: the part of a per-notebook model outside every notebook (rendering, start-up)
+OUTSIDE = "outside notebooks"
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,8 @@ def _recorded(env: dict) -> float:
 
 
 def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float | None = None,
-                measure_s: float = 0.0, steps: dict[str, float] | None = None) -> dict | None:
+                measure_s: float = 0.0, steps: dict[str, float] | None = None,
+                notebooks: list[dict] | None = None) -> dict | None:
     """One finished build's costs from the run folders of ``values`` (its resolved parameters) in ``runs_dir``:
     the folders of this set's pair and sizes (``<SET_NAME>-*``), each run's generation split into prefill and decode
     (every sample's), the rest of its wall time its overhead; a run on ``SWEEP_PROMPTS`` prompts is sweep work, any
@@ -80,9 +95,12 @@ def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float 
     ``started`` (a time stamp), None where any of those folders was written before it (a build that reused runs).
     The step time per prompt, ``steps`` (what the planner measured as the build began; the same measurement a later
     plan makes) or else the main run's (target plus draft step of its baseline samples on its first
-    :data:`COST_PROMPTS` prompts), sets the build's speed by its median."""
-    parts = dict.fromkeys(("main_prefill", "main_decode", "main_overhead", "sweep_prefill", "sweep_decode",
-                           "sweep_overhead"), 0.0)
+    :data:`COST_PROMPTS` prompts), sets the build's speed by its median. With ``notebooks`` (the build's notebooks in
+    order, each ``{"notebook", "started" (a time stamp), "seconds"}``), each run is charged to the notebook that was
+    running when it began, and ``notebooks`` in the result gives each one's seconds and parts (``other``: the rest of
+    its time)."""
+    parts = dict.fromkeys(RUN_PARTS, 0.0)
+    by_notebook = {n["notebook"]: dict.fromkeys(RUN_PARTS, 0.0) for n in notebooks or ()}
     sizes, step_by_prompt = None, {}
     for cfg_path in sorted(Path(runs_dir).glob(f"{values['SET_NAME']}-*/config.json")):
         cfg = json.loads(cfg_path.read_text())
@@ -97,9 +115,13 @@ def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float 
         rows = [json.loads(line) for line in (cfg_path.parent / "samples.jsonl").read_text().splitlines() if line]
         kind = "sweep" if sweep else "main"
         prefill, decode = sum(r["ttft_s"] for r in rows), sum(r["decode_s"] for r in rows)
-        parts[f"{kind}_prefill"] += prefill
-        parts[f"{kind}_decode"] += decode
-        parts[f"{kind}_overhead"] += max(0.0, env["machine"]["wall_s"] - prefill - decode)
+        split = {f"{kind}_prefill": prefill, f"{kind}_decode": decode,
+                 f"{kind}_overhead": max(0.0, env["machine"]["wall_s"] - prefill - decode)}
+        owner = _owner(notebooks or (), _recorded(env))
+        for k, v in split.items():
+            parts[k] += v
+            if owner is not None:
+                by_notebook[owner][k] += v
         if cfg_path.parent.name.startswith(f"{values['SET_NAME']}-bench-"):
             qids = list(dict.fromkeys(r["question_id"] for r in rows))
             sizes = {"prompts": len(qids), "new_tokens": cfg["max_new_tokens"], "iterations": cfg["iterations"],
@@ -111,9 +133,44 @@ def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float 
         raise ConfigError(f"No main run ({values['SET_NAME']}-bench-*) of these sizes in {runs_dir}.")
     parts["other"] = total_s - measure_s - sum(parts.values())
     step_by_prompt = steps or step_by_prompt
-    return {"sizes": sizes, "total_s": round(total_s, 1), "measure_s": round(measure_s, 1),
-            "parts_s": {k: round(v, 1) for k, v in parts.items()},
-            "step_by_prompt_s": {q: round(v, 5) for q, v in step_by_prompt.items()},
-            "step_s": round(statistics.median(step_by_prompt.values()), 5)}
+    doc = {"sizes": sizes, "total_s": round(total_s, 1), "measure_s": round(measure_s, 1),
+           "parts_s": {k: round(v, 1) for k, v in parts.items()},
+           "step_by_prompt_s": {q: round(v, 5) for q, v in step_by_prompt.items()},
+           "step_s": round(statistics.median(step_by_prompt.values()), 5)}
+    if notebooks:
+        doc["notebooks"] = {}
+        for n in notebooks:
+            runs = by_notebook[n["notebook"]]
+            doc["notebooks"][n["notebook"]] = {"seconds": n["seconds"], "parts_s": {
+                **{k: round(v, 1) for k, v in runs.items()}, "other": round(n["seconds"] - sum(runs.values()), 1)}}
+    return doc
+
+
+def _owner(notebooks, at: float) -> str | None:
+    """The notebook that was running at time stamp ``at`` (each ``{"notebook", "started", "seconds"}``), if any."""
+    return next((n["notebook"] for n in notebooks if n["started"] <= at <= n["started"] + n["seconds"]), None)
+
+
+def matching(builds: list[dict], precision: str) -> list[dict]:
+    """The builds made with ``precision`` (the target's and the draft's, ``"<target>/<draft>"``), where there are
+    any; else all of them."""
+    same = [b for b in builds if b.get("precision") == precision]
+    return same or list(builds)
+
+
+def model(builds: list[dict]) -> dict[str, Costs]:
+    """The planner's cost model from reference builds (already :func:`matching` this machine): per notebook, and
+    :data:`OUTSIDE` for the rest, where every build knows its notebooks (the notebooks all of them ran); else one
+    :class:`Costs` for the whole build, under the key ``"build"``. The predictions of the parts add up."""
+    if not builds or not all("notebooks" in b for b in builds):
+        return {"build": fit(builds)}
+    names = [n for n in builds[0]["notebooks"] if all(n in b["notebooks"] for b in builds)]
+    out = {}
+    for name in names:
+        out[name] = fit([{**b, "parts_s": b["notebooks"][name]["parts_s"]} for b in builds])
+    outside = [{**b, "parts_s": {**dict.fromkeys(RUN_PARTS, 0.0), "other": b["total_s"] - b["measure_s"] - sum(
+        b["notebooks"][n]["seconds"] for n in names)}} for b in builds]
+    out[OUTSIDE] = fit(outside)
+    return out
 
 

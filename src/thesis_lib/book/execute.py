@@ -118,7 +118,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
                 fates[name] = "reused"
                 report.append({"notebook": name, "fate": "reused", "seconds": 0.0, "peak_rss_gib": None})
                 continue
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), time.time()
         if progress:
             print(f"[{i}/{len(order)}] {name}: executing ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         tmp = dest.with_suffix(".partial.ipynb")
@@ -135,7 +135,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
             watcher.join()
         seconds = round(time.perf_counter() - t0, 1)
         peak = follower.peaks[-1] / 1024 if follower.peaks else None
-        report.append({"notebook": name, "fate": "executed", "seconds": seconds,
+        report.append({"notebook": name, "fate": "executed", "seconds": seconds, "started": round(started, 1),
                        "peak_rss_gib": None if peak is None else round(peak, 2)})
         if progress:
             print(f"[{i}/{len(order)}] {name}: done in {seconds:.0f} s"

@@ -64,11 +64,16 @@ def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: 
     return {**key, **rows_floor_key(dtype, device)}
 
 
+#: how the loops split a generation's time, named in every run's name so that a run timed another way is not reused:
+#: TTFT covers both models' prompt prefill (:func:`thesis_lib.decoding.stats.opening`)
+TIMING = {"ttft": "target and draft prefill"}
+
+
 def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
     """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
-    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device, cfg.draft_dtype))
+    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device, cfg.draft_dtype), **TIMING)
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 

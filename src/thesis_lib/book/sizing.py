@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError
-from .buildcosts import Costs, build_costs, fit
+from .buildcosts import Costs, build_costs, matching, model
 
 AUTO = "auto"
 SIZED = ("PER_CATEGORY", "MAX_NEW_TOKENS", "ITERATIONS")
@@ -38,16 +38,18 @@ MIN_TOKENS = TOKENS[0]  # below this a K = 4 block runs about three rounds: the 
 MAX_ITERATIONS = 3
 
 
-def predict(costs: Costs, speed: float, prompts: int, tokens: int, iterations: int) -> float:
+def predict(costs: Costs | dict[str, Costs], speed: float, prompts: int, tokens: int, iterations: int) -> float:
     """Predicted seconds of a build of ``prompts`` x ``tokens`` x ``iterations`` at ``speed`` times the reference's
-    step time."""
+    step time (``costs`` by part, :func:`~.buildcosts.model`'s: the sum of the parts)."""
+    if isinstance(costs, dict):
+        return sum(predict(c, speed, prompts, tokens, iterations) for c in costs.values())
     c = costs
     return speed * (c.fixed + c.per_generation * prompts * iterations + c.per_token * prompts * tokens * iterations
                     + c.other_per_token * tokens * max(1.0, prompts / c.reference_prompts)
                     + c.sweep_per_token * tokens)
 
 
-def choose(costs: Costs, speed: float, budget_s: float, *, categories: int, max_per_category: int,
+def choose(costs: Costs | dict[str, Costs], speed: float, budget_s: float, *, categories: int, max_per_category: int,
            fixed: dict | None = None) -> dict:
     """The sizes to run: the most prompts per category that fit with :data:`MIN_TOKENS` new tokens and one
     iteration, then the most new tokens, then the most iterations; ``fixed`` sizes (``per_category``,
@@ -191,8 +193,8 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
     else:
         from ..bench.prompts import load_prompts
 
-        builds = json.loads(ref_text)["builds"]
-        costs = fit(builds)
+        builds = matching(json.loads(ref_text)["builds"], precision(values))
+        costs = model(builds)
         p = Params.from_namespace({k: v for k, v in values.items() if k not in SIZED}).check()
         if progress:
             print(f"sizing the sample for a {budget:g}-minute build: timing this machine's steps", file=sys.stderr)
@@ -203,9 +205,13 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         chosen = choose(costs, speed["speed"], budget * 60 - speed["measure_s"], categories=len(cats),
                         max_per_category=max(1, per_cat), fixed=fixed)  # the timing itself is part of the build
         chosen["predicted_s"] = round(chosen["predicted_s"] + speed["measure_s"], 1)
+        sizes = (len(cats) * chosen["per_category"], chosen["max_new_tokens"], chosen["iterations"])
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
-               "costs": asdict(costs), "prompts": len(cats) * chosen["per_category"],
+               "precision": precision(values), "references": [f"{b['date']} {b['machine']}" for b in builds],
+               "costs": {k: asdict(c) for k, c in costs.items()},
+               "predicted_by_part_s": {k: round(predict(c, speed["speed"], *sizes), 1) for k, c in costs.items()},
+               "prompts": sizes[0],
                "planned_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps([*plans, doc], indent=1) + "\n")
@@ -215,6 +221,18 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
     for k in auto:
         out[k] = chosen[k.lower()]
     return out
+
+
+def precision(values: dict) -> str:
+    """The target's and the draft's precision as this machine resolves the set's (``"<target>/<draft>"``), the
+    precision a build's costs belong to."""
+    from ..models.cpu import draft_precision
+    from ..models.loading import resolved_dtype
+
+    device, d_device = values.get("DEVICE", "cpu"), values.get("DRAFT_DEVICE") or values.get("DEVICE", "cpu")
+    dtype = values.get("DTYPE", "auto")
+    draft = draft_precision(dtype, values.get("DRAFT_DTYPE"), d_device)
+    return f"{resolved_dtype(dtype, device)}/{resolved_dtype(draft, d_device)}"
 
 
 def said(plan: dict) -> str:
@@ -229,7 +247,7 @@ def said(plan: dict) -> str:
     return text
 
 
-def record_build(values: dict, total_s: float, started: float) -> Path | None:
+def record_build(values: dict, total_s: float, started: float, notebooks: list[dict] | None = None) -> Path | None:
     """After a build of a sized set (``values``: its parameters with the sizes chosen) that measured every run it
     shows: its costs (:func:`build_costs`; ``total_s``, ``thesis-lib book``'s own seconds, started at the time stamp
     ``started``), its plan and where it ran, as ``<RUNS_DIR>/<SET_NAME>-build-costs.json``, the form a
@@ -244,12 +262,12 @@ def record_build(values: dict, total_s: float, started: float) -> Path | None:
     made_here = datetime.datetime.fromisoformat(plan["planned_at"]).timestamp() >= started
     doc = build_costs(ROOT / values["RUNS_DIR"], values, total_s, started=started,
                       measure_s=plan["measure_s"] if made_here else 0.0,
-                      steps=plan["step_by_prompt_s"] if made_here else None)
+                      steps=plan["step_by_prompt_s"] if made_here else None, notebooks=notebooks)
     if doc is None:
         return None
     doc.update({"measured": "thesis-lib book (notebooks and rendering; installs and model preparation not included)",
                 "date": datetime.date.today().isoformat(), "revision": git_revision().get("commit"),
-                "machine": plan["key"]["machine"], "planned": plan})
+                "machine": plan["key"]["machine"], "precision": plan.get("precision"), "planned": plan})
     out = plan_path(values).with_name(f"{values['SET_NAME']}-build-costs.json")
     out.write_text(json.dumps(doc, indent=1) + "\n")
     return out

@@ -56,7 +56,8 @@ def cmd_book(args) -> int:
         if bad:
             return 1
     if planned and args.executor == "local" and all(v == "executed" for v in fates.values()):
-        costs = sizing.record_build(values, t2 - t0, started)  # a whole build's costs can size later builds
+        # a whole build's costs, per notebook, can size later builds
+        costs = sizing.record_build(values, t2 - t0, started, [r for r in report if r["fate"] == "executed"])
         if costs:
             print(f"build costs recorded in {costs.relative_to(params.ROOT)}")
     print(f"open {html / 'index.html'}")

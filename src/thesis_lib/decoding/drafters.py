@@ -3,6 +3,9 @@
 The verify loop (:mod:`~thesis_lib.decoding.greedy`) only sees this protocol:
 
 - ``begin(context)``: a new sequence; ``context`` is the prompt plus the first emitted token;
+- ``prefill()`` (optional): take in the prompt now; the loops call it right after ``begin``, inside the prefill
+  phase, so that the draft's prompt processing is timed with the target's, in TTFT (as transformers' assisted
+  generation times it), and the decode phase holds the rounds alone;
 - ``propose(k) -> list[int]``: 1 to ``k`` greedy proposals continuing everything emitted so far (fewer than
   ``k`` only where the drafter chose to stop early);
 - ``observe(accepted, final_token)``: the target accepted the first ``accepted`` proposals and emitted
@@ -19,7 +22,8 @@ verify batch costs little). The block length then follows the draft's confidence
 ``k``; ``stopped_early`` counts the blocks it cut.
 
 Tokens the draft has not yet run through its body wait in ``pending`` and are fed at the start of the next
-proposal: the prompt on the first round, then the target's final token (plus the draft's own last proposal
+proposal: the first emitted token on the first round (the prompt went in with :meth:`ModelDrafter.prefill`; without
+that call, the first proposal feeds it too), then the target's final token (plus the draft's own last proposal
 after a fully accepted block, whose cache entry was never written). This is the draft side of the
 "append the final token" step; it costs the same in the ordinary and the deferred schedule.
 
@@ -43,6 +47,15 @@ from .state import ModelState
 
 #: The profiled drafter's phases; all nest inside the loop's ``draft_propose`` / ``finalize_align``.
 DRAFT_PHASES = ("draft_prefill", "draft_body", "draft_head", "draft_materialize", "draft_align")
+
+
+@torch.inference_mode()
+def prefill_pending(drafter) -> None:
+    """A model drafter's prefill: every pending token but the last through its body (``drafter._hidden``), only
+    while nothing is cached; the last stays pending, so the first proposal is a one-token step."""
+    if drafter.state.length == 0 and len(drafter.pending) > 1:
+        drafter._hidden(drafter.pending[:-1])
+        drafter.pending = drafter.pending[-1:]
 
 
 class Drafter(Protocol):
@@ -77,6 +90,11 @@ class ModelDrafter:
         self.state.reset()
         self.pending = list(context)
         self._proposed = []
+
+    def prefill(self) -> None:
+        """Run the context but its last token through the body now (the prompt's prefill); the last token waits
+        for the first proposal."""
+        prefill_pending(self)
 
     @torch.inference_mode()
     def propose(self, k: int) -> list[int]:
@@ -254,6 +272,9 @@ class HybridDrafter:
         self.model.begin(context)
         self.ngram.begin(context)
         self._from_lookup = False
+
+    def prefill(self) -> None:
+        self.model.prefill()
 
     def propose(self, k: int) -> list[int]:
         found = self.ngram.lookup(k) if k > 0 else []

@@ -127,15 +127,18 @@ def cut_at_eos(tokens: list[int], eos: frozenset[int]) -> tuple[list[int], bool]
 def opening(target, drafter, prompt_ids: Sequence[int], clock: PhaseClock, eos: frozenset[int], max_new_tokens: int,
             first) -> tuple[float, float, list[int], bool]:
     """A speculative loop's first step: ``first(prompt_ids) -> int`` runs the target's prefill and chooses the first
-    token (timed apart, for TTFT), then the drafter starts on the prompt and that token. Returns ``(t0, t1, out,
-    done)``: the clock before and after the prefill, the output so far (the first token) and whether it already ends
-    the generation."""
+    token, then the drafter starts on the prompt and that token and (where it has a ``prefill``) runs the prompt through
+    its body: both models' prompt processing is timed apart, as TTFT, and the decode phase holds the rounds alone.
+    Returns ``(t0, t1, out, done)``: the clock before and after the prefills, the output so far (the first token) and
+    whether it already ends the generation."""
     target.reset()
     t0 = clock.now()
     with clock.phase(PREFILL):
         token = first(prompt_ids)
+        drafter.begin(list(prompt_ids) + [token])
+        if hasattr(drafter, "prefill"):
+            drafter.prefill()  # the draft's prompt processing belongs to TTFT, as the target's does
     t1 = clock.now()
-    drafter.begin(list(prompt_ids) + [token])
     return t0, t1, [token], token in eos or max_new_tokens == 1
 
 

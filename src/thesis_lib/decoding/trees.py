@@ -36,6 +36,7 @@ import torch
 
 from ..errors import ConfigError
 from .clocks import PhaseClock
+from .drafters import prefill_pending
 from .state import ModelState
 from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish, opening
 
@@ -229,6 +230,13 @@ class TreeDrafter:
     def begin(self, context: Sequence[int]) -> None:
         self.state.reset()
         self.pending = list(context)
+
+    def prefill(self) -> None:
+        """The prompt through the body now (the loops time it in TTFT); the last token waits for the first tree."""
+        prefill_pending(self)
+
+    def _hidden(self, feed) -> torch.Tensor:
+        return self.state.hidden(feed)[-1:]
 
     @torch.inference_mode()
     def propose(self, shape: TreeShape) -> list[int]:
