@@ -91,12 +91,13 @@ slurm:
 test: models browser slurm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Mutation testing of the decoding core with mutmut (pyproject's [tool.mutmut]: the files and the tests;
-# tools/mutation_report.py's SCOPE: the functions); not part of `make test`: all 1,687 mutants take about ten hours
-# on two cores. MUTATION_SAMPLE=N checks a uniform sample of N (seeded by MUTATION_SEED) of the mutants no earlier
-# sample checked instead (mutmut first generates every mutant and checks the first of each function of stats.py);
-# each run is appended to data/reference/mutation-samples.json, and the report (data/reference/mutation-report.md)
-# gives each sample's score with an interval. One intra-op thread: mutmut runs a process per mutant; Triton's
+# Mutation testing with mutmut (pyproject's [tool.mutmut]: the files and the tests; tools/mutation_report.py's SCOPE:
+# the decoding package, FlashHead, the intervals and the verdict sentences, every function of each); not part of
+# `make test`: the whole scope takes many hours on two cores. MUTATION_SAMPLE=N checks a uniform sample of N (seeded
+# by MUTATION_SEED) of the mutants no earlier sample checked instead (mutmut first generates every mutant and checks
+# the first of each function of stats.py); each run is appended to data/reference/mutation-samples.json, and the
+# report (data/reference/mutation-report.md) gives each sample's score over all its mutants and without those set
+# aside as equivalent, with intervals, and per file. One intra-op thread: mutmut runs a process per mutant; Triton's
 # interpreter for the kernel checks among the tests.
 MUTATION_SAMPLE ?=
 MUTATION_SEED ?= 0

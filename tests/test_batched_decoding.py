@@ -13,12 +13,8 @@ from thesis_lib.decoding.drafters import ModelDrafter
 from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
-from thesis_lib.models import weight_only as wo
 
 from conftest import TINY_VOCAB, int8_pair
-
-pytestmark = pytest.mark.skipif(not wo.available(), reason="the weight-only kernel cannot be built here")
-
 
 @pytest.fixture(scope="module")
 def pair():

@@ -132,7 +132,7 @@ def test_the_appendix_reads_the_profile_as_constructed():
 def test_the_loop_s_overhead_reads_both_ways():
     from thesis_lib.analysis import verdicts
 
-    assert verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1%" in verdicts.loop_beyond(-0.01)
+    assert verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1.0%" in verdicts.loop_beyond(-0.01)
     assert verdicts.loop_beyond(-0.06).startswith("spends nothing measurable")  # faster than its step: noise
     assert verdicts.loop_beyond(0.3) == "spends 30% of each token's time beyond its one-token step and head"
     assert verdicts.loop_beyond(float("nan")) == "was not timed"

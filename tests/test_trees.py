@@ -17,12 +17,8 @@ from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
 from thesis_lib.errors import ConfigError
 from thesis_lib.heads import clustering as cl
 from thesis_lib.heads.flashhead import FlashHead
-from thesis_lib.models import weight_only as wo
 
 from conftest import TINY_VOCAB, int8_pair
-
-pytestmark = pytest.mark.skipif(not wo.available(), reason="the weight-only kernel cannot be built here")
-
 
 @pytest.fixture(scope="module")
 def pair():

@@ -1,8 +1,10 @@
 """Write the mutation-testing report of `make mutation` (mutmut's results in ``mutants/``) as Markdown.
 
 Per module: mutants, killed, survived, not covered by the selected tests, timed out; the score is killed over all
-mutants but those listed as equivalent in ``tools/mutation_equivalents.json`` (mutant name -> why no test can tell
-it from the original). Every survivor is listed with its diff and either that reason or "open". The report names
+sampled mutants, and again without those listed as equivalent in ``tools/mutation_equivalents.json`` (mutant name ->
+why no input tells it from the original). A mutant that ran past its time limit counts as killed: mutmut's limit is
+a multiple of the time the same tests took on the unmutated code on the same machine (recorded beside it). Every
+survivor is listed with its diff and either that reason or "open". The report names
 the revision, date, machine, mutmut version and the tests selected, so it can be read without running anything.
 """
 
@@ -27,20 +29,24 @@ ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.json"
 KILLERS = ROOT / "tools" / "mutation_killers.json"  # mutant name -> the test added to kill it
 
-#: What `make mutation` mutates: module -> its functions in scope (None: all of it). The sampling module's
-#: acceptance rule, the heads' greedy selection; pyproject's ``only_mutate`` names the files.
+#: What `make mutation` mutates: module -> its functions in scope (None: all of it). The decoding package whole
+#: (its loops included: they carry no decorator that would hide them from mutmut), FlashHead, the intervals and the
+#: verdict sentences; pyproject's ``only_mutate`` names the files.
 SCOPE = {
     "thesis_lib.decoding.greedy": None,
     "thesis_lib.decoding.drafters": None,
     "thesis_lib.decoding.stats": None,
-    "thesis_lib.bench.metrics": None,
-    "thesis_lib.decoding.sampling": ("accept_or_resample", "draw", "Sampler.probs", "speculative_sample"),
-    "thesis_lib.heads.dense": ("DenseGreedyHead.logits", "DenseGreedyHead.forward", "DenseGreedyHead.greedy_confidence",
-                               "DenseGreedyHead._refined", "refines", "refined_argmax", "top_probability"),
-    "thesis_lib.heads.flashhead": ("_select", "_torch_cluster_scores", "_candidates_fused", "_greedy_fused",
-                                   "_confidence_fused", "FlashHead.forward", "FlashHead.greedy_confidence",
-                                   "FlashHead._fast", "FlashHead.top_clusters", "FlashHead._candidate_scores",
-                                   "FlashHead.reference", "FlashHead.candidate_ids"),
+    "thesis_lib.decoding.sampling": None,
+    "thesis_lib.decoding.trees": None,
+    "thesis_lib.decoding.tree_shapes": None,
+    "thesis_lib.decoding.batched": None,
+    "thesis_lib.decoding.state": None,
+    "thesis_lib.decoding.policies": None,
+    "thesis_lib.decoding.costs": None,
+    "thesis_lib.decoding.clocks": None,
+    "thesis_lib.heads.flashhead": None,
+    "thesis_lib.analysis.uncertainty": None,
+    "thesis_lib.analysis.verdicts": None,
 }
 
 
@@ -142,19 +148,50 @@ def record() -> None:
         "revision": commit, "date": time.strftime("%Y-%m-%d"),
         "machine": f"{cpu}, {kind}, {os.cpu_count()} cores", "population": drawn["population"],
         "purpose": "drawn from the mutants no earlier sample checked, with the suite as it is at this revision",
-        "status": status, "diffs": {n: diff(n) for n, st in status.items() if st not in ("killed", "not checked")}})
+        "status": status, "diffs": {n: diff(n) for n, st in status.items() if st not in ("killed", "not checked")},
+        "timeouts": timed_out(status)})
     HISTORY.write_text(json.dumps(h, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _score(status: dict[str, str], equivalent: dict) -> tuple[int, int]:
-    """Killed and judged (checked, not equivalent) mutants of one sample."""
-    ok = [n for n, st in status.items() if n not in equivalent and st != "not checked"]
-    return sum(status[n] == "killed" for n in ok), len(ok)
+def timed_out(status: dict[str, str]) -> dict[str, dict]:
+    """For each mutant that ran past its limit: the seconds its tests took on the unmutated code (mutmut's stats
+    phase, this machine) and the CPU-time limit mutmut gave it, 2 x multiplier x (those seconds + constant)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    estimated = {}
+    for meta in (ROOT / "mutants").rglob("*.py.meta"):
+        estimated.update(json.loads(meta.read_text(encoding="utf-8")).get("estimated_durations_by_key", {}))
+    return {n: {"original_s": round(estimated.get(n, float("nan")), 2),
+                "limit_s": math.ceil((estimated.get(n, float("nan")) + cfg["timeout_constant"])
+                                     * cfg["timeout_multiplier"] * 2)}
+            for n, st in status.items() if st == "timeout" and n in estimated}
+
+
+def killed(status: str) -> bool:
+    """A kill: a failing test, or a run past the limit its tests keep on the unmutated code."""
+    return status in ("killed", "timeout")
+
+
+def _score(status: dict[str, str], equivalent: dict) -> tuple[int, int, int]:
+    """Killed and checked mutants of one sample, and those of the checked that were not killed and are set aside
+    as equivalent (a killed mutant is a kill, whatever the list says)."""
+    ok = [n for n, st in status.items() if st != "not checked"]
+    return (sum(killed(status[n]) for n in ok), len(ok),
+            sum(n in equivalent and not killed(status[n]) for n in ok))
 
 
 def _interval(k: int, n: int) -> str:
     lo, hi = wilson(k, n)
     return f"{100 * k / max(n, 1):.1f} % [{100 * lo:.1f}-{100 * hi:.1f} %]"
+
+
+def _scores(status: dict[str, str], equivalent: dict) -> str:
+    """Both scores of a sample: killed over every checked mutant, and over those not set aside as equivalent."""
+    k, n, eq = _score(status, equivalent)
+    return f"{k} of {n}, {_interval(k, n)}; without the {eq} equivalent: {k} of {n - eq}, {_interval(k, n - eq)}"
 
 
 def report() -> str:
@@ -170,50 +207,55 @@ def report() -> str:
         import tomli as tomllib
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     newest = samples[-1]
-    k, n = _score(newest["status"], equivalent)
     lines = ["# Mutation testing of the decoding core", "",
              f"`make mutation` (mutmut {mutmut_version}). Modules mutated: "
              f"{', '.join(f'`{p}`' for p in cfg['only_mutate'])} (the functions in `tools/mutation_report.py`'s "
              f"SCOPE). Tests run against each mutant (those that cover the mutated function): "
              f"{', '.join(f'`{t}`' for t in cfg['pytest_add_cli_args_test_selection'])}.", "",
-             "The whole scope takes about ten hours on two cores, so each run checks a uniform random sample of the "
-             "mutants no earlier sample checked (tests written for one sample's survivors do not flatter the next). "
-             "Score: killed over the mutants checked, equivalent ones left out (listed below with the reason no test "
-             "can tell them from the original), with a 95 % Wilson interval.", "",
+             "The whole scope takes hours on two cores, so each run checks a uniform random sample of the mutants no "
+             "earlier sample checked (tests written for one sample's survivors do not flatter the next). Score: "
+             "killed over every mutant checked, and again with the mutants set aside as equivalent left out (each "
+             "listed below with the argument why no input tells it from the original), with 95 % Wilson intervals. "
+             "A mutant that ran past its CPU-time limit counts as killed: the limit is 2 x "
+             f"{cfg['timeout_multiplier']:g} x (the time its tests took on the unmutated code on the same machine + "
+             f"{cfg['timeout_constant']:g} s), and each sample records both numbers for its timeouts.", "",
              f"**Score now** (the newest sample, `{newest['name']}` at revision {newest['revision']}, "
-             f"{newest['date']}, its first pass): killed {k} of {n} non-equivalent mutants, {_interval(k, n)}.", "",
+             f"{newest['date']}, its first pass): killed {_scores(newest['status'], equivalent)}.", "",
              "First pass: killed by the suite as it was when the sample ran; the next column also counts the tests "
              "written for its survivors afterwards (`tools/mutation_killers.json`), so only a first pass estimates "
              "the scope.", "",
-             "| Sample | Revision, date | Machine | Drawn from | Checked | Equivalent | First pass [95 %] | "
-             "With tests added for it | What it measures |",
-             "| --- | --- | --- | ---: | ---: | ---: | --- | --- | --- |"]
+             "| Sample | Revision, date | Machine | Drawn from | Checked | Equivalent | First pass, over all [95 %] | "
+             "First pass, without equivalents | With tests added for it | What it measures |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
     for s in samples:
-        k, n = _score(s["status"], equivalent)
-        first = k
-        later = sum(st == "killed" or x in killers for x, st in s["status"].items()
-                    if x not in equivalent and st != "not checked")
-        checked = sum(st != "not checked" for st in s["status"].values())
+        k, n, eq = _score(s["status"], equivalent)
+        later = sum(killed(st) or x in killers for x, st in s["status"].items() if st != "not checked")
         lines.append(f"| {s['name']} (seed {s['seed']}) | {s['revision']}, {s['date']} | {s['machine']} | "
-                     f"{s['population']} | {checked} | {sum(x in equivalent for x in s['status'])} | "
-                     f"{_interval(first, n)} | {later} of {n} | {s['purpose']} |")
-    lines += ["", f"## The newest sample by module", "",
-              "| Module | Mutants | Not checked | Killed | Survived | Not covered | Timeout | Other | Equivalent | Score |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                     f"{s['population']} | {n} | {eq} | {_interval(k, n)} | {_interval(k, n - eq)} | "
+                     f"{later} of {n} | {s['purpose']} |")
+    lines += ["", "## The newest sample by file", "",
+              "| Module | Drawn | Not checked | Killed | of which timeouts | Survived | Not covered | Other | "
+              "Equivalent (not killed) | Score over all | Without equivalents |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     by_module: dict[str, Counter] = {}
     for name, st in newest["status"].items():
         c = by_module.setdefault(module_of(name), Counter())
-        c["mutants"] += 1
-        c["equivalent" if name in equivalent else st] += 1
+        c["drawn"] += 1
+        c[st] += 1
+        c["equivalent"] += name in equivalent and not killed(st)
     total = Counter()
     for module, c in sorted(by_module.items()):
         total.update(c)
         lines.append(_row(module, c))
     lines.append(_row("**all**", total))
     lines += ["", "*Not covered*: no selected test runs the mutated function. *Not checked*: the run stopped before "
-              "it reached them."]
+              "it reached them. *Survived*, *not covered* and *other* count the equivalent mutants too."]
+    timeouts = newest.get("timeouts", {})
+    if timeouts:
+        lines += ["", "Timeouts of the newest sample (seconds of CPU: the unmutated code's tests, the limit):", ""]
+        lines += [f"- `{x}`: {t['original_s']} s, limit {t['limit_s']} s" for x, t in sorted(timeouts.items())]
     for s in samples:
-        left = [x for x, st in s["status"].items() if st not in ("killed", "not checked") and x not in equivalent]
+        left = [x for x, st in s["status"].items() if not killed(st) and st != "not checked" and x not in equivalent]
         lines += ["", f"## Survivors of `{s['name']}` ({len(left)})", ""]
         for x in left:
             after = (f"killed by a test added after this sample's run (run against the mutant by hand): `{killers[x]}`"
@@ -228,12 +270,17 @@ def report() -> str:
 
 
 def _row(module: str, c: Counter) -> str:
-    """A module's counts; the score is over the mutants checked (all of them, once a run has finished)."""
-    judged = c["mutants"] - c["equivalent"] - c["not checked"]
-    score = f"{100 * c['killed'] / judged:.1f} %" if judged else "–"
-    other = c["mutants"] - sum(c[k] for k in ("not checked", "killed", "survived", "no tests", "timeout", "equivalent"))
-    return (f"| {module} | {c['mutants']} | {c['not checked']} | {c['killed']} | {c['survived']} | {c['no tests']} | "
-            f"{c['timeout']} | {other} | {c['equivalent']} | {score} |")
+    """A file's counts; scores over the mutants checked (all of them, once a run has finished)."""
+    checked = c["drawn"] - c["not checked"]
+    kills = c["killed"] + c["timeout"]
+    other = c["drawn"] - sum(c[k] for k in ("not checked", "killed", "survived", "no tests", "timeout"))
+
+    def pct(k, n):
+        return f"{100 * k / n:.1f} %" if n else "–"
+
+    return (f"| {module} | {c['drawn']} | {c['not checked']} | {kills} | {c['timeout']} | {c['survived']} | "
+            f"{c['no tests']} | {other} | {c['equivalent']} | {pct(kills, checked)} | "
+            f"{pct(kills, checked - c['equivalent'])} |")
 
 
 if __name__ == "__main__":

@@ -189,7 +189,8 @@ def switch_effect(value: float, lo: float, hi: float, them: str = "them") -> str
     without, by the interval of its speedup, with the speedup and its interval."""
     if value != value or lo != lo or hi != hi:
         return "not compared in this profile"
-    said = f"({value:.3f}x, {lo:.3f}-{hi:.3f})"
+    digits = 4 if 0.9995 <= lo < 1 or 1 < hi < 1.0005 or 0.9995 <= hi < 1 or 1 < lo < 1.0005 else 3
+    said = f"({value:.{digits}f}x, {lo:.{digits}f}-{hi:.{digits}f})"  # a bound near 1 printed on its side of it
     if lo > 1:
         return f"faster with {them} {said}"
     if hi < 1:
@@ -209,7 +210,7 @@ def loop_beyond(share: float, noise: float = 0.05) -> str:
     if share != share:
         return "was not timed"
     if share < noise:  # below zero too: the loop then took less per token than its step timed beside it
-        return f"spends nothing measurable beyond its one-token step and head ({share:+.0%} of its time per token)"
+        return f"spends nothing measurable beyond its one-token step and head ({share:+.1%} of its time per token)"
     return f"spends {share:.0%} of each token's time beyond its one-token step and head"
 
 
@@ -217,11 +218,12 @@ def draft_regime(c: float) -> str:
     """Where a draft step of ``c`` target steps stands against the thesis' regime of about a tenth (0.05-0.15)."""
     if c != c:
         return "not measured"
+    c = round(c, 3)  # judged as printed
     if c < 0.05:
         return f"a draft at {c:.3f} of a target step, cheaper than the thesis' regime of about a tenth"
     if c <= 0.15:
         return "a draft at about a tenth of a target step, the regime the thesis studies"
-    return f"a draft at {c:.2f} of a target step, dearer than the thesis' regime of about a tenth"
+    return f"a draft at {c:.3f} of a target step, dearer than the thesis' regime of about a tenth"
 
 
 def block_rise(v5_int4: float, v5_bf16: float) -> str:
@@ -434,8 +436,14 @@ def rq_interplay(acc_dense: float, acc_flash: float, lo: float, hi: float, draft
             return head + ", nor FlashHead's throughput from the dense draft's"
         return head + (", while FlashHead is faster end to end" if faster else ", while FlashHead is slower end to end")
     if path == "unknown" and faster:
-        return ("FlashHead is faster end to end, but these prompts cannot tell whether its draft path is cheaper or "
-                + ("its acceptance differs" if acc != "same" else "why, with acceptance barely moving"))
+        if acc == "same":
+            return ("FlashHead is faster end to end, but these prompts cannot tell whether its draft path is cheaper "
+                    "or why, with acceptance barely moving")
+        if acc == "dense":
+            return ("FlashHead is faster end to end although its draft is accepted less often; these prompts cannot "
+                    "tell whether its draft path is cheaper")
+        return ("FlashHead is faster end to end and its draft is accepted more often; these prompts cannot tell "
+                "whether its draft path is cheaper too")
     if lo <= 1 <= hi:
         end = "these prompts cannot tell FlashHead's throughput from the dense draft's"
         if acc == "same":

@@ -225,129 +225,129 @@ def _first_tokens(rows: _Rows, first: list[int], eos: frozenset[int], max_new_to
     return rows.close([r for r in range(len(first)) if first[r] in eos or max_new_tokens == 1])
 
 
-@torch.inference_mode()
 def batched_greedy(target: ModelState, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                    eos_ids: Sequence[int] = (), clock: PhaseClock | None = None) -> BatchRun:
     """Target-only greedy decoding of every prompt at once: one batched forward per token over the rows left."""
-    _check(prompts, max_new_tokens)
-    clock = clock or PhaseClock([target.device])
-    eos = frozenset(eos_ids)
-    t0 = clock.now()
-    rows = _Rows(len(prompts), "baseline", 0, clock, t0)
-    batch = BatchState(target)
-    with clock.phase(PREFILL):
-        first = batch.prefill(prompts, max(map(len, prompts)) + max_new_tokens, clock, rows.first_at)
-    batch.cache.keep(_first_tokens(rows, first, eos, max_new_tokens))
-    while rows.active:
-        with clock.phase(VERIFY):
-            nxt = batch.greedy([[rows.out[r][-1]] for r in rows.active])
-        finished = []
-        for r, t in zip(rows.active, nxt):
-            rows.out[r].append(t[0])
-            rows.stats[r].append_calls += 1
-            if t[0] in eos or len(rows.out[r]) >= max_new_tokens:
-                finished.append(r)
-        if finished:
-            batch.cache.keep(rows.close(finished))
-    return rows.result(eos, clock.now() - t0)
+    with torch.inference_mode():
+        _check(prompts, max_new_tokens)
+        clock = clock or PhaseClock([target.device])
+        eos = frozenset(eos_ids)
+        t0 = clock.now()
+        rows = _Rows(len(prompts), "baseline", 0, clock, t0)
+        batch = BatchState(target)
+        with clock.phase(PREFILL):
+            first = batch.prefill(prompts, max(map(len, prompts)) + max_new_tokens, clock, rows.first_at)
+        batch.cache.keep(_first_tokens(rows, first, eos, max_new_tokens))
+        while rows.active:
+            with clock.phase(VERIFY):
+                nxt = batch.greedy([[rows.out[r][-1]] for r in rows.active])
+            finished = []
+            for r, t in zip(rows.active, nxt):
+                rows.out[r].append(t[0])
+                rows.stats[r].append_calls += 1
+                if t[0] in eos or len(rows.out[r]) >= max_new_tokens:
+                    finished.append(r)
+            if finished:
+                batch.cache.keep(rows.close(finished))
+        return rows.result(eos, clock.now() - t0)
 
 
-@torch.inference_mode()
 def batched_speculative(target: ModelState, draft: ModelState, prompts: Sequence[Sequence[int]], *, k: int,
                         max_new_tokens: int, eos_ids: Sequence[int] = (), schedule: str = "deferred",
                         name: str = "dense", clock: PhaseClock | None = None) -> BatchRun:
     """Greedy speculative decoding of every prompt at once (module docstring), ``schedule`` ``ordinary`` or
     ``deferred``; ``draft`` is the draft model's state with its dense or FlashHead head (``name`` names it)."""
-    if schedule not in ("ordinary", "deferred"):
-        raise ConfigError(f"Batched speculative decoding runs the ordinary or deferred schedule, not {schedule!r}.")
-    _check(prompts, max_new_tokens, k)
-    deferred = schedule == "deferred"
-    clock = clock or PhaseClock([target.device, draft.device])
-    eos = frozenset(eos_ids)
-    t0 = clock.now()
-    rows = _Rows(len(prompts), f"{name}_{schedule}", k, clock, t0)
-    tgt, drf = BatchState(target), BatchState(draft)
-    capacity = max(map(len, prompts)) + max_new_tokens + k + 2
-    with clock.phase(PREFILL):
-        first = tgt.prefill(prompts, capacity, clock, rows.first_at)
-    go = _first_tokens(rows, first, eos, max_new_tokens)
-    tgt.cache.keep(go)
-    if not rows.active:
-        return rows.result(eos, clock.now() - t0)
-    # the draft reads each prompt and its first token: its greedy token there is the row's first proposal
-    with clock.phase(PROPOSE, draft.device):
-        lead = drf.prefill([list(prompts[r]) + rows.out[r] for r in rows.active], capacity)
-    pending: list[list[int]] = [[] for _ in rows.active]  # per active row: tokens the draft has not fed yet
-    nxt: list[int] = []  # ordinary: per active row, the target's next token (its cache holds every emitted token)
-    if not deferred:
-        with clock.phase(FINALIZE, target.device):
-            nxt = [t[0] for t in tgt.greedy([[rows.out[r][-1]] for r in rows.active])]
-        for r in rows.active:
-            rows.stats[r].append_calls += 1
-    while rows.active:
-        left = [max_new_tokens - len(rows.out[r]) for r in rows.active]
-        ks = [min(k, n - 1) for n in left]
-        widest = max(ks)
-        # 1. proposals: every row drafts `widest` tokens, keeping its first ks[i]
-        drafted = [[t] for t in lead] if lead else [[] for _ in rows.active]
+    with torch.inference_mode():
+        if schedule not in ("ordinary", "deferred"):
+            raise ConfigError(f"Batched speculative decoding runs the ordinary or deferred schedule, not {schedule!r}.")
+        _check(prompts, max_new_tokens, k)
+        deferred = schedule == "deferred"
+        clock = clock or PhaseClock([target.device, draft.device])
+        eos = frozenset(eos_ids)
+        t0 = clock.now()
+        rows = _Rows(len(prompts), f"{name}_{schedule}", k, clock, t0)
+        tgt, drf = BatchState(target), BatchState(draft)
+        capacity = max(map(len, prompts)) + max_new_tokens + k + 2
+        with clock.phase(PREFILL):
+            first = tgt.prefill(prompts, capacity, clock, rows.first_at)
+        go = _first_tokens(rows, first, eos, max_new_tokens)
+        tgt.cache.keep(go)
+        if not rows.active:
+            return rows.result(eos, clock.now() - t0)
+        # the draft reads each prompt and its first token: its greedy token there is the row's first proposal
         with clock.phase(PROPOSE, draft.device):
-            if not lead and widest:
-                drafted = [[t[-1]] for t in drf.greedy(pending)]
-                pending = [[] for _ in rows.active]
-            while widest and len(drafted[0]) < widest:
-                step = drf.greedy([[d[-1]] for d in drafted])
-                drafted = [d + t for d, t in zip(drafted, step)]
-        lead = []
-        ys = [d[:kk] for d, kk in zip(drafted, ks)]
-        # 2. verification, one batched target forward
-        with clock.phase(VERIFY, target.device):
-            if deferred:
-                feeds = [[rows.out[r][-1]] + y for r, y in zip(rows.active, ys)]
-            else:
-                feeds = [y if y and y[0] == n else [] for y, n in zip(ys, nxt)]
-            verdicts = tgt.greedy(feeds) if any(feeds) else [[] for _ in feeds]
-        results = []  # per active row: (accepted, correction, target positions to drop)
-        for i, (r, y, f, t) in enumerate(zip(rows.active, ys, feeds, verdicts)):
-            st = rows.stats[r]
-            if deferred:
-                n = accepted_prefix(y, t)
-                results.append((n, t[n], len(y) - n))
-                st.verify_calls += bool(y)  # without proposals it is the tail's append, counted below
-            elif not y:  # one token left: the target knows it
-                results.append((0, nxt[i], 0))
-            elif not f:
-                results.append((0, nxt[i], 0))
-                st.skipped += 1
-            else:
-                n = 1 + accepted_prefix(y[1:], t[:-1])
-                results.append((n, t[n - 1], len(y) - n))
-                st.verify_calls += 1
-        # 3. emission and 4. alignment, per row
-        finished = []
-        for (n, correction, _), r, y, kk in zip(results, rows.active, ys, ks):
-            if kk == 0:
+            lead = drf.prefill([list(prompts[r]) + rows.out[r] for r in rows.active], capacity)
+        pending: list[list[int]] = [[] for _ in rows.active]  # per active row: tokens the draft has not fed yet
+        nxt: list[int] = []  # ordinary: per active row, the target's next token (its cache holds every emitted token)
+        if not deferred:
+            with clock.phase(FINALIZE, target.device):
+                nxt = [t[0] for t in tgt.greedy([[rows.out[r][-1]] for r in rows.active])]
+            for r in rows.active:
+                rows.stats[r].append_calls += 1
+        while rows.active:
+            left = [max_new_tokens - len(rows.out[r]) for r in rows.active]
+            ks = [min(k, n - 1) for n in left]
+            widest = max(ks)
+            # 1. proposals: every row drafts `widest` tokens, keeping its first ks[i]
+            drafted = [[t] for t in lead] if lead else [[] for _ in rows.active]
+            with clock.phase(PROPOSE, draft.device):
+                if not lead and widest:
+                    drafted = [[t[-1]] for t in drf.greedy(pending)]
+                    pending = [[] for _ in rows.active]
+                while widest and len(drafted[0]) < widest:
+                    step = drf.greedy([[d[-1]] for d in drafted])
+                    drafted = [d + t for d, t in zip(drafted, step)]
+            lead = []
+            ys = [d[:kk] for d, kk in zip(drafted, ks)]
+            # 2. verification, one batched target forward
+            with clock.phase(VERIFY, target.device):
                 if deferred:
-                    rows.stats[r].append_calls += 1  # the carried token's verify is the tail's append
-                rows.out[r].append(correction)
-                rows.stats[r].tail_tokens += 1
-                finished.append(r)
-            elif emit_round(rows.stats[r], rows.out[r], y, n, correction, kk, eos, max_new_tokens):
-                finished.append(r)
-        with clock.phase(FINALIZE):
-            tgt.cache.crop([drop for _, _, drop in results])
-            # the draft fed drafted[:-1]; keep what was accepted, queue the rest of the row's story
-            drf.cache.crop([max(widest - 1 - n, 0) for n, _, _ in results] if widest else [0] * len(results))
-            if widest:
-                pending = [([d[-1]] if n == widest else []) + [c] for d, (n, c, _) in zip(drafted, results)]
-            else:
-                pending = [p + [c] for p, (_, c, _) in zip(pending, results)]
-            keep = rows.close(finished) if finished else list(range(len(results)))
-            if finished:
-                for cache in (tgt.cache, drf.cache):
-                    cache.keep(keep)
-                pending = [pending[i] for i in keep]
-            if not deferred and rows.active:
-                nxt = [t[0] for t in tgt.greedy([[results[i][1]] for i in keep])]
-                for r in rows.active:
-                    rows.stats[r].append_calls += 1
-    return rows.result(eos, clock.now() - t0)
+                    feeds = [[rows.out[r][-1]] + y for r, y in zip(rows.active, ys)]
+                else:
+                    feeds = [y if y and y[0] == n else [] for y, n in zip(ys, nxt)]
+                verdicts = tgt.greedy(feeds) if any(feeds) else [[] for _ in feeds]
+            results = []  # per active row: (accepted, correction, target positions to drop)
+            for i, (r, y, f, t) in enumerate(zip(rows.active, ys, feeds, verdicts)):
+                st = rows.stats[r]
+                if deferred:
+                    n = accepted_prefix(y, t)
+                    results.append((n, t[n], len(y) - n))
+                    st.verify_calls += bool(y)  # without proposals it is the tail's append, counted below
+                elif not y:  # one token left: the target knows it
+                    results.append((0, nxt[i], 0))
+                elif not f:
+                    results.append((0, nxt[i], 0))
+                    st.skipped += 1
+                else:
+                    n = 1 + accepted_prefix(y[1:], t[:-1])
+                    results.append((n, t[n - 1], len(y) - n))
+                    st.verify_calls += 1
+            # 3. emission and 4. alignment, per row
+            finished = []
+            for (n, correction, _), r, y, kk in zip(results, rows.active, ys, ks):
+                if kk == 0:
+                    if deferred:
+                        rows.stats[r].append_calls += 1  # the carried token's verify is the tail's append
+                    rows.out[r].append(correction)
+                    rows.stats[r].tail_tokens += 1
+                    finished.append(r)
+                elif emit_round(rows.stats[r], rows.out[r], y, n, correction, kk, eos, max_new_tokens):
+                    finished.append(r)
+            with clock.phase(FINALIZE):
+                tgt.cache.crop([drop for _, _, drop in results])
+                # the draft fed drafted[:-1]; keep what was accepted, queue the rest of the row's story
+                drf.cache.crop([max(widest - 1 - n, 0) for n, _, _ in results] if widest else [0] * len(results))
+                if widest:
+                    pending = [([d[-1]] if n == widest else []) + [c] for d, (n, c, _) in zip(drafted, results)]
+                else:
+                    pending = [p + [c] for p, (_, c, _) in zip(pending, results)]
+                keep = rows.close(finished) if finished else list(range(len(results)))
+                if finished:
+                    for cache in (tgt.cache, drf.cache):
+                        cache.keep(keep)
+                    pending = [pending[i] for i in keep]
+                if not deferred and rows.active:
+                    nxt = [t[0] for t in tgt.greedy([[results[i][1]] for i in keep])]
+                    for r in rows.active:
+                        rows.stats[r].append_calls += 1
+        return rows.result(eos, clock.now() - t0)

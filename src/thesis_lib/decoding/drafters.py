@@ -49,13 +49,13 @@ from .state import ModelState
 DRAFT_PHASES = ("draft_prefill", "draft_body", "draft_head", "draft_materialize", "draft_align")
 
 
-@torch.inference_mode()
 def prefill_pending(drafter) -> None:
     """A model drafter's prefill: every pending token but the last through its body (``drafter._hidden``), only
     while nothing is cached; the last stays pending, so the first proposal is a one-token step."""
-    if drafter.state.length == 0 and len(drafter.pending) > 1:
-        drafter._hidden(drafter.pending[:-1])
-        drafter.pending = drafter.pending[-1:]
+    with torch.inference_mode():
+        if drafter.state.length == 0 and len(drafter.pending) > 1:
+            drafter._hidden(drafter.pending[:-1])
+            drafter.pending = drafter.pending[-1:]
 
 
 class Drafter(Protocol):
@@ -96,32 +96,32 @@ class ModelDrafter:
         for the first proposal."""
         prefill_pending(self)
 
-    @torch.inference_mode()
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` greedy proposals (fewer where ``stop_below`` ends the block at an unsure token)."""
-        if k <= 0:
-            self._proposed = []
-            return []
-        # 1. feed what the draft has not seen (prompt, or the last final token), then draft greedily.
-        #    Proposals stay tensors until the block is done: one host sync per round, not per token (a
-        #    confidence stop reads each token's probability as it goes: the price of deciding per token).
-        feed: Sequence[int] | torch.Tensor = self.pending
-        self.pending = []
-        drafted = []
-        for _ in range(k):
-            h = self._hidden(feed)
-            if self.stop_below is None:
-                tok = self._head(h)  # [1]
-            else:
-                tok, prob = self._head_confidence(h)
-            drafted.append(tok)
-            if self.stop_below is not None and float(prob[0]) < self.stop_below:
-                break
-            feed = tok
-        self.stopped_early += len(drafted) < k
-        # The last proposal was never fed, so the cache holds all proposals but the last.
-        self._proposed = self._materialize(drafted)
-        return self._proposed
+        with torch.inference_mode():
+            if k <= 0:
+                self._proposed = []
+                return []
+            # 1. feed what the draft has not seen (prompt, or the last final token), then draft greedily.
+            #    Proposals stay tensors until the block is done: one host sync per round, not per token (a
+            #    confidence stop reads each token's probability as it goes: the price of deciding per token).
+            feed: Sequence[int] | torch.Tensor = self.pending
+            self.pending = []
+            drafted = []
+            for _ in range(k):
+                h = self._hidden(feed)
+                if self.stop_below is None:
+                    tok = self._head(h)  # [1]
+                else:
+                    tok, prob = self._head_confidence(h)
+                drafted.append(tok)
+                if self.stop_below is not None and float(prob[0]) < self.stop_below:
+                    break
+                feed = tok
+            self.stopped_early += len(drafted) < k
+            # The last proposal was never fed, so the cache holds all proposals but the last.
+            self._proposed = self._materialize(drafted)
+            return self._proposed
 
     # The steps of a proposal; the profiled drafter times each (same calls, in the same order).
     def _hidden(self, feed) -> torch.Tensor:

@@ -40,13 +40,13 @@ from .stats import (FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation,
 SCHEDULES = ("ordinary", "deferred", "pipelined")
 
 
-@torch.inference_mode()
 def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_tokens: int,
                     eos_ids: Sequence[int] = (), clock: PhaseClock | None = None) -> Generation:
     """Target-only greedy decoding with a KV cache; prefill and first token are timed apart (TTFT)."""
     check_request(max_new_tokens, prompt_ids)
-    return target_only(target, prompt_ids, lambda ids: int(target.greedy(ids, last_only=True)), mode="baseline",
-                       max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock)
+    with torch.inference_mode():
+        return target_only(target, prompt_ids, lambda ids: int(target.greedy(ids, last_only=True)), mode="baseline",
+                           max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock)
 
 
 def target_only(target: ModelState, prompt_ids: Sequence[int], next_token, *, mode: str, max_new_tokens: int,
@@ -69,7 +69,6 @@ def target_only(target: ModelState, prompt_ids: Sequence[int], next_token, *, mo
     return finish(stats, out, eos, clock, t0, t1)
 
 
-@torch.inference_mode()
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
                          max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
                          schedule: str | None = None, clock: PhaseClock | None = None,
@@ -89,12 +88,14 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
     if schedule not in SCHEDULES:
         raise ConfigError(f"Unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
     check_request(max_new_tokens, prompt_ids, k)
-    if schedule != "pipelined":
-        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, None, k_policy)
-    # the two sides run at once, each a parallel region of all of torch's intra-op threads
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=_worker_init,
-                            initargs=(torch.get_num_threads(),)) as worker:
-        return _speculative(target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock, worker, k_policy)
+    args = (target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock)
+    with torch.inference_mode():
+        if schedule != "pipelined":
+            return _speculative(*args, None, k_policy)
+        # the two sides run at once, each a parallel region of all of torch's intra-op threads
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=_worker_init,
+                                initargs=(torch.get_num_threads(),)) as worker:
+            return _speculative(*args, worker, k_policy)
 
 
 def _worker_init(threads: int) -> None:
@@ -103,10 +104,10 @@ def _worker_init(threads: int) -> None:
     virtual.enter_in_thread()
 
 
-@torch.inference_mode()
 def _append(target: ModelState, token: int) -> int:
     """The standalone target append (inference mode is per thread, so the worker enters it itself)."""
-    return int(target.greedy([token], last_only=True))
+    with torch.inference_mode():
+        return int(target.greedy([token], last_only=True))
 
 
 def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], k: int, max_new_tokens: int,

@@ -130,21 +130,21 @@ class SamplingModelDrafter(ModelDrafter):
         s = self.flash.sample(h, sampler=self.sampler, generator=generator)
         return int(s.token), s.dense(self.vocab_size)
 
-    @torch.inference_mode()
     def propose(self, k: int, generator: torch.Generator | None = None) -> tuple[list[int], list[torch.Tensor]]:
-        if k <= 0:  # nothing drafted: what the draft has not seen stays pending for the next block
-            self._proposed = []
-            return [], []
-        feed: Sequence[int] = self.pending
-        self.pending = []
-        tokens, qs = [], []
-        for _ in range(k):
-            tok, q = self._one(self.state.hidden(feed)[-1], generator)
-            tokens.append(tok)
-            qs.append(q)
-            feed = [tok]
-        self._proposed = tokens  # the last one was never fed: the cache holds the first k - 1
-        return tokens, qs
+        with torch.inference_mode():
+            if k <= 0:  # nothing drafted: what the draft has not seen stays pending for the next block
+                self._proposed = []
+                return [], []
+            feed: Sequence[int] = self.pending
+            self.pending = []
+            tokens, qs = [], []
+            for _ in range(k):
+                tok, q = self._one(self.state.hidden(feed)[-1], generator)
+                tokens.append(tok)
+                qs.append(q)
+                feed = [tok]
+            self._proposed = tokens  # the last one was never fed: the cache holds the first k - 1
+            return tokens, qs
 
 
 def target_probs(target: ModelState, head: DenseGreedyHead, ids, sampler: Sampler,
@@ -156,23 +156,22 @@ def target_probs(target: ModelState, head: DenseGreedyHead, ids, sampler: Sample
     return sampler.probs(head.logits(h[-1:] if last_only else h))
 
 
-@torch.inference_mode()
 def sample_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_tokens: int, sampler: Sampler,
                     generator: torch.Generator | None = None, eos_ids: Sequence[int] = (),
                     clock: PhaseClock | None = None) -> Generation:
     """Target-only sampling with a KV cache (the reference distribution)."""
-    check_request(max_new_tokens, prompt_ids)
-    sampler.check()
-    head = DenseGreedyHead.from_model(target.model, getattr(target.head, "vocab_limit", None))
+    with torch.inference_mode():
+        check_request(max_new_tokens, prompt_ids)
+        sampler.check()
+        head = DenseGreedyHead.from_model(target.model, getattr(target.head, "vocab_limit", None))
 
-    def next_token(ids) -> int:
-        return draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator)
+        def next_token(ids) -> int:
+            return draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator)
 
-    return target_only(target, prompt_ids, next_token, mode="baseline_sample", max_new_tokens=max_new_tokens,
-                       eos_ids=eos_ids, clock=clock)
+        return target_only(target, prompt_ids, next_token, mode="baseline_sample", max_new_tokens=max_new_tokens,
+                           eos_ids=eos_ids, clock=clock)
 
 
-@torch.inference_mode()
 def speculative_sample(target: ModelState, drafter: SamplingDrafter, prompt_ids: Sequence[int], *, k: int,
                        max_new_tokens: int, sampler: Sampler, generator: torch.Generator | None = None,
                        eos_ids: Sequence[int] = (), schedule: str = "ordinary",
@@ -181,77 +180,78 @@ def speculative_sample(target: ModelState, drafter: SamplingDrafter, prompt_ids:
 
     Invariant at the start of a round: ordinary -- the target's cache holds every emitted token and
     ``p_next`` is its distribution for the next position; deferred -- the cache holds all but ``final``."""
-    if schedule not in SCHEDULES:
-        raise ConfigError(f"Unknown sampling schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
-    check_request(max_new_tokens, prompt_ids, k)
-    sampler.check()
-    if getattr(drafter, "sampler", sampler) != sampler:
-        raise ConfigError("The draft samples with other settings than the target: p and q must be warped alike.")
-    deferred = schedule == "deferred"
-    head = DenseGreedyHead.from_model(target.model, getattr(target.head, "vocab_limit", None))
-    draft_device = getattr(getattr(drafter, "state", None), "device", "cpu")
-    clock = clock or PhaseClock([target.device, draft_device])
-    eos = frozenset(eos_ids)
-    stats = DecodeStats(mode=f"{drafter.name}_{schedule}_sample", k=k)
-    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
-                                lambda ids: draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator))
-    final = out[0]
-    p_next = None
-    if not done and not deferred:
-        with clock.phase(FINALIZE):
-            p_next = target_probs(target, head, [final], sampler)[-1]
-        stats.append_calls += 1
+    with torch.inference_mode():
+        if schedule not in SCHEDULES:
+            raise ConfigError(f"Unknown sampling schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
+        check_request(max_new_tokens, prompt_ids, k)
+        sampler.check()
+        if getattr(drafter, "sampler", sampler) != sampler:
+            raise ConfigError("The draft samples with other settings than the target: p and q must be warped alike.")
+        deferred = schedule == "deferred"
+        head = DenseGreedyHead.from_model(target.model, getattr(target.head, "vocab_limit", None))
+        draft_device = getattr(getattr(drafter, "state", None), "device", "cpu")
+        clock = clock or PhaseClock([target.device, draft_device])
+        eos = frozenset(eos_ids)
+        stats = DecodeStats(mode=f"{drafter.name}_{schedule}_sample", k=k)
+        t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+                                    lambda ids: draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator))
+        final = out[0]
+        p_next = None
+        if not done and not deferred:
+            with clock.phase(FINALIZE):
+                p_next = target_probs(target, head, [final], sampler)[-1]
+            stats.append_calls += 1
 
-    while not done:
-        remaining = max_new_tokens - len(out)
-        kk = min(k, remaining - 1)
-        if kk == 0:  # one token left: drawn from the target itself
-            if deferred:
-                with clock.phase(FINALIZE):
-                    p_next = target_probs(target, head, [final], sampler)[-1]
-                stats.append_calls += 1
-            out.append(draw(p_next, generator))
-            stats.tail_tokens += 1
-            break
-        with clock.phase(PROPOSE, draft_device):
-            y, qs = drafter.propose(kk, generator)
-        with clock.phase(VERIFY, target.device):
-            if deferred:
-                ps = target_probs(target, head, [final] + y, sampler)  # p for y_1..y_kk, then the bonus
-                stats.verify_calls += 1
-                verified = True
-            else:
-                first = accept_or_resample(p_next, qs[0], y[0], generator)
-                if first is not None:  # skip: the first proposal is rejected before any verify forward
-                    ps, verified = None, False
-                    stats.skipped += 1
-                else:
-                    ps = torch.cat([p_next[None], target_probs(target, head, y, sampler)])
+        while not done:
+            remaining = max_new_tokens - len(out)
+            kk = min(k, remaining - 1)
+            if kk == 0:  # one token left: drawn from the target itself
+                if deferred:
+                    with clock.phase(FINALIZE):
+                        p_next = target_probs(target, head, [final], sampler)[-1]
+                    stats.append_calls += 1
+                out.append(draw(p_next, generator))
+                stats.tail_tokens += 1
+                break
+            with clock.phase(PROPOSE, draft_device):
+                y, qs = drafter.propose(kk, generator)
+            with clock.phase(VERIFY, target.device):
+                if deferred:
+                    ps = target_probs(target, head, [final] + y, sampler)  # p for y_1..y_kk, then the bonus
                     stats.verify_calls += 1
                     verified = True
-            if not verified:
-                n, correction = 0, first
-            else:
-                n, correction = 1 if not deferred else 0, None
-                while n < kk:
-                    replaced = accept_or_resample(ps[n], qs[n], y[n], generator)
-                    if replaced is not None:
-                        correction = replaced
-                        break
-                    n += 1
-                if correction is None:
-                    correction = draw(ps[kk], generator)  # bonus token after a fully accepted block
-        done = emit_round(stats, out, y, n, correction, kk, eos, max_new_tokens)
-        with clock.phase(FINALIZE):
-            # cache grew by kk (ordinary, verified) or kk + 1 (deferred); keep the accepted (and final)
-            if verified:
-                target.crop(kk - n)
-            if done:
-                break
-            drafter.observe(n, correction)
-            if deferred:
-                final = correction
-            else:
-                p_next = target_probs(target, head, [correction], sampler)[-1]
-                stats.append_calls += 1
-    return finish(stats, out, eos, clock, t0, t1)
+                else:
+                    first = accept_or_resample(p_next, qs[0], y[0], generator)
+                    if first is not None:  # skip: the first proposal is rejected before any verify forward
+                        ps, verified = None, False
+                        stats.skipped += 1
+                    else:
+                        ps = torch.cat([p_next[None], target_probs(target, head, y, sampler)])
+                        stats.verify_calls += 1
+                        verified = True
+                if not verified:
+                    n, correction = 0, first
+                else:
+                    n, correction = 1 if not deferred else 0, None
+                    while n < kk:
+                        replaced = accept_or_resample(ps[n], qs[n], y[n], generator)
+                        if replaced is not None:
+                            correction = replaced
+                            break
+                        n += 1
+                    if correction is None:
+                        correction = draw(ps[kk], generator)  # bonus token after a fully accepted block
+            done = emit_round(stats, out, y, n, correction, kk, eos, max_new_tokens)
+            with clock.phase(FINALIZE):
+                # cache grew by kk (ordinary, verified) or kk + 1 (deferred); keep the accepted (and final)
+                if verified:
+                    target.crop(kk - n)
+                if done:
+                    break
+                drafter.observe(n, correction)
+                if deferred:
+                    final = correction
+                else:
+                    p_next = target_probs(target, head, [correction], sampler)[-1]
+                    stats.append_calls += 1
+        return finish(stats, out, eos, clock, t0, t1)

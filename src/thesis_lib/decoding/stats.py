@@ -51,52 +51,36 @@ class DecodeStats:
     phase_s: dict[str, float] = field(default_factory=dict)
     stopped_by: str = "max_new_tokens"  # or "eos"
 
-    @property
-    def rounds(self) -> int:
-        return len(self.drafted)
-
-    @property
-    def zero_accept_rounds(self) -> int:
-        return sum(1 for a in self.accepted if a == 0)
-
-    @property
-    def full_accept_rounds(self) -> int:
-        return sum(1 for a, d in zip(self.accepted, self.drafted) if a == d)
-
-    @property
-    def acceptance(self) -> float | None:
-        """accepted / drafted over all rounds (None without rounds)."""
-        d = sum(self.drafted)
-        return sum(self.accepted) / d if d else None
-
-    @property
-    def mean_emitted(self) -> float | None:
-        """tokens emitted per round, the target's token included (tau)."""
-        return sum(self.emitted) / len(self.emitted) if self.emitted else None
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        """Tokens produced after TTFT, over the decode phase (TTFT excluded)."""
-        n = self.new_tokens - self.first_emit
-        return n / self.decode_s if n > 0 and self.decode_s > 0 else None
-
-    @property
-    def tpot_s(self) -> float | None:
-        n = self.new_tokens - self.first_emit
-        return self.decode_s / n if n > 0 else None
-
-    @property
-    def e2e_tokens_per_s(self) -> float | None:
-        """All new tokens over TTFT plus decode time: comparable across loops however they split the two."""
-        t = self.ttft_s + self.decode_s
-        return self.new_tokens / t if t > 0 else None
+    # the derived counts and rates, computed in one module-level function (:func:`derived`)
+    rounds = property(lambda self: derived(self)["rounds"])
+    zero_accept_rounds = property(lambda self: derived(self)["zero_accept_rounds"])
+    full_accept_rounds = property(lambda self: derived(self)["full_accept_rounds"])
+    acceptance = property(lambda self: derived(self)["acceptance"], doc="accepted / drafted (None without rounds)")
+    mean_emitted = property(lambda self: derived(self)["mean_emitted"], doc="tokens per round, the target's included")
+    decode_tokens_per_s = property(lambda self: derived(self)["decode_tokens_per_s"])
+    tpot_s = property(lambda self: derived(self)["tpot_s"])
+    e2e_tokens_per_s = property(lambda self: derived(self)["e2e_tokens_per_s"])
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        for name in ("rounds", "zero_accept_rounds", "full_accept_rounds", "acceptance", "mean_emitted",
-                     "decode_tokens_per_s", "tpot_s", "e2e_tokens_per_s"):
-            d[name] = getattr(self, name)
-        return d
+        return {**asdict(self), **derived(self)}
+
+
+def derived(stats: DecodeStats) -> dict:
+    """What follows from a generation's record: rounds; rounds that accepted nothing and rounds that accepted their
+    whole block; acceptance = accepted / drafted over all rounds (None without rounds); mean emitted (tau) = tokens
+    per round, the target's token included; decode tok/s = tokens after TTFT over the decode phase (TTFT excluded);
+    TPOT its inverse; end-to-end tok/s = all new tokens over TTFT plus decode time (comparable across loops however
+    they split the two)."""
+    drafted, after_first = sum(stats.drafted), stats.new_tokens - stats.first_emit
+    total_s = stats.ttft_s + stats.decode_s
+    return {"rounds": len(stats.drafted),
+            "zero_accept_rounds": sum(1 for a in stats.accepted if a == 0),
+            "full_accept_rounds": sum(1 for a, d in zip(stats.accepted, stats.drafted) if a == d),
+            "acceptance": sum(stats.accepted) / drafted if drafted else None,
+            "mean_emitted": sum(stats.emitted) / len(stats.emitted) if stats.emitted else None,
+            "decode_tokens_per_s": after_first / stats.decode_s if after_first > 0 and stats.decode_s > 0 else None,
+            "tpot_s": stats.decode_s / after_first if after_first > 0 else None,
+            "e2e_tokens_per_s": stats.new_tokens / total_s if total_s > 0 else None}
 
 
 @dataclass

@@ -238,40 +238,40 @@ class TreeDrafter:
     def _hidden(self, feed) -> torch.Tensor:
         return self.state.hidden(feed)[-1:]
 
-    @torch.inference_mode()
     def propose(self, shape: TreeShape) -> list[int]:
         """The tree's tokens, one per node (breadth first)."""
-        state, head = self.state, self.state.head
-        h = state.hidden(self.pending)[-1:]
-        self.pending = []
-        base = self._base = state.length  # the root (the last fed token) sits at base - 1
-        tokens: list[int | None] = [None] * shape.size
-        slots: dict[int, int] = {}
-        fed = [-1]
-        r = max(p[-1] for p in shape.paths) + 1  # one count for every depth: fewer shapes for a compiled head
-        for d in range(1, shape.depth + 1):
-            kids = [shape.children[i] for i in fed]
-            ids = head.top(h, r)[0].tolist()
-            for row, ks in zip(ids, kids):
-                for c in ks:
-                    tokens[c] = row[shape.paths[c][-1]]
-            fed = [i for ks in kids for i in ks if shape.children[i]]
-            if not fed or d == shape.depth:
-                break
-            at = state.length
-            visible = torch.zeros(len(fed), at + len(fed), dtype=torch.bool)
-            visible[:, :base] = True
-            for j, i in enumerate(fed):
-                a = i
-                while a >= 0:
-                    if a in slots:
-                        visible[j, slots[a]] = True
-                    a = shape.parents[a]
-                visible[j, at + j] = True
-            h = state.hidden_masked([tokens[i] for i in fed], [base - 1 + d] * len(fed), visible)
-            slots.update({i: at + j for j, i in enumerate(fed)})
-        self._slots, self._tokens = slots, tokens
-        return tokens
+        with torch.inference_mode():
+            state, head = self.state, self.state.head
+            h = state.hidden(self.pending)[-1:]
+            self.pending = []
+            base = self._base = state.length  # the root (the last fed token) sits at base - 1
+            tokens: list[int | None] = [None] * shape.size
+            slots: dict[int, int] = {}
+            fed = [-1]
+            r = max(p[-1] for p in shape.paths) + 1  # one count for every depth: fewer shapes for a compiled head
+            for d in range(1, shape.depth + 1):
+                kids = [shape.children[i] for i in fed]
+                ids = head.top(h, r)[0].tolist()
+                for row, ks in zip(ids, kids):
+                    for c in ks:
+                        tokens[c] = row[shape.paths[c][-1]]
+                fed = [i for ks in kids for i in ks if shape.children[i]]
+                if not fed or d == shape.depth:
+                    break
+                at = state.length
+                visible = torch.zeros(len(fed), at + len(fed), dtype=torch.bool)
+                visible[:, :base] = True
+                for j, i in enumerate(fed):
+                    a = i
+                    while a >= 0:
+                        if a in slots:
+                            visible[j, slots[a]] = True
+                        a = shape.parents[a]
+                    visible[j, at + j] = True
+                h = state.hidden_masked([tokens[i] for i in fed], [base - 1 + d] * len(fed), visible)
+                slots.update({i: at + j for j, i in enumerate(fed)})
+            self._slots, self._tokens = slots, tokens
+            return tokens
 
     def observe(self, path: Sequence[int], final_token: int) -> None:
         """The target accepted the nodes of ``path`` and emitted ``final_token`` after them."""
@@ -282,46 +282,46 @@ class TreeDrafter:
         self.pending.append(int(final_token))
 
 
-@torch.inference_mode()
 def tree_generate(target: ModelState, drafter: TreeDrafter, prompt_ids: Sequence[int], *, shape: TreeShape,
                   max_new_tokens: int, eos_ids: Sequence[int] = (), clock: PhaseClock | None = None) -> Generation:
     """Greedy speculative decoding with token trees, deferred schedule (module docstring). Each round's
     ``drafted`` is its tree's depth (the most it can accept), ``extra["tree_nodes"]`` the nodes verified."""
-    check_request(max_new_tokens, prompt_ids, shape.depth)
-    clock = clock or PhaseClock([target.device, drafter.state.device])
-    eos = frozenset(eos_ids)
-    stats = DecodeStats(mode=f"{drafter.name}_tree", k=shape.depth)
-    nodes = 0
-    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
-                                lambda ids: int(target.greedy(ids, last_only=True)))
-    final = out[0]
-    while not done:
-        kk = min(shape.depth, max_new_tokens - len(out) - 1)
-        if kk == 0:  # one token left: the target's token after the carried final one
-            with clock.phase(FINALIZE):
-                out.append(int(target.greedy([final], last_only=True)))
-            stats.append_calls += 1
-            stats.tail_tokens += 1
-            break
-        tree = shape.upto(kk)
-        with clock.phase(PROPOSE, drafter.state.device):
-            tokens = drafter.propose(tree)
-        with clock.phase(VERIFY, target.device):
-            base = target.length
-            depths = [len(p) for p in tree.paths]
-            h = target.hidden_masked([final] + tokens, [base] + [base + d for d in depths], tree.verify_mask(base))
-            t = target.head(h).tolist()
-            path = tree.accept(tokens, t)
-            correction = t[1 + path[-1]] if path else t[0]
-            stats.verify_calls += 1
-            nodes += tree.size
-        done = emit_round(stats, out, [tokens[i] for i in path], len(path), correction, kk, eos, max_new_tokens)
-        with clock.phase(FINALIZE):
-            target.keep(base, [0] + [1 + i for i in path])
-            if done:
+    with torch.inference_mode():
+        check_request(max_new_tokens, prompt_ids, shape.depth)
+        clock = clock or PhaseClock([target.device, drafter.state.device])
+        eos = frozenset(eos_ids)
+        stats = DecodeStats(mode=f"{drafter.name}_tree", k=shape.depth)
+        nodes = 0
+        t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+                                    lambda ids: int(target.greedy(ids, last_only=True)))
+        final = out[0]
+        while not done:
+            kk = min(shape.depth, max_new_tokens - len(out) - 1)
+            if kk == 0:  # one token left: the target's token after the carried final one
+                with clock.phase(FINALIZE):
+                    out.append(int(target.greedy([final], last_only=True)))
+                stats.append_calls += 1
+                stats.tail_tokens += 1
                 break
-            drafter.observe(path, correction)
-            final = correction
-    gen = finish(stats, out, eos, clock, t0, t1)
-    gen.extra["tree_nodes"] = nodes
-    return gen
+            tree = shape.upto(kk)
+            with clock.phase(PROPOSE, drafter.state.device):
+                tokens = drafter.propose(tree)
+            with clock.phase(VERIFY, target.device):
+                base = target.length
+                depths = [len(p) for p in tree.paths]
+                h = target.hidden_masked([final] + tokens, [base] + [base + d for d in depths], tree.verify_mask(base))
+                t = target.head(h).tolist()
+                path = tree.accept(tokens, t)
+                correction = t[1 + path[-1]] if path else t[0]
+                stats.verify_calls += 1
+                nodes += tree.size
+            done = emit_round(stats, out, [tokens[i] for i in path], len(path), correction, kk, eos, max_new_tokens)
+            with clock.phase(FINALIZE):
+                target.keep(base, [0] + [1 + i for i in path])
+                if done:
+                    break
+                drafter.observe(path, correction)
+                final = correction
+        gen = finish(stats, out, eos, clock, t0, t1)
+        gen.extra["tree_nodes"] = nodes
+        return gen
