@@ -407,6 +407,36 @@ def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_
         policies.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)
 
 
+def test_policies_by_name_and_their_errors():
+    """make_policy: each name gives its policy; the cost model without measured costs, and an unknown name, fail
+    with a message that says what is missing."""
+    from thesis_lib.decoding import policies
+
+    verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
+    assert isinstance(policies.make_policy("fixed", 3), policies.FixedK)
+    assert isinstance(policies.make_policy("heuristic", 3), policies.HeuristicK)
+    flash = policies.make_policy("cost", 3, {"flash_step_s": 0.01, "draft_step_s": 0.5, "verify_s": verify},
+                                 draft="flash")
+    dense = policies.make_policy("cost", 3, {"draft_step_s": 0.5, "verify_s": verify})
+    assert flash.best_k(0.9) > dense.best_k(0.9)  # the FlashHead step's own cost, not the dense one's
+    with pytest.raises(ConfigError, match="needs measured step costs"):
+        policies.make_policy("cost", 3)
+    with pytest.raises(ConfigError, match="Unknown K policy 'eager'"):
+        policies.make_policy("eager", 3)
+
+
+def test_a_one_token_context_has_nothing_to_prefill(tiny_models):
+    """A drafter whose context is a single token prefills nothing (the token waits for the first proposal, which
+    then feeds it); its proposals are those of a drafter that never prefilled."""
+    model = tiny_models[("f64", "qwen2", "close")]
+    a, b = ModelDrafter(model, vocab_limit=TINY_VOCAB), ModelDrafter(model, vocab_limit=TINY_VOCAB)
+    a.begin([7])
+    a.prefill()
+    assert a.state.length == 0 and a.pending == [7]
+    b.begin([7])
+    assert a.propose(3) == b.propose(3)
+
+
 @HYP
 @given(prompt=prompts, k=st.integers(1, 8), max_new=st.integers(1, 40), deferred=st.booleans(),
        stop=st.sampled_from([0.2, 0.5, 0.9]), draft=st.sampled_from(["close", "loose"]))

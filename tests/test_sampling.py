@@ -165,3 +165,24 @@ def test_an_empty_block_keeps_what_the_draft_has_not_seen(pair):
         assert d.propose(0, torch.Generator().manual_seed(3)) == ([], [])
         got = d.propose(3, torch.Generator().manual_seed(3))
         assert got[0] == want[0] and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+
+
+@pytest.mark.parametrize("schedule, n, k, rounds, verify, append, tail", [
+    # the draft is the target itself, so p = q and every proposal is kept: the counts follow from n and k alone
+    ("ordinary", 12, 3, [3, 3, 2], 3, 3, 0),  # appends: the first token, then after every round but the last
+    ("deferred", 12, 3, [3, 3, 2], 3, 0, 0),  # the final token rides in the next verify forward instead
+    ("ordinary", 7, 4, [4], 1, 2, 1),  # one token left after the round: the target already knows it
+    ("deferred", 7, 4, [4], 1, 1, 1),  # ... where the deferred schedule appends it on its own
+    ("ordinary", 6, 4, [4], 1, 1, 0),
+])
+def test_sampling_counts_its_rounds_verifies_appends_and_tail(pair, schedule, n, k, rounds, verify, append, tail):
+    target, _, _ = pair
+    s = sampling.Sampler(1.0)
+    g = torch.Generator().manual_seed(3)
+    d = sampling.SamplingModelDrafter(target, s)
+    gen = sampling.speculative_sample(ModelState(target), d, PROMPT, k=k, max_new_tokens=n, sampler=s, generator=g,
+                                      schedule=schedule)
+    st = gen.stats
+    assert all(isinstance(t, int) and 0 <= t < V for t in gen.tokens)  # the tail's token too
+    assert st.drafted == rounds and st.accepted == rounds and st.emitted == [r + 1 for r in rounds]
+    assert (st.verify_calls, st.append_calls, st.skipped, st.tail_tokens, st.new_tokens) == (verify, append, 0, tail, n)

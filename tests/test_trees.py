@@ -213,3 +213,20 @@ def test_calibration_times_the_draft_over_every_width_a_tree_may_expand(tok):
     for d in doc["drafts"].values():
         assert sorted(int(n) for n in d["draft_s"]) == list(range(1, 13))
         assert len(d["search"]["grown"]) == 12 and d["search"]["best"]["grown"]["round_s"] > 0
+
+
+@pytest.mark.parametrize("max_new, drafted, nodes, appends", [
+    (10, [3, 3], 10, 1),  # two whole trees (5 nodes each), then the one token left: the tail's append
+    (8, [3, 2], 9, 0),  # the second tree cut to depth 2 (its 4 nodes of depth <= 2) ends the output
+])
+def test_a_branching_tree_counts_its_depth_acceptance_and_nodes(pair, max_new, drafted, nodes, appends):
+    """The target as its own draft: every round accepts its tree's whole rank-0 path, so the counts follow from
+    the shape ((0), (1), (0, 0), (0, 1), (0, 0, 0): depth 3, 5 nodes) and the budget alone."""
+    target = pair["target"]
+    shape = TreeShape(((0,), (1,), (0, 0), (0, 1), (0, 0, 0)))
+    drafter = TreeDrafter(target.model, vocab_limit=TINY_VOCAB, name="dense")
+    gen = tree_generate(target, drafter, [3, 1, 4, 1, 5], shape=shape, max_new_tokens=max_new)
+    st_ = gen.stats
+    assert gen.tokens == greedy_generate(target, [3, 1, 4, 1, 5], max_new_tokens=max_new).tokens
+    assert st_.drafted == drafted and st_.accepted == drafted and gen.extra["tree_nodes"] == nodes
+    assert (st_.verify_calls, st_.append_calls, st_.tail_tokens) == (len(drafted), appends, appends)

@@ -178,3 +178,44 @@ def test_the_speedup_tables_carry_each_ratio_s_interval_beside_the_thesis():
     assert glued["acc_flash_ord_lo"] <= t5.loc["FlashHead draft", "Acceptance"] <= glued["acc_flash_ord_hi"]
     path = t11["Draft ms/decode tok"]
     assert glued["path_dense_vs_flash_lo"] <= path["Dense deferred"] / path["FlashHead deferred"] <= glued["path_dense_vs_flash_hi"]
+
+
+def test_a_cluster_of_two_units_draws_each_unit_with_replacement_at_the_level_asked():
+    """One cluster of two units, 1 and 3: a draw takes two units with replacement, so its sum is 2 (a quarter of
+    draws), 4 (half) or 6 (a quarter). The central 40 % of draws is all 4; the central 60 % reaches 2 and 6 (each
+    tail holds 20 %, less than a quarter); so does the 95 % interval. A bootstrap that kept the cluster whole would
+    give 4 at every level; one that ignored the level would give the same interval at 40 % and 60 %."""
+    cells = [np.array([[1.0], [3.0]])]
+    total = lambda v: float(v[0])  # noqa: E731
+    narrow = u.bootstrap(cells, total, resamples=4000, level=0.4)
+    wide = u.bootstrap(cells, total, resamples=4000, level=0.6)
+    usual = u.bootstrap(cells, total, resamples=4000)
+    assert narrow["value"] == 4.0 and (narrow["lo"], narrow["hi"]) == (4.0, 4.0)
+    assert (wide["lo"], wide["hi"]) == (2.0, 6.0) and (usual["lo"], usual["hi"]) == (2.0, 6.0)
+    assert (narrow["level"], usual["level"]) == (0.4, 0.95) and usual["resamples"] == 4000
+
+
+def test_clusters_of_two_sizes_resample_clusters_then_units():
+    """Two clusters, [1, 3] and [10] (the loop that serves clusters of different sizes): a draw picks two clusters
+    with replacement and, in a drawn [1, 3], two of its units. Sums: both [10]: 20 (a quarter of draws); one of
+    each: 10 + 2, 4 or 6; both [1, 3]: 4 to 12. The smallest sum, 4, needs both picks [1, 3] and both their unit
+    draws all ones (1/4 x 1/16 = 1/64 of draws); the largest, 20, a quarter: the 95 % interval runs from at most
+    6 to exactly 20."""
+    cells = [np.array([[1.0], [3.0]]), np.array([[10.0]])]
+    got = u.bootstrap(cells, lambda v: float(v[0]), resamples=4000)
+    assert got["value"] == 14.0 and got["clusters"] == 2
+    assert 4.0 <= got["lo"] <= 6.0 and got["hi"] == 20.0
+    kept_whole = u.bootstrap([np.array([[4.0]]), np.array([[10.0]])], lambda v: float(v[0]), resamples=4000)
+    assert (kept_whole["lo"], kept_whole["hi"]) == (8.0, 20.0)  # single units: only the clusters vary
+
+
+def test_a_ratio_of_two_runs_speedups_pairs_each_run_with_its_own_baseline():
+    """Run A: its mode 2x its baseline on every prompt; run B: 1.25x on the same prompts, its baseline half as
+    fast as A's: the ratio of the two speedups is 1.6 with no spread, whatever the baselines' own speeds."""
+    rows_a, rows_b = [], []
+    for q, secs in enumerate((1.0, 4.0, 2.0)):
+        rows_a += [(q, 0, "baseline", 30, secs), (q, 0, "m", 30, secs / 2)]
+        rows_b += [(q, 0, "baseline", 30, 2 * secs), (q, 0, "n", 30, 2 * secs / 1.25)]
+    got = u.speedup_ratio_interval((_run(rows_a), "m"), (_run(rows_b), "n"))
+    assert got["ratio"] == pytest.approx(1.6) and got["prompts"] == 3
+    assert got["lo"] == pytest.approx(1.6) and got["hi"] == pytest.approx(1.6)
