@@ -37,7 +37,8 @@ def samples_of(run: Run, mode: str, table: str) -> list[dict]:
 
 def totals(rs: list[dict]) -> dict:
     """The thesis' pooled quantities over one mode's samples: decode tok/s = all decode tokens / all decode time,
-    TTFT the mean, acceptance = accepted / drafted, mean emitted per round (target token included)."""
+    TTFT the mean, end-to-end tok/s = all new tokens / all TTFT and decode time, acceptance = accepted / drafted,
+    mean emitted per round (target token included)."""
     decode_s = sum(r["decode_s"] for r in rs)
     tokens = sum(decode_tokens(r) for r in rs)
     drafted = sum(r.get("drafted", 0) for r in rs)
@@ -50,6 +51,7 @@ def totals(rs: list[dict]) -> dict:
         "samples": len(rs), "decode_tokens": tokens, "decode_s": decode_s,
         "decode_tokens_per_s": tokens / decode_s if decode_s else float("nan"),
         "ttft_ms": 1000 * statistics.fmean(r["ttft_s"] for r in rs),
+        "e2e_tokens_per_s": sum(r["new_tokens"] for r in rs) / sum(r["ttft_s"] + r["decode_s"] for r in rs),
         "acceptance": sum(r.get("accepted", 0) for r in rs) / drafted if drafted else float("nan"),
         "mean_emitted": sum(r.get("emitted", 0) for r in rs) / rounds if rounds else float("nan"),
         "propose_s": phase("draft_propose"), "verify_s": phase("target_verify"), "finalize_s": phase("finalize_align"),

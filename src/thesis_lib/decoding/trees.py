@@ -242,7 +242,7 @@ class TreeDrafter:
         """The tree's tokens, one per node (breadth first)."""
         with torch.inference_mode():
             state, head = self.state, self.state.head
-            h = state.hidden(self.pending)[-1:]
+            h = self._hidden(self.pending)
             self.pending = []
             base = self._base = state.length  # the root (the last fed token) sits at base - 1
             tokens: list[int | None] = [None] * shape.size
