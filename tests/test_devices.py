@@ -216,3 +216,16 @@ def test_the_profiled_drafter_synchronises_the_draft_s_device_around_each_phase(
     speculative_generate(ModelState(t.model), prof, PROMPT, k=3, max_new_tokens=12, clock=clock)
     assert {name for name, _ in synced} == set(DRAFT_PHASES)
     assert all(devices == (torch.device("cuda", 1),) for _, devices in synced), synced
+
+
+def test_queued_replays_take_every_position_in_turn():
+    """The GPU timer's interleaving: over any len(names) consecutive rounds every name runs once in each position
+    (alternating the order would leave the middle of three always in the middle)."""
+    from thesis_lib.bench.graphs import rotation
+
+    names = ["dense", "new", "old"]
+    for start in (0, 5):
+        rounds = [rotation(names, start + k) for k in range(3)]
+        assert all(sorted(r) == sorted(names) for r in rounds)
+        assert all({r[pos] for r in rounds} == set(names) for pos in range(3))
+    assert rotation(["a", "b"], 1) == ["b", "a"] and rotation(["a"], 7) == ["a"] and rotation([], 3) == []

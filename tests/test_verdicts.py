@@ -434,7 +434,8 @@ def test_block_rise(v5_int4, v5_bf16, expected):
     (NAN, 90.0, "have not been timed"),
     (100.0, NAN, "have not been timed"),
     (100.0, 105.06, "were slower (the closest took 105.1 µs where these kernels took 100.0 µs in the same run): the "
-                    "work they moved onto single thread blocks cost more than the launches it saved"),
+                    "work they moved onto single, waiting or searching thread blocks cost more than the launches it "
+                    "saved"),
     (100.0, 105.0, "were no faster (the closest took 105.0 µs where these kernels took 100.0 µs in the same run)"),
     (100.0, 95.3, "were no faster (the closest took 95.3 µs where these kernels took 100.0 µs in the same run)"),
     (100.0, 95.23809523809524,   # exactly 100 / 1.05: still a draw
@@ -445,6 +446,33 @@ def test_block_rise(v5_int4, v5_bf16, expected):
 def test_fewer_kernels(kept_us, best_us, expected):
     """Within 5 % either way (best <= 1.05 kept and >= kept / 1.05) a draw; times to one decimal."""
     assert v.fewer_kernels(kept_us, best_us) == expected
+
+
+# --- chained_gain ---------------------------------------------------------------------------------------------------
+
+_CH = ("{a} µs against 100.0 timed alone, {d} times as fast as the dense head; {m} against 50.0 µs between two "
+       "other heads")
+
+
+@pytest.mark.parametrize("alone_us, mid_us, expected", [
+    (95.0, 47.0, "made the head faster on both footings (" + _CH.format(a="95.0", d="4.21", m="47.0") + ")"),
+    (95.3, 47.0, "made the head faster on one footing only (" + _CH.format(a="95.3", d="4.20", m="47.0")
+     + "): a gain the surroundings decide"),
+    (95.0, 47.7, "made the head faster on one footing only (" + _CH.format(a="95.0", d="4.21", m="47.7")
+     + "): a gain the surroundings decide"),
+    (96.0, 48.0, "made the head no faster (" + _CH.format(a="96.0", d="4.17", m="48.0") + ")"),
+    (120.0, 60.0, "made the head no faster (" + _CH.format(a="120.0", d="3.33", m="60.0") + ")"),
+])
+def test_chained_gain(alone_us, mid_us, expected):
+    """Faster on a footing where before / after reaches 1.05 (100 / 95.3 = 1.049 does not); slower is no faster."""
+    assert v.chained_gain(100.0, alone_us, 50.0, mid_us, 400.0) == expected
+
+
+@pytest.mark.parametrize("missing", range(5))
+def test_chained_gain_untimed(missing):
+    args = [100.0, 95.0, 50.0, 47.0, 400.0]
+    args[missing] = NAN
+    assert v.chained_gain(*args) == "has not been timed"
 
 
 # --- compiled_sound -------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ beside the dense head; and their tokens against the float32 reference and agains
 
 ``--old`` names a package folder holding the earlier ``gpu_kernels.py`` and ``triton_kernels.py``; its ``greedy``
 takes FlashHead's fast arguments. In the document ``old`` is that revision's head and ``new`` this one's (where
-this revision keeps the earlier kernels, the two are the same). Prints one line per probe count and writes the
+this revision keeps the earlier kernels, the two are the same). ``--batch`` also times both at batch B, and the
+document records each compiled kernel's registers and spills. Prints one line per probe count and writes the
 JSON document.
 """
 
@@ -30,6 +31,8 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--repeat-calls", type=int, default=5, help="calls of each head per state, tokens compared")
+    ap.add_argument("--batch", default="", help="batch sizes at which new, old and dense are also timed, "
+                    "captured over B rows at 593 probes (e.g. '1,2,4,8,16,32')")
     ap.add_argument("--variants", default="", help="settings of the new head also timed at 593 probes: module "
                     "constants of this revision's heads.gpu_kernels, e.g. 'PICK_BLOCK=512;PICK_BLOCK=2048,TIE_CAP=32' "
                     "(variants split by ';')")
@@ -80,7 +83,9 @@ def main() -> int:
               f"{row['same_as_reference']}, as eager bf16 {row['same_as_eager_bf16']}, new = old "
               f"{row['new_equals_old']}/{args.rows}, stable {row['stable_over_calls']}", flush=True)
     doc["variants"] = _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times, stats_ms)
+    doc["batch"] = _batch(args, head, old, dense, states, capture_head, queued_times, stats_ms)
     doc["kernel_profile"] = _profile(head, states[:1])
+    doc["resources"] = _resources(gpu_kernels)
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
@@ -110,6 +115,43 @@ def _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times
         out.append({"settings": settings, "ms": ms, "same_as_default": same})
         print(f"variant {spec}: {1e3 * ms['variant']:.1f} us against the default's {1e3 * ms['default']:.1f} us "
               f"(dense {1e3 * ms['dense']:.1f}); same tokens {same}/{args.rows}", flush=True)
+    return out
+
+
+def _batch(args, head, old, dense, states, capture_head, queued_times, stats_ms) -> dict:
+    """New, old and dense heads at batch B, each captured over a static [B, D] input (593 probes); the two
+    FlashHead heads' tokens compared on every group."""
+    head.with_probes(593)
+    out = {}
+    for b in (int(x) for x in filter(None, args.batch.split(","))):
+        n = states.shape[0] // b
+        calls = {"dense": dense, "new": head, "old": lambda x: old.greedy(x, *head.fast_arguments())}
+        graphs = {name: capture_head(fn, states, rows=b) for name, fn in calls.items()}
+        same = sum(int(torch.equal(graphs["new"](i).clone(), graphs["old"](i))) for i in range(n))
+        times = queued_times(graphs, n, reps=args.reps, device="cuda:0")
+        ms = {name: stats_ms(t)["p50_ms"] for name, t in times.items()}
+        out[str(b)] = {"groups": n, "ms": ms, "speedup_new": ms["dense"] / ms["new"],
+                       "speedup_old": ms["dense"] / ms["old"], "same_groups": same}
+        print(f"B={b}: dense {1e3 * ms['dense']:.1f} us, old {1e3 * ms['old']:.1f} us "
+              f"({ms['dense'] / ms['old']:.2f}x), new {1e3 * ms['new']:.1f} us ({ms['dense'] / ms['new']:.2f}x); "
+              f"same {same}/{n}", flush=True)
+    return out
+
+
+def _resources(gpu_kernels) -> dict:
+    """Registers, spills and shared memory of each compiled kernel of this revision (the compiler's report)."""
+    out = {}
+    for name in ("count_kernel", "pick_kernel", "candidate_kernel", "finish_kernel"):
+        try:
+            caches = getattr(gpu_kernels._kernels(), name).device_caches
+            for device, cache in caches.items():
+                for key, kernel in cache[0].items():
+                    kernel._init_handles()
+                    out.setdefault(name, []).append({"n_regs": kernel.n_regs, "n_spills": kernel.n_spills,
+                                                     "shared": kernel.metadata.shared})
+        except Exception as exc:  # noqa: BLE001 - the report is informative only
+            out[name] = f"{type(exc).__name__}: {exc}"
+    print("resources:", json.dumps(out), flush=True)
     return out
 
 

@@ -49,7 +49,8 @@ NUMBERS = ("head_speedup", "head_speedup_launch", "flash_us", "dense_us", "agree
            "probes", "body_ms", "topk_us", "dense_mm_us", "kernels_us", "n_kernels", "step_speedup", "step_ceiling",
            "step_head_share", "step_speedup_eager", "speedup_p64", "speedup_p128", "speedup_p256", "speedup_p593",
            "verify13", "verify5", "int4_step_ms", "int4_c", "int4_v5", "int4_v16", "int4_gb", "designs_five_us",
-           "designs_best_us", "designs_n", "int4_layers", "int4_group")
+           "designs_best_us", "designs_n", "int4_layers", "int4_group", "chained_us", "chained_before_us",
+           "chained_dense_us", "chained_mid_us", "chained_mid_before_us")
 
 
 def summary(doc: dict | None) -> dict:
@@ -86,7 +87,8 @@ def summary(doc: dict | None) -> dict:
             **{f"speedup_p{n}": (by_probes[n][1] / by_probes[n][2] if n in by_probes else nan)
                for n in (64, 128, 256, 593)},
             "verify13": float(verify.get("13", verify.get(13, nan))), "verify5": float(verify.get("5", verify.get(5, nan))),
-            **_int4(check, captured), **_designs(doc.get("head_designs")), "name": check["versions"].get("gpu", "?")}
+            **_int4(check, captured), **_designs(doc.get("head_designs")),
+            **_chained(doc.get("head_chained")), "name": check["versions"].get("gpu", "?")}
 
 
 def _int4(check: dict, captured: dict) -> dict:
@@ -122,6 +124,20 @@ def _designs(designs: dict | None) -> dict:
         return {"designs_five_us": nan, "designs_best_us": nan, "designs_n": nan}
     _, kept, best = min(pairs)
     return {"designs_five_us": 1000 * kept, "designs_best_us": 1000 * best, "designs_n": float(len(pairs))}
+
+
+def _chained(part: dict | None) -> dict:
+    """The kept kernels chained by programmatic dependent launch (``head_chained``): timed alone, their µs, the
+    earlier kernels' and the dense head's (each the slower of its two passes); and interleaved between two other
+    heads, theirs and the earlier kernels' at 593 probes (the last H100 compare run)."""
+    nan = float("nan")
+    if not part:
+        return {k: nan for k in ("chained_us", "chained_before_us", "chained_dense_us", "chained_mid_us",
+                                 "chained_mid_before_us")}
+    alone = {name: max(r["us"]) for name, r in part["alone_h100"].items()}
+    at = next(r for r in part["compare_h100"][-1]["curve"] if r["n_probes"] == 593)
+    return {"chained_us": alone["pdl1-b128"], "chained_before_us": alone["old"], "chained_dense_us": alone["dense"],
+            "chained_mid_us": 1000 * at["ms"]["new"], "chained_mid_before_us": 1000 * at["ms"]["old"]}
 
 
 def _kernel_us(check: dict, head: str, name: str) -> float:

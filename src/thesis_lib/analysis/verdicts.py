@@ -242,11 +242,27 @@ def fewer_kernels(kept_us: float, best_us: float) -> str:
         return "have not been timed"
     said = f"the closest took {best_us:.1f} µs where these kernels took {kept_us:.1f} µs in the same run"
     if best_us > 1.05 * kept_us:
-        return (f"were slower ({said}): the work they moved onto single thread blocks cost more than the launches "
-                "it saved")
+        return (f"were slower ({said}): the work they moved onto single, waiting or searching thread blocks cost "
+                "more than the launches it saved")
     if best_us < kept_us / 1.05:
         return f"were faster ({said})"
     return f"were no faster ({said})"
+
+
+def chained_gain(before_us: float, alone_us: float, mid_before_us: float, mid_us: float, dense_us: float) -> str:
+    """What chaining the kernels by programmatic dependent launch bought, on both footings it was timed on: alone
+    (``before_us`` -> ``alone_us``) and between two other heads (``mid_before_us`` -> ``mid_us``); a change under
+    5 % is no change (copies of the same kernels differ by about 4 %)."""
+    if any(x != x for x in (before_us, alone_us, mid_before_us, mid_us, dense_us)):
+        return "has not been timed"
+    alone, mid = before_us / alone_us, mid_before_us / mid_us
+    said = (f"{alone_us:.1f} µs against {before_us:.1f} timed alone, {dense_us / alone_us:.2f} times as fast as the "
+            f"dense head; {mid_us:.1f} against {mid_before_us:.1f} µs between two other heads")
+    if alone >= 1.05 and mid >= 1.05:
+        return f"made the head faster on both footings ({said})"
+    if alone < 1.05 and mid < 1.05:
+        return f"made the head no faster ({said})"
+    return f"made the head faster on one footing only ({said}): a gain the surroundings decide"
 
 
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
@@ -534,6 +550,9 @@ RULES = {
         "gpu_int4_regime": (draft_regime, dict(c="gpu_int4_c")),
         "gpu_int4_rise": (block_rise, dict(v5_int4="gpu_int4_v5", v5_bf16="gpu_verify5")),
         "gpu_fewer_kernels": (fewer_kernels, dict(kept_us="gpu_designs_five_us", best_us="gpu_designs_best_us")),
+        "gpu_chained_gain": (chained_gain, dict(before_us="gpu_chained_before_us", alone_us="gpu_chained_us",
+                                                mid_before_us="gpu_chained_mid_before_us", mid_us="gpu_chained_mid_us",
+                                                dense_us="gpu_chained_dense_us")),
         "gpu_compiled_verdict": (compiled_sound, dict(agree_compiled="gpu_agree_compiled", agree_path="gpu_agree_path",
                                                       rows="gpu_rows")),
         "step_vs_head": (step_vs_head, dict(step_speedup="step_speedup", head_speedup="head_speedup",

@@ -7,7 +7,11 @@ writes the probes (keys equal to it into a tie list, taken lowest index first); 
 each probed cluster and the special tokens exactly and folds the best (score, token) into one int64
 ``atomic_max`` (ties to the lower token id), then zeroes the histograms; ``finish_kernel`` unpacks the token.
 The probe choice is spread over many programs because a one-block selection (``torch.topk``, a single-program
-radix select) would dominate the head; without a graph, launch overhead exceeds the work. :func:`probe` serves
+radix select) would dominate the head; without a graph, launch overhead exceeds the work. On Hopper and later the
+four Triton kernels are chained by programmatic dependent launch (:data:`PDL`): each one's programs start while the
+one before runs and wait for it on the device. Designs with fewer launches (all stages in one, ordered by waiting
+thread blocks; each probe program finding its own cluster) were slower on an H100 and an H200 (the measurement
+log). :func:`probe` serves
 float32 centroid scores; :func:`cluster_scores` scores probed clusters for the confidence head. Triton is
 imported only by :func:`_kernels`; tests run the kernels on a CPU with ``TRITON_INTERPRET=1``.
 """
@@ -96,7 +100,10 @@ def probe(cluster_scores: torch.Tensor, n_probes: int, *, warps: int = 4,
 #: tie-list length per row: more keys equal to the threshold than this and the tied probes are found by a scan
 TIE_CAP = 64
 #: scores per program of the counting and picking kernels
-PICK_BLOCK = 1024
+PICK_BLOCK = 128
+#: chain the head's kernels by programmatic dependent launch where the GPU has it (Hopper on): each kernel's
+#: programs launch while the one before runs and wait for it on the device, instead of launching after it
+PDL = True
 
 _workspaces: dict = {}
 
@@ -125,15 +132,17 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
     scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C], ranked as the torch paths rank
     h = h.to(weight_perm.dtype).contiguous()
     ws = _workspace(h.device, s)
+    pdl = bool(PDL) and h.device.type == "cuda" and torch.cuda.get_device_capability(h.device)[0] >= 9
+    chain = {"PDL": pdl, "launch_pdl": pdl}
     try:
         if scores.dtype == torch.bfloat16:
             top = torch.empty(s, n_probes, dtype=torch.int32, device=h.device)
             best = torch.empty(s, dtype=torch.int64, device=h.device)
             keys = scores.view(torch.int16)
             grid = (-(-c // PICK_BLOCK), s)
-            k.count_kernel[grid](keys, ws["hist16"], ws["hist8"], best, C=c, BLOCK=PICK_BLOCK, num_warps=4)
+            k.count_kernel[grid](keys, ws["hist16"], ws["hist8"], best, C=c, BLOCK=PICK_BLOCK, num_warps=4, **chain)
             k.pick_kernel[grid](keys, ws["hist16"], ws["hist8"], top, ws["counters"], ws["ties"], ws["ctl"], n_probes,
-                                C=c, BLOCK=PICK_BLOCK, CAP=TIE_CAP, num_warps=4)
+                                C=c, BLOCK=PICK_BLOCK, CAP=TIE_CAP, num_warps=4, **chain)
             n_zero = grid[0]
         else:
             top, best = probe(scores, n_probes)
@@ -146,9 +155,9 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
         k.candidate_kernel[(n_probes + n_special + n_zero, s)](
             h, weight_perm, top, slot_bias, tokens, special_w, special_b, special_ids, best, keys, ws["ties"],
             ws["ctl"], ws["hist16"], ws["hist8"], ns, n_probes, n_special, C=c, D=d, B=b,
-            BLOCK_D=block_d or _block(d), CAP=TIE_CAP, BLOCK=PICK_BLOCK, num_warps=warps)
+            BLOCK_D=block_d or _block(d), CAP=TIE_CAP, BLOCK=PICK_BLOCK, num_warps=warps, **chain)
         out = torch.empty(s, dtype=torch.int64, device=h.device)
-        k.finish_kernel[(s,)](best, out, ws["counters"], num_warps=1)
+        k.finish_kernel[(s,)](best, out, ws["counters"], num_warps=1, **chain)
     except BaseException:
         for name in ("hist16", "hist8", "counters"):  # a half-run call may leave counts behind: zero them in place
             ws[name].zero_()                          # (captured graphs keep these buffers' addresses)

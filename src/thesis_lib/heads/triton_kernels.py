@@ -4,8 +4,18 @@ its top, so only :func:`thesis_lib.heads.gpu_kernels._kernels` imports it; the C
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 INT64_MIN = tl.constexpr(-9223372036854775807 - 1)
+
+
+@triton.jit
+def _chained(PDL: tl.constexpr):
+    # PDL (programmatic dependent launch, Hopper on): let the next kernel's programs launch now, and wait here
+    # until the previous kernel has finished and its writes are visible; without it, stream order does both
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
 
 @triton.jit
 def _keys(scores, row, C, offs, KEY_BITS: tl.constexpr):
@@ -92,9 +102,10 @@ def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, 
 
 
 @triton.jit
-def count_kernel(scores, hist16, hist8, best, C: tl.constexpr, BLOCK: tl.constexpr):
+def count_kernel(scores, hist16, hist8, best, C: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     # many programs, BLOCK scores each: every bfloat16 key into the row's 2^16-bin histogram, its top byte into
     # the row's 256-bin histogram (one atomic per bin and program)
+    _chained(PDL)
     pid = tl.program_id(0)
     row = tl.program_id(1)
     key, inside = _keys(scores, row, C, pid * BLOCK + tl.arange(0, BLOCK), 16)
@@ -122,10 +133,11 @@ def _threshold(hist16, hist8, row, P):
 
 @triton.jit
 def pick_kernel(scores, hist16, hist8, top, counters, ties, ctl, P, C: tl.constexpr, BLOCK: tl.constexpr,
-                CAP: tl.constexpr):
+                CAP: tl.constexpr, PDL: tl.constexpr):
     # the same programs as count_kernel: each reads the threshold off the histograms, writes its keys above it
     # into ``top`` (slots from an atomic counter: their order varies, the set does not) and its keys equal to
     # it into the row's tie list (picked by index in candidate_kernel)
+    _chained(PDL)
     pid = tl.program_id(0)
     row = tl.program_id(1)
     t, need, level_count = _threshold(hist16, hist8, row, P)
@@ -169,10 +181,11 @@ def _tied(scores, ties, row, rank, t, level_count, C: tl.constexpr, CAP: tl.cons
 @triton.jit
 def candidate_kernel(h, weight, top, bias, tokens, special_w, special_b, special_ids, best, scores, ties, ctl,
                      hist16, hist8, NS, P, NSP, C: tl.constexpr, D: tl.constexpr, B: tl.constexpr,
-                     BLOCK_D: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr):
+                     BLOCK_D: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     # programs j < P: one probed cluster each (the first P - need from ``top``, the rest the lowest-index ties),
     # B rows plus slot bias; the next NSP: B special tokens each; each folds its best into the packed maximum.
     # Programs after them (only after pick_kernel) zero the histograms for the next call.
+    _chained(PDL)
     j = tl.program_id(0)
     row = tl.program_id(1)
     slots = tl.arange(0, B)
@@ -203,8 +216,9 @@ def candidate_kernel(h, weight, top, bias, tokens, special_w, special_b, special
 
 
 @triton.jit
-def finish_kernel(best, out, counters):
+def finish_kernel(best, out, counters, PDL: tl.constexpr):
     # the token id out of the row's packed maximum; the pick counters back to zero for the next call
+    _chained(PDL)
     row = tl.program_id(0)
     tl.store(out + row, 0xFFFFFFFF - (tl.load(best + row) & 0xFFFFFFFF))
     tl.store(counters + row * 2, 0)
