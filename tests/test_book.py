@@ -826,13 +826,13 @@ def test_auto_precision_names_its_runs_and_documents_by_what_it_resolved_to(monk
     """DTYPE auto is bfloat16 on one CPU, int8 weights or float32 on another: a run folder or document made on one
     is never reused on the other (their names differ), while an explicit DTYPE names the same run on all."""
     from thesis_lib.book import shared
-    from thesis_lib.models import cpu
+    from thesis_lib.models import auto
 
     p = params.Params(runs_dir=str(tmp_path))
     names, docs = {}, {}
     choices = ("float32", "bfloat16", "int8-weights")
     for choice in choices:
-        monkeypatch.setattr(cpu, "auto_precision", lambda c=choice: (c, f"test: {c}"))
+        monkeypatch.setattr(auto, "auto_precision", lambda c=choice: (c, f"test: {c}"))
         names[choice] = shared.named(p.bench(), "set", "bench").name
         docs[choice] = shared.cached_document(p, "doc", {"a": 1}, lambda c=choice: {"made_as": c})["made_as"]
         names[choice, "explicit"] = shared.named(p.bench(dtype="float32"), "set", "bench").name

@@ -66,7 +66,7 @@ def test_every_committed_reference_file_is_described():
 def test_the_dtype_comment_names_what_auto_runs(name):
     """The comment beside ``DTYPE: auto`` names this CPU's resolution (whichever the CPU draws), and first the one
     the project's kernel picks on a CPU with VNNI or with AVX2 only."""
-    from thesis_lib.models.cpu import auto_precision
+    from thesis_lib.models.auto import auto_precision
 
     line = next(l for l in (ROOT / "params" / f"{name}.yaml").read_text().splitlines() if l.startswith("DTYPE:"))
     comment = line.split("#", 1)[1]

@@ -81,6 +81,32 @@ def test_imports_point_down_the_layers(path):
     assert not upward, f"{path.relative_to(SRC)} ({source}) imports from a higher layer: {upward}"
 
 
+def _graph() -> dict[str, set[str]]:
+    """Module -> the library's modules it imports (at its top or inside a function)."""
+    return {".".join(_dotted(p)): {".".join(_target(m, n)) for m, n, _ in imports(p)} - {".".join(_dotted(p))}
+            for p in _modules()}
+
+
+def test_no_two_modules_import_each_other():
+    """No import circle of two files (a package importing its own submodules aside): each pair's lower part
+    should not need the higher."""
+    graph = _graph()
+    circles = sorted((a, b) for a, deps in graph.items() for b in deps
+                     if a < b and a in graph.get(b, ()) and not (a.startswith(b + ".") or b.startswith(a + ".")))
+    assert not circles, circles
+
+
+def test_the_circle_check_sees_a_circle(tmp_path, monkeypatch):
+    """The check above finds a circle where there is one (two modules importing each other, one inside a function)."""
+    pkg = tmp_path / "thesis_lib" / "book"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from .b import x\n")
+    (pkg / "b.py").write_text("def x():\n    from . import a\n")
+    monkeypatch.setitem(globals(), "SRC", tmp_path / "thesis_lib")
+    graph = _graph()
+    assert "thesis_lib.book.a" in graph["thesis_lib.book.b"] and "thesis_lib.book.b" in graph["thesis_lib.book.a"]
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
 def test_no_module_uses_another_modules_private_names(path):
     here = _dotted(path)

@@ -234,18 +234,18 @@ def test_a_draft_in_its_own_precision_beside_the_target(tmp_path, tok, monkeypat
 def test_the_draft_s_precision_follows_the_target_s_unless_named(monkeypatch):
     """auto: a 4-bit draft body beside an int8-dynamic target on a CPU, the target's precision elsewhere; "same"
     and a named precision as given."""
-    from thesis_lib.models import cpu
+    from thesis_lib.models import auto
 
-    assert cpu.draft_precision("int8-dynamic", "auto") == "int4-dynamic"
-    assert cpu.draft_precision("int8-dynamic", None) == "int4-dynamic"
-    assert cpu.draft_precision("int8-dynamic", "same") == "int8-dynamic"
-    assert cpu.draft_precision("int8-weights", "auto") == "int8-weights"
-    assert cpu.draft_precision("bfloat16", "auto") == "bfloat16"
-    assert cpu.draft_precision("bfloat16", "auto", "cuda:0") == "bfloat16"
-    assert cpu.draft_precision("float32", "int4-dynamic") == "int4-dynamic"
+    assert auto.draft_precision("int8-dynamic", "auto") == "int4-dynamic"
+    assert auto.draft_precision("int8-dynamic", None) == "int4-dynamic"
+    assert auto.draft_precision("int8-dynamic", "same") == "int8-dynamic"
+    assert auto.draft_precision("int8-weights", "auto") == "int8-weights"
+    assert auto.draft_precision("bfloat16", "auto") == "bfloat16"
+    assert auto.draft_precision("bfloat16", "auto", "cuda:0") == "bfloat16"
+    assert auto.draft_precision("float32", "int4-dynamic") == "int4-dynamic"
     for picked in ("int8-dynamic", "bfloat16"):  # auto follows what DTYPE auto resolves to on this CPU
-        monkeypatch.setattr(cpu, "auto_precision", lambda picked=picked: (picked, "test"))
-        assert cpu.draft_precision("auto", "auto") == ("int4-dynamic" if picked == "int8-dynamic" else "auto")
+        monkeypatch.setattr(auto, "auto_precision", lambda picked=picked: (picked, "test"))
+        assert auto.draft_precision("auto", "auto") == ("int4-dynamic" if picked == "int8-dynamic" else "auto")
 
 
 def test_chat_template_is_applied_unless_disabled(tok):

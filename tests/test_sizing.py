@@ -164,14 +164,14 @@ def test_a_notebook_run_with_the_default_set_takes_make_book_s_plan(tmp_path, mo
 
     ns = _values(tmp_path, BUDGET_MINUTES=120)
     bare = dict(ns)
-    smallest = params.of_notebook(bare)  # no plan yet
+    smallest = sizing.of_notebook(bare)  # no plan yet
     assert (smallest.per_category, smallest.max_new_tokens, smallest.iterations) == (1, sizing.MIN_TOKENS, 1)
     assert [bare[k] for k in sizing.SIZED] == [1, sizing.MIN_TOKENS, 1]
     monkeypatch.setattr(sizing, "measure_speed", fake_speed)
     planned = sizing.resolve(ns, progress=False)  # what `make book` does first
     assert planned["PER_CATEGORY"] > 1
     monkeypatch.setattr(sizing, "measure_speed", lambda *a, **k: pytest.fail("a notebook timed the machine"))
-    p = params.of_notebook(dict(ns))
+    p = sizing.of_notebook(dict(ns))
     assert (p.per_category, p.max_new_tokens, p.iterations) == tuple(planned[k] for k in sizing.SIZED)
 
 

@@ -211,16 +211,16 @@ def test_a_weight_only_format_on_a_gpu_is_refused_before_loading():
 def test_auto_picks_int8_dynamic_where_the_kernel_builds(monkeypatch, native_bf16):
     """int8 weights by rounded int8 activations wherever the kernel builds, whatever the CPU's bf16; without the
     kernel, bfloat16 where bf16 is native and oneDNN packs it, else float32."""
-    from thesis_lib.models import cpu, packing
+    from thesis_lib.models import auto, packing
 
-    monkeypatch.setattr(cpu, "fast_bf16", lambda: native_bf16)
+    monkeypatch.setattr(auto, "fast_bf16", lambda: native_bf16)
     monkeypatch.setattr(packing, "bf16_packing_available", lambda: native_bf16)
-    name, why = cpu.auto_precision()
+    name, why = auto.auto_precision()
     assert name == "int8-dynamic" and ("no native bf16" in why) != native_bf16
-    assert cpu.auto_dtype()[0] == torch.float32
+    assert auto.auto_dtype()[0] == torch.float32
     monkeypatch.setattr(wo, "available", lambda: False)
-    assert cpu.auto_precision()[0] == ("bfloat16" if native_bf16 else "float32")
-    assert cpu.auto_dtype()[0] == (torch.bfloat16 if native_bf16 else torch.float32)
+    assert auto.auto_precision()[0] == ("bfloat16" if native_bf16 else "float32")
+    assert auto.auto_dtype()[0] == (torch.bfloat16 if native_bf16 else torch.float32)
 
 
 @pytest.mark.parametrize("fmt", list(wo.FORMATS))

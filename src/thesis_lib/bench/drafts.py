@@ -16,7 +16,7 @@ from ..heads.assets import clustering_cache_root
 from ..heads.for_model import flashhead_for
 from ..heads.truncated import frequency_head
 from ..models import embedl, loading
-from ..models.cpu import draft_precision
+from ..models.auto import draft_precision
 from ..models.loading import check_same_tokenizer
 from .modelbench import collect_hidden_states
 from .prompts import encode

@@ -281,7 +281,8 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
     from ..decoding.state import ModelState
     from ..heads.for_model import flashhead_for
     from ..models import loading
-    from ..models.cpu import auto_precision, cpu_name, fast_bf16
+    from ..models.auto import auto_precision
+    from ..models.cpu import cpu_name, fast_bf16
     from .prompts import demo_prompts, encode
     from .environment import provenance
     from .runner import Runner

@@ -54,7 +54,7 @@ class BenchConfig:
     device: str = "cpu"
     draft_device: str | None = None
     dtype: str = "auto"
-    draft_dtype: str | None = None  # the draft's precision (models.cpu.draft_precision; None: auto)
+    draft_dtype: str | None = None  # the draft's precision (models.auto.draft_precision; None: auto)
     pack: bool | None = None  # None: oneDNN-packed linears for float32 on CPU
     k: int = 4
     max_new_tokens: int = 32

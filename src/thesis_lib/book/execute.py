@@ -17,7 +17,8 @@ from ..bench.environment import code_digest
 from ..errors import ConfigError
 from ..progress import ENV as PROGRESS_ENV
 from ..progress import Follower
-from .params import DEFAULT_SET, ROOT, Params, set_label, values_of
+from .params import DEFAULT_SET, ROOT, Params, set_label
+from .sizing import values_of
 from .shared import digest
 
 NOTEBOOK_DIR = ROOT / "notebooks"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .execute import NOTEBOOK_DIR, build_dir, notebook_parameters
-from .params import ROOT, Params, set_label, values_of
+from .params import ROOT, Params, set_label
+from .sizing import values_of
 
 APP = "live_explorer"
 #: the app's Voila template (Voila's lab template without its stylesheets from a CDN), found through JUPYTER_PATH

@@ -48,17 +48,6 @@ def set_label(set_name: str) -> str:
     return Path(set_name).stem if set_name.endswith((".yaml", ".yml")) else set_name
 
 
-def values_of(set_name: str, overrides: dict | None = None, *, measure: bool = False, replan: bool = False,
-              progress: bool = True) -> dict:
-    """A set's values with ``overrides`` and its ``SET_NAME``, its ``auto`` sizes resolved by :func:`.sizing.resolve`
-    (``measure``: time this machine and plan where no saved plan fits; else the saved plan or the smallest sample)."""
-    from . import sizing
-
-    values = {**load_parameters(set_name), **(overrides or {})}
-    values.setdefault("SET_NAME", set_label(set_name))
-    return sizing.resolve(values, measure=measure, replan=replan, progress=progress)
-
-
 @dataclass
 class Params:
     """The parameters every chapter shares; :meth:`bench` turns them into a benchmark configuration."""
@@ -204,21 +193,6 @@ class Params:
                     kmeans_iterations=self.kmeans_iterations, thinking=self.thinking)
         base.update(kw)
         return protocol.BenchConfig(**base)
-
-
-def of_notebook(ns: dict) -> Params:
-    """The chapter notebooks' one call: their parameters (``globals()``) as :class:`Params`, checked. Sizes left
-    ``auto`` (a notebook run by papermill with a parameter file, or with its defaults, which are the default set's)
-    take the newest saved plan of this machine for the same parameters, as ``make book`` chose them, else the
-    smallest sample (:func:`.sizing.resolve` without timing); the notebook's globals get the chosen sizes."""
-    from . import sizing
-
-    values = {k: v for k, v in ns.items() if k.isupper()}
-    if sizing.sized_keys(values):
-        values = sizing.resolve(values, measure=False, progress=False)
-        for k in sizing.SIZED:
-            ns[k] = values[k]
-    return Params.from_namespace(values).check()
 
 
 def selected_prompts(p: Params):

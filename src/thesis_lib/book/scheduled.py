@@ -8,7 +8,8 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..sweep import driver, grid, ledger
 from . import experiments, shared
-from .params import ROOT, Params, values_of
+from .params import ROOT, Params
+from .sizing import values_of
 
 
 def planned_runs(p: Params) -> list:

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading
-from ..models.cpu import draft_precision
+from ..models.auto import draft_precision
 from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available, float32_rows_floor
 from .params import ROOT, Params, selected_prompts
 

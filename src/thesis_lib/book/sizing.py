@@ -14,7 +14,9 @@ machine's ``speed`` is its target-plus-draft step time over the reference's, on 
 
 The choice (:func:`choose`): prompts first (the intervals are mostly prompt-to-prompt spread: speedups depend on the
 category), then new tokens, then iterations, never below one prompt per category and :data:`MIN_TOKENS` tokens.
-Sizes the parameter set gives as numbers are kept as given.
+Sizes the parameter set gives as numbers are kept as given. :func:`values_of` (a set's values, sizes resolved) and
+:func:`of_notebook` (a chapter notebook's parameters as :class:`~.params.Params`, sizes from the saved plan) are
+how the build, the CLI and the notebooks read a parameter set.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .buildcosts import Costs, build_costs, matching, model
+from .params import ROOT, Params, load_parameters, selected_prompts, set_label
 
 AUTO = "auto"
 SIZED = ("PER_CATEGORY", "MAX_NEW_TOKENS", "ITERATIONS")
@@ -129,7 +132,6 @@ def sized_keys(values: dict) -> list[str]:
 
 def plan_path(values: dict) -> Path:
     """Where a set's plans are kept: ``<RUNS_DIR>/<SET_NAME>-plan.json`` (a list, newest last)."""
-    from .params import ROOT
 
     return ROOT / values.get("RUNS_DIR", "runs/book") / f"{values['SET_NAME']}-plan.json"
 
@@ -159,7 +161,6 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
     auto = sized_keys(values)
     if not auto:
         return values
-    from .params import ROOT, Params
 
     if values.get("READ_ONLY"):  # the sizes the recorded build chose, on whatever machine it ran
         plans = _plans(plan_path(values))
@@ -226,7 +227,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
 def precision(values: dict) -> str:
     """The target's and the draft's precision as this machine resolves the set's (``"<target>/<draft>"``), the
     precision a build's costs belong to."""
-    from ..models.cpu import draft_precision
+    from ..models.auto import draft_precision
     from ..models.loading import resolved_dtype
 
     device, d_device = values.get("DEVICE", "cpu"), values.get("DRAFT_DEVICE") or values.get("DEVICE", "cpu")
@@ -253,7 +254,6 @@ def record_build(values: dict, total_s: float, started: float, notebooks: list[d
     ``started``), its plan and where it ran, as ``<RUNS_DIR>/<SET_NAME>-build-costs.json``, the form a
     ``COST_REFERENCE``'s ``builds`` take. None where the build reused runs or followed no plan."""
     from ..bench.environment import git_revision
-    from .params import ROOT
 
     sizes = {k.lower(): values[k] for k in SIZED}
     plan = _plan_that_chose(plan_path(values), sizes)
@@ -276,7 +276,6 @@ def record_build(values: dict, total_s: float, started: float, notebooks: list[d
 def page_said(p) -> str:
     """Chapter 4's sentence on its sample (``p``: the notebook's :class:`~.params.Params`): the newest plan that
     chose these sizes, else that the parameter set fixed them."""
-    from .params import selected_prompts
 
     sizes = {"per_category": p.per_category, "max_new_tokens": p.max_new_tokens, "iterations": p.iterations}
     plan = _plan_that_chose(plan_path({"RUNS_DIR": p.runs_dir, "SET_NAME": p.set_name}), sizes)
@@ -288,7 +287,28 @@ def page_said(p) -> str:
 
 
 if __name__ == "__main__":  # measure_speed's child: the step times as one JSON line
-    from .params import Params
 
     _arg = json.loads(sys.argv[1])
     print(json.dumps(_measure(Params(**_arg["params"]), _arg["reference"])))
+
+
+def values_of(set_name: str, overrides: dict | None = None, *, measure: bool = False, replan: bool = False,
+              progress: bool = True) -> dict:
+    """A set's values with ``overrides`` and its ``SET_NAME``, its ``auto`` sizes resolved by :func:`resolve`
+    (``measure``: time this machine and plan where no saved plan fits; else the saved plan or the smallest sample)."""
+    values = {**load_parameters(set_name), **(overrides or {})}
+    values.setdefault("SET_NAME", set_label(set_name))
+    return resolve(values, measure=measure, replan=replan, progress=progress)
+
+
+def of_notebook(ns: dict) -> Params:
+    """The chapter notebooks' one call: their parameters (``globals()``) as :class:`Params`, checked. Sizes left
+    ``auto`` (a notebook run by papermill with a parameter file, or with its defaults, which are the default set's)
+    take the newest saved plan of this machine for the same parameters, as ``make book`` chose them, else the
+    smallest sample (:func:`resolve` without timing); the notebook's globals get the chosen sizes."""
+    values = {k: v for k, v in ns.items() if k.isupper()}
+    if sized_keys(values):
+        values = resolve(values, measure=False, progress=False)
+        for k in SIZED:
+            ns[k] = values[k]
+    return Params.from_namespace(values).check()

@@ -24,7 +24,7 @@ def cmd_book(args) -> int:
         raise ConfigError("--retries must be >= 0 and --poll > 0.")
     overrides = {"BUDGET_MINUTES": args.budget} if args.budget is not None else {}
     # sizes left to the planner are chosen once, here: the scheduled runs and the notebooks then share them
-    values = params.values_of(args.params, overrides, measure=True, replan=args.recompute)
+    values = sizing.values_of(args.params, overrides, measure=True, replan=args.recompute)
     planned = bool(sizing.sized_keys(params.load_parameters(args.params)))
     overrides.update({k: values[k] for k in sizing.SIZED} if planned else {})
     if args.executor == "slurm":

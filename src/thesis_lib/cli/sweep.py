@@ -21,7 +21,8 @@ def sweep_from_args(args):
     """The sweep a ``thesis-lib sweep run`` command line (and its ``--file``) describes."""
     import yaml
 
-    from ..book.params import Params, values_of
+    from ..book.params import Params
+    from ..book.sizing import values_of
     from ..sweep import grid
 
     spec = {}

@@ -144,10 +144,10 @@ def concatenate(parts: list[Path], out: Path, model: EmbeddedModel, progress: bo
 
 def storage_dtype(dtype: str | None = None) -> str:
     """The stored precision serving a load in ``dtype`` (None: this CPU's ``DTYPE: auto``,
-    :func:`thesis_lib.models.cpu.auto_precision`): bfloat16 for bfloat16 and the weight-only formats (they are
+    :func:`thesis_lib.models.auto.auto_precision`): bfloat16 for bfloat16 and the weight-only formats (they are
     made from the bf16 weights), float32 otherwise."""
     if dtype is None or dtype == "auto":
-        from .cpu import auto_precision
+        from .auto import auto_precision
 
         dtype = auto_precision()[0]
     from .weight_only import FORMATS

@@ -3,7 +3,7 @@
 :func:`load_pair` runs every cheap check (both specs available, the same token table) before any weights
 load. :class:`LoadedModel` carries the model, its tokenizer, the folder it came from and what loading did
 (dtype, kernels). ``dtype="auto"`` on CPU is bfloat16 where the CPU has native bf16 dot products and float32
-elsewhere (:func:`thesis_lib.models.cpu.auto_precision`, recorded with the reason); float32 and bfloat16 models get
+elsewhere (:func:`thesis_lib.models.auto.auto_precision`, recorded with the reason); float32 and bfloat16 models get
 oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`) unless told otherwise. This module knows nothing about decoding.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
 from . import attention as attn
 from . import embedl, fused, virtual, weight_only
-from .cpu import draft_precision
+from .auto import draft_precision
 from .packing import PackedLinear, bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
@@ -88,7 +88,7 @@ def weight_format(name: str, device: str) -> str | None:
         raise ConfigError(f"DTYPE {name} is a CPU format (the project's kernel over {name.split('-')[0]} weights); "
                           f"on {device} use bfloat16 or float16.")
     if name == "auto" and device == "cpu":
-        from .cpu import auto_precision
+        from .auto import auto_precision
 
         name = auto_precision()[0]
     return name if name in weight_only.FORMATS else None
@@ -102,7 +102,7 @@ def _dtype(name: str, device: str):
         return torch.float32
     if name == "auto":
         if device == "cpu":
-            from .cpu import auto_precision
+            from .auto import auto_precision
 
             return _dtype(auto_precision()[0], device)
         return torch.bfloat16
@@ -323,7 +323,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
                                                                   f"the head included{padded})" if packed else "stock bf16 for the rest"))
         info["dtype_reason"] = "bfloat16 activations: the int4 kernel's input precision"
     elif dtype == "auto" and device == "cpu":
-        from .cpu import auto_precision
+        from .auto import auto_precision
 
         info["dtype_reason"] = auto_precision()[1]
     if load_time:
@@ -377,7 +377,7 @@ def _stored(dtype: str, device: str) -> str:
 def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, device: str = "cpu",
               draft_device: str | None = None, dtype: str = "auto", progress: bool = True,
               pack: bool | None = None, draft_dtype: str | None = "auto") -> tuple[LoadedModel, LoadedModel]:
-    """Load a target and a draft that share a tokenizer, the draft in :func:`~thesis_lib.models.cpu.draft_precision`
+    """Load a target and a draft that share a tokenizer, the draft in :func:`~thesis_lib.models.auto.draft_precision`
     (by default a 4-bit body beside an int8-dynamic target on a CPU); every cheap check runs before any weights load."""
     d_device = draft_device or device
     d_name = draft_precision(dtype, draft_dtype, d_device) if not resolve(draft).quant else dtype
