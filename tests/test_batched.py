@@ -60,6 +60,7 @@ def test_shared_rows_pick_each_rows_own_greedy_token(tiny_models):
         for b in (1, 5, 16):
             h = torch.randn(b, 64, generator=torch.Generator().manual_seed(b + p), dtype=torch.float64) * 3
             assert torch.equal(head.greedy_shared(h), head(h)), (p, b)
+            assert torch.equal(head.greedy_shared(h.float()), head(h.float())), (p, b)  # states widened to the rows'
     one = FlashHead(w, clus, n_probes=1, vocab_limit=TINY_VOCAB, path="eager", centroid_dtype="float64")
     masked = 0
     for seed in range(40):  # pairs of rows where row 0's best token over the whole union lies in row 1's cluster

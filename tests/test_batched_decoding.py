@@ -148,3 +148,15 @@ def test_bad_requests_are_refused_before_any_model_runs(pair):
         batched_speculative(bad, bad, [[1, 2]], k=0, max_new_tokens=8)
     with pytest.raises(ConfigError, match="at least one prompt"):
         batched_greedy(bad, [], max_new_tokens=8)
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+def test_a_batch_s_time_is_split_into_the_loop_s_four_phases(pair, schedule):
+    """The seconds a batch spent are charged to prefill, proposal, verification and finalisation, each named
+    (the per-round bookkeeping included), and nothing to an unnamed phase."""
+    from thesis_lib.decoding.stats import FINALIZE, PREFILL, PROPOSE, VERIFY
+
+    model, _ = pair["dense"]
+    run = batched_speculative(pair["target"], ModelState(model, vocab_limit=TINY_VOCAB), [[3, 4, 5], [17, 2]], k=3,
+                              max_new_tokens=8, schedule=schedule)
+    assert set(run.phase_s) == {PREFILL, PROPOSE, VERIFY, FINALIZE} and run.phase_s[FINALIZE] > 0

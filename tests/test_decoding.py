@@ -300,7 +300,7 @@ def test_bad_lengths_are_rejected(tiny_models):
     t = ModelState(tiny_models[("f32", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     with pytest.raises(ConfigError, match="max_new_tokens"):
         greedy_generate(t, [1, 2], max_new_tokens=0)
-    with pytest.raises(ConfigError, match="empty"):
+    with pytest.raises(ConfigError, match=r"^The prompt is empty: at least one token is needed\.$"):
         greedy_generate(t, [], max_new_tokens=4)
 
 
@@ -398,12 +398,12 @@ def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_
     cheap = policies.CostModelK(4, draft_step_s=0.01, verify_s=verify, k_max=12)
     dear = policies.CostModelK(4, draft_step_s=0.5, verify_s=verify, k_max=12)
     assert cheap.best_k(0.9) > dear.best_k(0.9) >= 1
-    assert cheap.best_k(0.95) >= cheap.best_k(0.5)
+    assert cheap.best_k(0.95) > cheap.best_k(0.3)  # the alpha asked about, not the running estimate
     assert dear.best_k(0.05) == 1
     for _ in range(10):
         cheap.update(0, 4)  # every first draft rejected: alpha falls
     assert cheap.alpha < 0.1
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"verify costs missing for \[2, 3, 4\]\.\.\. tokens \(need 1\.\.13\)"):
         policies.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)
 
 
@@ -413,13 +413,16 @@ def test_policies_by_name_and_their_errors():
     from thesis_lib.decoding import policies
 
     verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
-    assert isinstance(policies.make_policy("fixed", 3), policies.FixedK)
-    assert isinstance(policies.make_policy("heuristic", 3), policies.HeuristicK)
+    fixed = policies.make_policy("fixed", 3)
+    assert (fixed.first(), fixed.update(0, 3), fixed.update(3, 3)) == (3, 3, 3)
+    heuristic = policies.make_policy("heuristic", 3)
+    assert (heuristic.first(), heuristic.update(3, 3), heuristic.update(1, 5), heuristic.first()) == (3, 5, 4, 3)
     flash = policies.make_policy("cost", 3, {"flash_step_s": 0.01, "draft_step_s": 0.5, "verify_s": verify},
                                  draft="flash")
     dense = policies.make_policy("cost", 3, {"draft_step_s": 0.5, "verify_s": verify})
     assert flash.best_k(0.9) > dense.best_k(0.9)  # the FlashHead step's own cost, not the dense one's
-    with pytest.raises(ConfigError, match="needs measured step costs"):
+    with pytest.raises(ConfigError,
+                       match=r"^The cost-model K policy needs measured step costs \(costs\.measure_costs\)\.$"):
         policies.make_policy("cost", 3)
     with pytest.raises(ConfigError, match="Unknown K policy 'eager'"):
         policies.make_policy("eager", 3)
@@ -585,3 +588,18 @@ def test_a_16_bit_dense_head_keeps_a_maximum_logit_of_zero():
     h = torch.tensor([[1.0, 0.0]]).bfloat16()  # logits -0.5, 0, 0, -0.25
     head = DenseGreedyHead(w)
     assert head.refine and head(h).tolist() == [1]
+
+
+def test_prompt_lookup_takes_no_ngram_shorter_than_its_least_and_begins_with_nothing_pending():
+    """With min_ngram 2, a repeated single token is no match (the block is the last token repeated); a
+    generation's begin drops a proposal the last one left pending, so accepting from it is an error."""
+    from thesis_lib.decoding.drafters import NgramDrafter
+
+    d = NgramDrafter(max_ngram=3, min_ngram=2)
+    d.begin([5, 7, 9, 5])
+    assert d.lookup(2) == [] and d.propose(2) == [5, 5] and d.matched == 0
+    d.begin([5, 7, 9, 5, 7])
+    assert d.propose(2) == [9, 5] and d.matched == 1
+    d.begin([1, 2])
+    with pytest.raises(ValueError, match=r"accepted=2 outside 0\.\.0"):
+        d.observe(2, 3)

@@ -229,3 +229,22 @@ def test_queued_replays_take_every_position_in_turn():
         assert all(sorted(r) == sorted(names) for r in rounds)
         assert all({r[pos] for r in rounds} == set(names) for pos in range(3))
     assert rotation(["a", "b"], 1) == ["b", "a"] and rotation(["a"], 7) == ["a"] and rotation([], 3) == []
+
+
+def test_batched_and_tree_decoding_run_on_two_devices_with_the_cpu_result(pair, on_two_gpus):
+    """The batched loop's ragged cache (rows closed as they finish, their positions kept by an index on the
+    cache's device) and the tree loop's masked forward (its mask moved to the model's device) on two virtual
+    GPUs give the CPU's tokens."""
+    from thesis_lib.decoding.batched import batched_speculative
+    from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
+
+    target, draft, _ = pair
+    prompts = [PROMPT, [9, 8, 7], [4, 4]]
+    shape = TreeShape(((0,), (1,), (0, 0), (1, 0)))
+    ref_batch = batched_speculative(ModelState(target), ModelState(draft), prompts, k=3, max_new_tokens=10)
+    ref_tree = tree_generate(ModelState(target), TreeDrafter(draft), PROMPT, shape=shape, max_new_tokens=10)
+    t, d, _, _ = on_two_gpus
+    got_batch = batched_speculative(ModelState(t.model), ModelState(d.model), prompts, k=3, max_new_tokens=10)
+    got_tree = tree_generate(ModelState(t.model), TreeDrafter(d.model), PROMPT, shape=shape, max_new_tokens=10)
+    assert [g.tokens for g in got_batch.generations] == [g.tokens for g in ref_batch.generations]
+    assert got_tree.tokens == ref_tree.tokens

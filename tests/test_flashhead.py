@@ -672,3 +672,34 @@ def test_partial_probes_rank_clusters_as_a_brute_force_cosine_search_does(tiny_m
             candidates = [t for t in range(TINY_VOCAB) if assign[t] in probed or t in SPECIALS]
             want = candidates[int(np.argmax(w[candidates] @ h))]
             assert token == want, (path, p)
+
+
+def test_embedl_s_default_probe_count_is_a_sixteenth_of_the_clusters_in_whole_probes():
+    assert [flashhead.default_probes(c) for c in (100, 9496, 17, 15)] == [6, 593, 1, 1]
+    assert all(type(flashhead.default_probes(c)) is int for c in (100, 15))
+
+
+def test_a_head_s_bias_is_added_to_its_rows_scores(tiny_models, tiny_clusterings):
+    """With every cluster probed FlashHead is the dense head, bias included: a bias that lifts one token above the
+    rest makes it the answer of both (and without it neither picks it)."""
+    model = tiny_models[("f64", "qwen2", "target")]
+    w = head_weight(model)
+    h = torch.randn(8, 64, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 3
+    bias = torch.zeros(w.shape[0], dtype=torch.float64)
+    bias[200] = 1e3
+    plain = FlashHead(w, tiny_clusterings[17], n_probes=17, path="reference", centroid_dtype="float64")
+    biased = FlashHead(w, tiny_clusterings[17], n_probes=17, path="reference", centroid_dtype="float64", bias=bias)
+    dense = DenseGreedyHead(w, bias=bias)
+    assert (biased(h) == 200).all() and torch.equal(biased(h), dense(h)) and not (plain(h) == 200).any()
+
+
+def test_the_probed_clusters_at_a_count_asked_for(tiny_models, tiny_clusterings):
+    """top_clusters with an explicit count ranks that many, the same as a head set to that count; a count past
+    the clusters is refused."""
+    model = tiny_models[("f32", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], n_probes=2, path="eager", centroid_dtype="float32")
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(2))
+    three = head.top_clusters(h, 3)
+    assert three.shape == (3, 3) and torch.equal(three[:, :2], head.top_clusters(h))
+    with pytest.raises(ConfigError):
+        head.top_clusters(h, 18)

@@ -186,3 +186,4 @@ def test_sampling_counts_its_rounds_verifies_appends_and_tail(pair, schedule, n,
     assert all(isinstance(t, int) and 0 <= t < V for t in gen.tokens)  # the tail's token too
     assert st.drafted == rounds and st.accepted == rounds and st.emitted == [r + 1 for r in rounds]
     assert (st.verify_calls, st.append_calls, st.skipped, st.tail_tokens, st.new_tokens) == (verify, append, 0, tail, n)
+    assert (st.k, st.mode) == (k, f"{d.name}_{schedule}_sample")

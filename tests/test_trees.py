@@ -230,3 +230,15 @@ def test_a_branching_tree_counts_its_depth_acceptance_and_nodes(pair, max_new, d
     assert gen.tokens == greedy_generate(target, [3, 1, 4, 1, 5], max_new_tokens=max_new).tokens
     assert st_.drafted == drafted and st_.accepted == drafted and gen.extra["tree_nodes"] == nodes
     assert (st_.verify_calls, st_.append_calls, st_.tail_tokens) == (len(drafted), appends, appends)
+
+
+def test_keeping_positions_the_cache_does_not_hold_is_refused(pair):
+    """A verified tree keeps positions after ``base``; one past the cache, or a base past it, is an error that
+    says what was asked, and the cache is left as it was."""
+    state = ModelState(pair["target"].model, vocab_limit=TINY_VOCAB)
+    state.greedy([3, 1, 4])
+    with pytest.raises(ValueError, match=r"^cannot keep \[0, 2\] after 2 of 3 cached positions$"):
+        state.keep(2, [0, 2])
+    with pytest.raises(ValueError, match=r"^cannot keep \[\] after 4 of 3 cached positions$"):
+        state.keep(4, [])
+    assert state.length == 3

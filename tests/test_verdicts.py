@@ -346,6 +346,7 @@ def test_step_reach_default_target():
     (0.9876, 0.9754, 0.9996, "them", "slower with them (0.9876x, 0.9754-0.9996)"),  # a bound near 1: four digits
     (1.0126, 1.0004, 1.0239, "them", "faster with them (1.0126x, 1.0004-1.0239)"),
     (1.01, 0.9996, 1.02, "them", "neither clearly faster nor slower with them (1.0100x, 0.9996-1.0200)"),  # lo alone
+    (1.01, 1.0005, 1.02, "them", "faster with them (1.0100x, 1.0005-1.0200)"),  # 1.0005 rounds to 1.000 at three
     (0.9876, 0.9754, 1.0, "them", "neither clearly faster nor slower with them (0.988x, 0.975-1.000)"),
     (1.0126, 1.0014, 1.0239, "it", "faster with it (1.013x, 1.001-1.024)"),
     (0.9876, 0.9754, 0.9991, "it", "slower with it (0.988x, 0.975-0.999)"),

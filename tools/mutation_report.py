@@ -258,8 +258,10 @@ def report() -> str:
         left = [x for x, st in s["status"].items() if not killed(st) and st != "not checked" and x not in equivalent]
         lines += ["", f"## Survivors of `{s['name']}` ({len(left)})", ""]
         for x in left:
-            after = (f"killed by a test added after this sample's run (run against the mutant by hand): `{killers[x]}`"
-                     if x in killers else "open")
+            fix = killers.get(x, "").removeprefix("fixed: ")
+            after = ("open" if x not in killers else f"the original was the fault, fixed since: {fix}"
+                     if fix != killers[x] else
+                     f"killed by a test added after this sample's run (run against the mutant by hand): `{killers[x]}`")
             shown = s["diffs"].get(x, "").splitlines()
             lines += [f"- `{x}` ({s['status'][x]}; {after})", ""]
             lines += ["  ```diff", *[f"  {d}" for d in shown], "  ```", ""] if shown else []

@@ -189,8 +189,8 @@ def switch_effect(value: float, lo: float, hi: float, them: str = "them") -> str
     without, by the interval of its speedup, with the speedup and its interval."""
     if value != value or lo != lo or hi != hi:
         return "not compared in this profile"
-    digits = 4 if 0.9995 <= lo < 1 or 1 < hi < 1.0005 or 0.9995 <= hi < 1 or 1 < lo < 1.0005 else 3
-    said = f"({value:.{digits}f}x, {lo:.{digits}f}-{hi:.{digits}f})"  # a bound near 1 printed on its side of it
+    digits = 4 if any(x != 1 and f"{x:.3f}" == "1.000" for x in (lo, hi)) else 3  # a bound near 1 on its side
+    said = f"({value:.{digits}f}x, {lo:.{digits}f}-{hi:.{digits}f})"
     if lo > 1:
         return f"faster with {them} {said}"
     if hi < 1:
