@@ -242,3 +242,23 @@ def test_keeping_positions_the_cache_does_not_hold_is_refused(pair):
     with pytest.raises(ValueError, match=r"^cannot keep \[\] after 4 of 3 cached positions$"):
         state.keep(4, [])
     assert state.length == 3
+
+
+def test_a_tree_round_s_verify_waits_for_the_target_alone(pair):
+    """The verify phase is timed on the target's device only (the draft's next work may overlap it on a GPU): every
+    VERIFY interval the loop opens names the target's device, the other phases what they name."""
+    from thesis_lib.decoding.clocks import PhaseClock
+    from thesis_lib.decoding.stats import VERIFY
+
+    opened = []
+
+    class Recording(PhaseClock):
+        def phase(self, name, *devices):
+            opened.append((name, devices))
+            return super().phase(name, *devices)
+
+    target = pair["target"]
+    gen = tree_generate(target, TreeDrafter(pair["draft"], vocab_limit=TINY_VOCAB), [3, 1, 4, 1, 5],
+                        shape=TreeShape(((0,), (1,), (0, 0))), max_new_tokens=8, clock=Recording())
+    verifies = [devices for name, devices in opened if name == VERIFY]
+    assert len(verifies) == gen.stats.verify_calls > 0 and set(verifies) == {(target.device,)}
