@@ -347,12 +347,13 @@ def test_step_reach_default_target():
     (1.0126, 1.0004, 1.0239, "them", "faster with them (1.0126x, 1.0004-1.0239)"),
     (1.01, 0.9996, 1.02, "them", "neither clearly faster nor slower with them (1.0100x, 0.9996-1.0200)"),  # lo alone
     (1.01, 1.0005, 1.02, "them", "faster with them (1.0100x, 1.0005-1.0200)"),  # 1.0005 rounds to 1.000 at three
+    (1.01, 1.00003, 1.02, "them", "faster with them (1.01000x, 1.00003-1.02000)"),  # and to 1.0000 at four
     (0.9876, 0.9754, 1.0, "them", "neither clearly faster nor slower with them (0.988x, 0.975-1.000)"),
     (1.0126, 1.0014, 1.0239, "it", "faster with it (1.013x, 1.001-1.024)"),
     (0.9876, 0.9754, 0.9991, "it", "slower with it (0.988x, 0.975-0.999)"),
 ])
 def test_switch_effect(value, lo, hi, them, expected):
-    """Faster where lo > 1, slower where hi < 1, with the speedup and its interval to three decimals (four where a
+    """Faster where lo > 1, slower where hi < 1, with the speedup and its interval to three decimals (more where a
     bound would print as 1.000 from either side)."""
     assert v.switch_effect(value, lo, hi, them) == expected
 

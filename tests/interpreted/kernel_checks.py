@@ -225,13 +225,14 @@ def test_auto_takes_the_kernels_where_they_serve_the_head(monkeypatch):
 def test_a_surplus_tie_before_a_cluster_above_the_threshold_stays_unprobed(monkeypatch):
     """Clusters 0-4 tie at the threshold, cluster 5 is above it and 4 probes are asked for: the probes are 5 and
     the lowest three ties (0, 1, 2). With four keys a program, tie 4 (surplus) is counted and picked with cluster 5;
-    a pick that took it would score cluster 4, whose best token (2.0) is below cluster 5's (3.0)."""
+    a pick that took it, in place of cluster 5 or of a lower tie, would score cluster 4, whose best token (4.0)
+    beats cluster 5's (3.0)."""
     monkeypatch.setattr(gpu_kernels, "PICK_BLOCK", 4)
     vocab, hidden, clusters = 64, 16, 16
     g = torch.Generator().manual_seed(21)
     w = torch.randn(vocab, hidden, generator=g) * 0.01
     w[:, :2] = 0.0
-    w[5 + clusters, 1], w[4 + 2 * clusters, 1] = 3.0, 2.0  # the best tokens of clusters 5 and 4
+    w[5 + clusters, 1], w[4 + 2 * clusters, 1] = 3.0, 4.0  # the best tokens of clusters 5 and 4
     centroids = torch.zeros(clusters, hidden)
     centroids[:6, 0], centroids[5, 1] = 1.0, 1.0  # (unit norm: cluster 5 scores 1.41, the ties 1)
     head = FlashHead(w.bfloat16(), Clustering(centroids=centroids, assignments=torch.arange(vocab) % clusters,

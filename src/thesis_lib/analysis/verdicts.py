@@ -189,7 +189,9 @@ def switch_effect(value: float, lo: float, hi: float, them: str = "them") -> str
     without, by the interval of its speedup, with the speedup and its interval."""
     if value != value or lo != lo or hi != hi:
         return "not compared in this profile"
-    digits = 4 if any(x != 1 and f"{x:.3f}" == "1.000" for x in (lo, hi)) else 3  # a bound near 1 on its side
+    digits = 3  # more where a bound other than 1 would print as 1: each printed on its side of it
+    while digits < 8 and any(x != 1 and f"{x:.{digits}f}" == f"{1:.{digits}f}" for x in (lo, hi)):
+        digits += 1
     said = f"({value:.{digits}f}x, {lo:.{digits}f}-{hi:.{digits}f})"
     if lo > 1:
         return f"faster with {them} {said}"
