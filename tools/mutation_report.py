@@ -258,10 +258,13 @@ def report() -> str:
         left = [x for x, st in s["status"].items() if not killed(st) and st != "not checked" and x not in equivalent]
         lines += ["", f"## Survivors of `{s['name']}` ({len(left)})", ""]
         for x in left:
-            fix = killers.get(x, "").removeprefix("fixed: ")
-            after = ("open" if x not in killers else f"the original was the fault, fixed since: {fix}"
-                     if fix != killers[x] else
-                     f"killed by a test added after this sample's run (run against the mutant by hand): `{killers[x]}`")
+            killer = killers.get(x)
+            if killer is None:
+                after = "open"
+            elif killer.startswith("fixed: "):
+                after = f"the original was the fault, fixed since: {killer.removeprefix('fixed: ')}"
+            else:
+                after = f"killed by a test added after this sample's run (run against the mutant by hand): `{killer}`"
             shown = s["diffs"].get(x, "").splitlines()
             lines += [f"- `{x}` ({s['status'][x]}; {after})", ""]
             lines += ["  ```diff", *[f"  {d}" for d in shown], "  ```", ""] if shown else []

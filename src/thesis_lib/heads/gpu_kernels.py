@@ -57,6 +57,13 @@ def serves(device, cluster_size: int, hidden_size: int) -> bool:
     return available(device) and supports(cluster_size, hidden_size)
 
 
+@functools.lru_cache(maxsize=None)
+def _chained(device: torch.device) -> bool:
+    """Whether :data:`PDL` chaining applies on ``device`` (a CUDA device of compute capability 9 or more), asked
+    once per device, not per head call."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def _block(d: int) -> int:
     """The largest power of two up to 256 that divides ``d``."""
     return min(256, d & -d) if d > 0 else 0
@@ -132,7 +139,7 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
     scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C], ranked as the torch paths rank
     h = h.to(weight_perm.dtype).contiguous()
     ws = _workspace(h.device, s)
-    pdl = bool(PDL) and h.device.type == "cuda" and torch.cuda.get_device_capability(h.device)[0] >= 9
+    pdl = bool(PDL) and _chained(h.device)
     chain = {"PDL": pdl, "launch_pdl": pdl}
     try:
         if scores.dtype == torch.bfloat16:
