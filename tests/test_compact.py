@@ -37,15 +37,20 @@ def _both(on, off, ids):
     return a, b
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("arch,fmt", [("qwen2", "int8-dynamic"), ("qwen3", "int8-dynamic"), ("qwen2", "int4-dynamic")])
-def test_steps_and_blocks_after_a_cache_equal_the_modules_bit_for_bit(arch, fmt):
+def test_steps_and_blocks_after_a_cache_equal_the_modules_bit_for_bit(arch, fmt, native, monkeypatch):
+    """Through the layers in one kernel call (native) and through the Python loop of the same calls."""
     model = _int8(arch, fmt=fmt)
     assert compact.why_not(model) is None
+    monkeypatch.setattr(compact, "NATIVE", native)
     on, off = _pair_of_states(model)
-    calls = []
+    calls, native_calls = [], []
     step = on.compact
-    real = step.hidden
+    assert step.native is not None and step.native[1][-1] == int(fmt == "int4-dynamic")
+    real, real_native = step.hidden, step._native_layers
     step.hidden = lambda *a: calls.append(1) or real(*a)
+    step._native_layers = lambda *a: native_calls.append(1) or real_native(*a)
     try:
         with torch.inference_mode():
             for ids in ([5], [9, 11, 13], [2], [40, 41, 42, 43, 44, 45]):
@@ -56,8 +61,9 @@ def test_steps_and_blocks_after_a_cache_equal_the_modules_bit_for_bit(arch, fmt)
             a, b = _both(on, off, [7])
             assert torch.equal(a, b)
     finally:
-        step.hidden = real
+        step.hidden, step._native_layers = real, real_native
     assert len(calls) == 5  # every step after the prefill took the compact path
+    assert len(native_calls) == (5 if native else 0)
     assert on.length == off.length == on.cache.get_seq_length()
     for layer_on, layer_off in zip(on.cache.layers, off.cache.layers):  # the caches hold the same keys
         assert torch.equal(layer_on.keys, layer_off.keys) and torch.equal(layer_on.values, layer_off.values)
@@ -144,3 +150,12 @@ def test_a_copied_or_converted_model_gets_its_own_step():
     attention.use(later)
     fused.use(later)
     assert compact.for_model(later) is not None
+
+
+def test_the_layers_run_in_one_call_only_where_every_product_is_joint_and_dynamic():
+    """int8-weights products (float32, one per layer) and norms of two epsilons keep the Python loop."""
+    assert compact.for_model(_int8("qwen2", fmt="int4-dynamic")).native is not None
+    assert compact.for_model(_int8("qwen2", seed=1, fmt="int8-weights")).native is None
+    model = _int8("qwen2", seed=2)
+    model.model.layers[1].post_attention_layernorm.eps *= 2
+    assert compact.for_model(model).native is None

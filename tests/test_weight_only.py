@@ -236,8 +236,8 @@ def test_speculative_decoding_on_weight_only_models_equals_target_only(fmt, defe
     target = tiny.tiny_model("qwen2", seed=0)
     draft = tiny.noisy_copy(target, 0.01, seed=3)  # close enough that every prompt's rounds accept and reject
     # a 4-bit draft runs beside an int8-dynamic target (4-bit rounding of both would part them too far)
-    for m, f in ((target, "int8-dynamic" if fmt == "int4-dynamic" else fmt), (draft, fmt)):
-        assert wo.convert(m, f) > 0
+    for m, f, rows in ((target, "int8-dynamic" if fmt == "int4-dynamic" else fmt, False), (draft, fmt, True)):
+        assert wo.convert(m, f, head_rows=rows) > 0  # the target's head as load_pair gives it (no dense rows)
         attention.use(m)
         assert m.dtype == torch.float32
         assert attention.rows_exact(m)
@@ -275,3 +275,25 @@ def test_flashhead_keeps_a_weight_only_head_s_own_bfloat16_rows(tok):
     assert torch.equal(head(h), wide(h))
     other = out.weight.detach() * 2
     assert flashhead_for(loaded, n_clusters=17, progress=False, weight=other).weight_perm.dtype == torch.float32
+
+
+@pytest.mark.parametrize("fmt,want", [("int8-dynamic", "int8-dynamic"), ("int4-dynamic", "int8-dynamic"),
+                                      ("int8-weights", "int8-weights"), ("bfloat16-weights", "bfloat16-weights")])
+def test_a_target_head_takes_the_body_format_and_a_draft_head_keeps_its_rows(fmt, want):
+    """Without its rows (a target's) the head is in the body's format, int8-dynamic under a 4-bit body; with them
+    (a draft's) in bfloat16 weights beside its dense rows."""
+    from thesis_lib.models import tiny
+
+    target, draft = tiny.tiny_model("qwen2", seed=6), tiny.tiny_model("qwen2", seed=6)
+    rows = draft.get_output_embeddings().weight.detach().clone()
+    wo.convert(target, fmt, head_rows=False)
+    wo.convert(draft, fmt)
+    t_head, d_head = target.get_output_embeddings(), draft.get_output_embeddings()
+    assert (t_head.fmt, t_head.dense_weight) == (want, None)
+    assert d_head.fmt == "bfloat16-weights" and torch.equal(d_head.dense_weight, rows.to(torch.bfloat16))
+    assert target.model.layers[0].mlp.down_proj.fmt == fmt
+    x = torch.randn(3, t_head.in_features, generator=torch.Generator().manual_seed(1))
+    exact = x.double() @ rows.double().T
+    assert (t_head(x).double() - exact).abs().max() < 0.03 * exact.abs().max()  # the head's logits, rounded
+    if want in ("int8-dynamic", "int8-weights"):  # half the bfloat16 head's bytes (and no rows beside them)
+        assert t_head.weight_bytes() < 0.6 * d_head.weight_bytes()

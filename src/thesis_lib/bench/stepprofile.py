@@ -39,7 +39,7 @@ PARTS = ("linear", "attn_linear", "mlp_linear", "attention", "norms", "activatio
          "other", "head")
 #: what ``--compare`` can switch off for a step's twin (named "<step>, <switch> off"): each a context manager
 #: factory taking on/off
-SWITCHES = {"fused": fused.enabled, "compact": compact.enabled}
+SWITCHES = {"fused": fused.enabled, "compact": compact.enabled, "native": compact.native}
 
 
 class PartClock:

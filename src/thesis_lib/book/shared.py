@@ -21,7 +21,7 @@ from ..bench.modes import variant
 from ..errors import ConfigError
 from ..progress import note
 from ..bench.runs import SUMMARY, load_run
-from ..models import loading
+from ..models import loading, weight_only
 from ..models.auto import draft_precision
 from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available, float32_rows_floor
 from .params import ROOT, Params, selected_prompts
@@ -52,13 +52,15 @@ def rows_floor_key(dtype: str, device: str) -> dict:
 
 def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: str | None = "auto") -> dict:
     """What a result's name adds to its parameters about this machine: the precision "auto" resolves to (and the
-    draft's, where it differs), whether attention is row-exact and the rows floor, so that a result made another
-    way here is not reused."""
+    draft's, where it differs), a weight-only target's head format, whether attention is row-exact and the rows
+    floor, so that a result made another way here is not reused."""
     key = {"dtype_resolved": loading.resolved_dtype("auto", device)} if dtype == "auto" else {}
     d_device = draft_device or device
     draft = loading.resolved_dtype(draft_precision(dtype, draft_dtype, d_device), d_device)
     if draft != loading.resolved_dtype(dtype, device):
         key["draft_dtype_resolved"] = draft
+    if loading.resolved_dtype(dtype, device) in weight_only.DYNAMIC:
+        key["target_head"] = weight_only.head_format(loading.resolved_dtype(dtype, device), head_rows=False)
     if exact_attention(device, draft_device):
         key["attention"] = "exact"
     return {**key, **rows_floor_key(dtype, device)}
@@ -101,7 +103,8 @@ def pair(p: Params, flash: bool = True):
 
 
 #: What :func:`machine_key` may add to a result's key: a read-only build matches results without them.
-MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "attention", "bf16_rows_floor", "f32_rows_floor")
+MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "target_head", "attention", "bf16_rows_floor",
+                  "f32_rows_floor")
 
 
 def _without(doc: dict, names) -> dict:

@@ -370,7 +370,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
     p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
-    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact"), help="also with this off")
+    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact", "native"), help="also with this off")
     p.add_argument("--also-draft", action="append", default=[], help="the draft also in this --dtype (e.g. int8-dynamic)")
     options.out(p)
     p.set_defaults(func=cmd_step_profile)

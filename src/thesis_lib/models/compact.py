@@ -16,6 +16,10 @@ yet) goes through the modules, as before. The cache stays transformers' ``Dynami
 and the memory count read it): its layers hold views of the preallocated storage, and a cache the modules grew
 since (a token tree's forward) is copied in again before the next step.
 
+Where every product is int8- or int4-dynamic (the CPU default), the layers' calls run in one call of the kernel
+module (``compact_layers``, ``csrc/compact_layers.cpp``): the same calls in the same order from C++, so the same
+values again, without the Python and dispatch between them (:data:`NATIVE` switches it off to time both).
+
 :func:`for_model` gives the step of a model it applies to (a Qwen2 or Qwen3 float32 CPU model with the row-exact
 attention and the fused operations, as the loader gives the CPU default) and None otherwise. :data:`ENABLED`
 switches it off at run time for side-by-side timing; it also stands aside while the fused operations are off.
@@ -35,6 +39,9 @@ from .attention import NAME as ROW_EXACT
 ENABLED = True
 #: the model kinds whose decoder layers :class:`CompactStep` mirrors
 KINDS = ("qwen2", "qwen3")
+#: whether a model whose products are all int8- or int4-dynamic runs its layers in one kernel call
+#: (:func:`_native`); off, the same calls from Python (for side-by-side timing)
+NATIVE = True
 #: preallocated cache positions, in steps of this many
 _CHUNK = 256
 
@@ -42,6 +49,11 @@ _CHUNK = 256
 def enabled(on: bool):
     """Run a block with the compact step on or off (for side-by-side timing)."""
     return fused.switched(sys.modules[__name__], on)
+
+
+def native(on: bool):
+    """Run a block with the layers in one kernel call (:data:`NATIVE`) on or off (for side-by-side timing)."""
+    return fused.switched(sys.modules[__name__], on, "NATIVE")
 
 
 def why_not(model) -> str | None:
@@ -88,16 +100,21 @@ def _norm(m):
     return m
 
 
-def _product(layers) -> tuple:
+def _product(layers):
     """One function of the rows ``[n, K]`` giving each of ``layers``' outputs (a tuple): one int8- or int4-dynamic
     product over the layers' packed rows concatenated where each is a :class:`WeightOnlyLinear` of one such format whose outputs
     fill whole packed groups (each output then computed exactly as in its own layer; the layers' buffers become
-    views of the joint ones, so no byte is held twice), else each layer's own call."""
+    views of the joint ones, so no byte is held twice), else each layer's own call. The function's ``joint``:
+    ``(fmt, path, packed, scale, bias)`` of the one product, None where there is none."""
     sizes = [m.out_features for m in layers]
     fmt = getattr(layers[0], "fmt", None)
     if not all(isinstance(m, weight_only.WeightOnlyLinear) and m.fmt == fmt and m.out_features % 32 == 0
                and m.path == layers[0].path for m in layers) or fmt not in weight_only.DYNAMIC:
-        return lambda x: tuple(m(x) for m in layers)
+        def each(x):
+            return tuple(m(x) for m in layers)
+
+        each.joint = None
+        return each
     k = weight_only.kernel()
     product = k.linear_dynamic if fmt == "int8-dynamic" else k.linear_dynamic4
     if len(layers) == 1:
@@ -121,7 +138,48 @@ def _product(layers) -> tuple:
                 if getattr(m, name) is not None:
                     setattr(m, name, part)
     n_out, path = sum(sizes), layers[0].path
-    return lambda x: product(x, packed, n_out, scale, bias, path).split(sizes, dim=1)
+
+    def joint(x):
+        return product(x, packed, n_out, scale, bias, path).split(sizes, dim=1)
+
+    joint.joint = (fmt, path, packed, scale, bias)
+    return joint
+
+
+def _native(body, layers, cfg) -> tuple | None:
+    """``(weights, dims, eps, path)`` for the kernel's ``compact_layers`` (one call for all decoder layers, the same
+    calls as :meth:`CompactStep.hidden`'s loop) where every product is joint and of one dynamic format, every norm
+    fused with one epsilon and the activation SiLU; None otherwise (the loop runs)."""
+    norms = [m for layer in layers for m in (layer[0], layer[2], layer[3], layer[5]) if m is not None]
+    products = [layer[j].joint for layer in layers for j in (1, 4, 6, 8)]
+    if any(p is None for p in products) or len({(p[0], p[1]) for p in products}) != 1 or any(
+            layer[7] is not torch.nn.functional.silu for layer in layers):
+        return None
+    owners = [m for layer in body.layers for m in (layer.input_layernorm, getattr(layer.self_attn, "q_norm", None),
+                                                    getattr(layer.self_attn, "k_norm", None),
+                                                    layer.post_attention_layernorm) if m is not None]
+    if len(owners) != len(norms) or not all(isinstance(m, fused.FusedRMSNorm) for m in owners) or len(
+            {m.eps for m in owners}) != 1:
+        return None
+    none = torch.empty(0)
+    weights = []
+    for layer, joints in zip(body.layers, (products[i:i + 4] for i in range(0, len(products), 4))):
+        a = layer.self_attn
+        (_, _, *qkv), (_, _, *o), (_, _, *gate_up), (_, _, *down) = joints
+        qkv_norms = [a.q_norm.stock.weight, a.k_norm.stock.weight] if hasattr(a, "q_norm") else [none, none]
+        weights += [layer.input_layernorm.stock.weight, *qkv[:2], _or(qkv[2], none), *qkv_norms, *o[:2], _or(o[2], none),
+                    layer.post_attention_layernorm.stock.weight, *gate_up[:2], _or(gate_up[2], none), *down[:2],
+                    _or(down[2], none)]
+    first = body.layers[0]
+    dims = [cfg.num_attention_heads, cfg.num_key_value_heads, first.self_attn.head_dim,
+            first.self_attn.q_proj.out_features, first.self_attn.k_proj.out_features,
+            first.self_attn.v_proj.out_features, first.mlp.gate_proj.out_features,
+            int(products[0][0] == "int4-dynamic")]
+    return weights, dims, float(owners[0].eps), products[0][1]
+
+
+def _or(t, default):
+    return default if t is None else t
 
 
 def _act(m):
@@ -178,6 +236,18 @@ class CompactStep:
                                 _norm(a.k_norm) if hasattr(a, "k_norm") else None,
                                 _product([a.o_proj]), _norm(layer.post_attention_layernorm),
                                 _product([m.gate_proj, m.up_proj]), _act(m.act_fn), _product([m.down_proj])))
+        self.native = _native(body, self.layers, cfg)
+
+    def _native_layers(self, x, cos, sin, cache, store: Storage, start: int, n: int):
+        """The decoder layers as one call of the kernel's ``compact_layers`` (:func:`_native`)."""
+        for i, layer in enumerate(cache.layers[:len(self.layers)]):
+            store.adopt(layer, i, start, start + n, (self.hkv, self.d))
+        weights, dims, eps, path = self.native
+        x = self.kernel.compact_layers(x, cos, sin, store.keys, store.values, weights, dims, start, eps, self.scale,
+                                       path)
+        for i, layer in enumerate(cache.layers[:len(self.layers)]):
+            layer.keys, layer.values = store.keys[i][:, :, :start + n], store.values[i][:, :, :start + n]
+        return x
 
     def hidden(self, ids: torch.Tensor, cache, store: Storage) -> torch.Tensor:
         """Final hidden states ``[n, D]`` of ``ids [1, n]`` after the ``cache``'s positions (at least one), whose
@@ -188,6 +258,8 @@ class CompactStep:
         x = self.embed(ids)  # [1, n, D]
         pos = torch.arange(start, start + n).unsqueeze(0)
         cos, sin = self.rotary_emb(x, pos)
+        if self.native is not None and NATIVE:
+            return self.final_norm(self._native_layers(x, cos, sin, cache, store, start, n))[0]
         h, hkv, d, scale = self.h, self.hkv, self.d, self.scale
         for i, (norm1, qkv, q_norm, k_norm, o_proj, norm2, gate_up, act, down) in enumerate(self.layers):
             layer = cache.layers[i]

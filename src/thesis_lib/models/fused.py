@@ -33,13 +33,14 @@ ENABLED = True
 
 
 @contextlib.contextmanager
-def switched(module, on: bool):
-    """Run the block with ``module.ENABLED`` set to ``on`` (then restore the previous setting)."""
-    before, module.ENABLED = module.ENABLED, on
+def switched(module, on: bool, name: str = "ENABLED"):
+    """Run the block with ``module.<name>`` (``ENABLED``) set to ``on`` (then restore the previous setting)."""
+    before = getattr(module, name)
+    setattr(module, name, on)
     try:
         yield
     finally:
-        module.ENABLED = before
+        setattr(module, name, before)
 
 
 def enabled(on: bool):

@@ -250,7 +250,7 @@ def probe_rows(lm: LoadedModel, largest: int) -> None:
 
 
 def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer: Any = None,
-               progress: bool = True, pack: bool | None = None) -> LoadedModel:
+               progress: bool = True, pack: bool | None = None, head_rows: bool = True) -> LoadedModel:
     """Load one model (eval mode, no grad) and its tokenizer on ``device``.
 
     ``pack`` (default: on for float32 and, where oneDNN runs it natively, bfloat16 models on CPU) swaps the linear layers for oneDNN-packed ones
@@ -261,7 +261,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     (``info["rows_probed"]``; :func:`probe_rows` extends it for a run that verifies longer blocks).
     A quantised checkpoint needs its loader package (:func:`check_quantization`, checked first); an Embedl
     FlashHead checkpoint loads as its base architecture (:func:`thesis_lib.models.embedl.base_config`). The
-    recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked)."""
+    recorded ``dtype`` is the one the model ended up in (AWQ on CUDA: float16, whatever was asked). ``head_rows``:
+    a weight-only model keeps its head's dense rows (a draft's; :func:`~thesis_lib.models.weight_only.head_format`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -295,7 +296,7 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if load_time:
         n_quant, n_body = quantize_body(model, quantized)
     packed = pack_linears(model) if pack and not fmt and (quantized is None or load_time) else 0
-    n_wo = weight_only.convert(model, fmt) if fmt else 0
+    n_wo = weight_only.convert(model, fmt, head_rows) if fmt else 0
     floor_rows = max((m.min_rows for m in model.modules() if isinstance(m, PackedLinear)), default=1)
     padded = f", products of fewer than {floor_rows} rows padded to {floor_rows}" if floor_rows > 1 else ""
     info = {"attention": (attn.use(model) if resolved_attention(device) == "exact"
@@ -309,8 +310,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     if fmt:
         products = ("int8 products over activations rounded per block of 32" if fmt in weight_only.DYNAMIC
                     else "float32 products")
-        info["cpu_kernels"] = (f"{fmt} ({n_wo} linear layers, the head in bfloat16 weights; {products}, "
-                               f"{weight_only.kernel_path(fmt)} kernel)")
+        info["cpu_kernels"] = (f"{fmt} ({n_wo} linear layers, the head in {weight_only.head_format(fmt, head_rows)}; "
+                               f"{products}, {weight_only.kernel_path(fmt)} kernel)")
     if device == "cpu" and not on_virtual and model.dtype == torch.float32 and weight_only.available():
         n_norms = fused.use(model)
         info["fused"] = (f"fused float32 operations: {n_norms} RMS norms, the rotary embedding, one query's "
@@ -322,13 +323,12 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
                                f"{quantized['group_size']}), " + (f"oneDNN-packed bf16 for the rest ({packed} layers, "
                                                                   f"the head included{padded})" if packed else "stock bf16 for the rest"))
         info["dtype_reason"] = "bfloat16 activations: the int4 kernel's input precision"
+        info["quantization"] = quantization_info_load_time(quantized)
     elif dtype == "auto" and device == "cpu":
         from .auto import auto_precision
 
         info["dtype_reason"] = auto_precision()[1]
-    if load_time:
-        info["quantization"] = quantization_info_load_time(quantized)
-    elif quantized is not None:
+    if quantized is not None and not load_time:
         info["quantization"] = quantization_info(model)
     if embedl.is_checkpoint(raw):
         info["flashhead_checkpoint"] = {k: raw.get(k) for k in embedl.FLASH_KEYS if k in raw}
@@ -393,7 +393,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT, *, devic
     t_tok = load_tokenizer(target, progress=progress, dtype=t_dtype)
     d_tok = load_tokenizer(draft, progress=progress, dtype=d_dtype)
     check_same_tokenizer(t_tok, d_tok, target, draft)
-    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack)
+    tgt = load_model(target, device=device, dtype=dtype, tokenizer=t_tok, progress=progress, pack=pack, head_rows=False)
     drf = load_model(draft, device=d_device, dtype=d_name, tokenizer=d_tok, progress=progress, pack=pack)
     if d_name != dtype and draft_dtype in (None, "auto"):
         drf.info["dtype_reason"] = f"{d_name}: the draft's body in 4 bits where {dtype} means int8-dynamic on its CPU"

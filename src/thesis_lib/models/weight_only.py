@@ -20,9 +20,10 @@ verified block equals that row computed alone, bit for bit: greedy speculative o
 output by construction (the loader's row probe checks it like any other layer).
 
 :func:`convert` swaps a model's linear layers for :class:`WeightOnlyLinear` and casts the rest (embeddings,
-norms) to float32, the precision the model then computes in. The output layer of an int8 model is
-kept in bfloat16 weights: the draft's FlashHead and the dense greedy head read its rows, and the head is a sixth
-of the target's bytes.
+norms) to float32, the precision the model then computes in. A draft's output layer is kept in bfloat16 weights,
+its dense rows beside them: the draft's FlashHead and the dense greedy head read its rows. A target's output layer
+(``head_rows=False``: nothing reads its rows) takes the body's format, ``int8-dynamic`` under a 4-bit body too: half
+the bytes of bfloat16 rows, and a verified block's rows at about the cost of one.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32, "int4-d
 #: the formats whose products take activations rounded to int8 per block of 32 at run time
 DYNAMIC = ("int8-dynamic", "int4-dynamic")
 _SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
-#: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused`
-_SOURCES = (_SOURCE, _SOURCE.with_name("decode_ops.cpp"))
+#: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused` and the compact step's
+#: layers in one call (:mod:`thesis_lib.models.compact`)
+_SOURCES = (_SOURCE, _SOURCE.with_name("decode_ops.cpp"), _SOURCE.with_name("compact_layers.cpp"))
 #: ``THESIS_LIB_KERNEL_PATH=avx2`` runs the AVX2 path on a CPU with AVX-512 too: the path of CPUs without AVX-512,
 #: timed and tested here
 FORCED_PATH_ENV = "THESIS_LIB_KERNEL_PATH"
@@ -236,9 +238,17 @@ def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = No
     return w if scale is None else w * scale[:, None]
 
 
-def convert(model: nn.Module, fmt: str) -> int:
-    """Swap every CPU ``nn.Linear`` below ``model`` for a :class:`WeightOnlyLinear` of ``fmt`` (the output layer of an
-    int8 model in ``bfloat16-weights``, its dense rows kept), cast every other parameter and buffer to
+def head_format(fmt: str, head_rows: bool = True) -> str:
+    """The output layer's format in a model converted to ``fmt``: ``bfloat16-weights`` where its dense rows are kept
+    (a draft's), else the body's (``int8-dynamic`` for either dynamic format: a 4-bit head would cost accuracy)."""
+    if head_rows:
+        return "bfloat16-weights"
+    return "int8-dynamic" if fmt in DYNAMIC else fmt
+
+
+def convert(model: nn.Module, fmt: str, head_rows: bool = True) -> int:
+    """Swap every CPU ``nn.Linear`` below ``model`` for a :class:`WeightOnlyLinear` of ``fmt`` (the output layer in
+    :func:`head_format`, its dense bfloat16 rows kept where ``head_rows``), cast every other parameter and buffer to
     float32, and return how many layers were swapped. A head tied to the input embedding stays a float32 ``nn.Linear``
     on the embedding (a second copy would cost more than it saves)."""
     from .packing import release_freed_memory
@@ -249,7 +259,7 @@ def convert(model: nn.Module, fmt: str) -> int:
     get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
     out = get_out() if get_out is not None else None
     tied = out is not None and get_in is not None and get_in() is not None and out.weight is get_in().weight
-    count = _swap(model, fmt, head=None if tied else out)
+    count = _swap(model, fmt, None if tied else out, head_rows)
     for m in model.modules():
         if isinstance(m, WeightOnlyLinear):
             continue
@@ -265,13 +275,13 @@ def convert(model: nn.Module, fmt: str) -> int:
     return count
 
 
-def _swap(module: nn.Module, fmt: str, head: nn.Module | None) -> int:
+def _swap(module: nn.Module, fmt: str, head: nn.Module | None, head_rows: bool) -> int:
     count = 0
     for name, child in list(module.named_children()):
-        layer_fmt = "bfloat16-weights" if child is head else fmt
+        layer_fmt = head_format(fmt, head_rows) if child is head else fmt
         if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.in_features % WIDTH[layer_fmt] == 0:
-            setattr(module, name, WeightOnlyLinear(child, layer_fmt, keep_weight=child is head))
+            setattr(module, name, WeightOnlyLinear(child, layer_fmt, keep_weight=child is head and head_rows))
             count += 1
         else:
-            count += _swap(child, fmt, head)
+            count += _swap(child, fmt, head, head_rows)
     return count

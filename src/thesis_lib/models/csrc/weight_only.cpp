@@ -24,7 +24,9 @@ namespace {
 constexpr int kRows = 4;
 constexpr int kChunk = 16;
 // How far ahead of the weights being multiplied the kernel asks for them (bytes of the packed stream): far enough
-// that each core keeps enough reads in flight to stream at the memory's rate.
+// that each core keeps enough reads in flight to stream at the memory's rate. The int8 VNNI path asks for nothing
+// ahead and leaves its sequential stream to the hardware's prefetcher, under which a block of rows streams about as
+// fast as one row (with the prefetches, blocks of rows fell behind the read rate).
 constexpr int kPrefetch = 4096;
 
 enum class Fmt { BF16, INT8 };
@@ -182,9 +184,7 @@ template <int MT> VNNI_ATTR void dyn_tile_vnni(const QRows& a, int64_t m0, const
     for (int m = 0; m < MT; ++m) ai[m][0] = ai[m][1] = _mm512_set1_epi32(a.corr[(m0 + m) * nb + b]);
     const uint8_t* c0 = grp + b * kBlock * kGroupOut;
     for (int c = 0; c < kBlock / 4; ++c) {
-      const uint8_t* c1 = c0 + c * 4 * kGroupOut;
-      _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c1 + kPrefetch + 64), _MM_HINT_T0);
+      const uint8_t* c1 = c0 + c * 4 * kGroupOut;  // no software prefetch: the stream is the hardware's to fetch
       const __m512i w0 = _mm512_loadu_si512(c1), w1 = _mm512_loadu_si512(c1 + 64);
       for (int m = 0; m < MT; ++m) {
         const __m512i av = _mm512_set1_epi32(load4(a.q + (m0 + m) * K + b * kBlock + 4 * c));
@@ -546,6 +546,10 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
 std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin);
 torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale);
 torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start);
+// compact_layers.cpp
+torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> keys,
+                             std::vector<torch::Tensor> values, std::vector<torch::Tensor> weights,
+                             std::vector<int64_t> dims, int64_t start, double eps, double scale, int64_t path);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
@@ -558,5 +562,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "float32 RMS norm, row by row (decode_ops.cpp)");
   m.def("rotary", &rotary, "float32 rotary embedding of queries and keys (decode_ops.cpp)");
   m.def("attend_one", &attend_one, "one query's float32 attention over a cache, grouped heads (decode_ops.cpp)");
+  m.def("compact_layers", &compact_layers, "a compact step's decoder layers in one call (compact_layers.cpp)");
   m.def("attend_causal", &attend_causal, "a block's queries, each over its prefix as attend_one (decode_ops.cpp)");
 }
