@@ -217,7 +217,7 @@ def test_all_probes_reproduce_the_dense_argmax_exactly(tiny_models, tiny_cluster
 
 
 @pytest.mark.parametrize("n_probes", [1, 2, 4, 17])
-@pytest.mark.parametrize("path", ["eager", "compiled"])
+@pytest.mark.parametrize("path", ["eager", "compiled", "kernel"])
 def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes, path):
     model = tiny_models[("f32", "qwen2", "target")]
     fast = _head(model, tiny_clusterings[17], n_probes=n_probes, path=path, centroid_dtype="float32")
@@ -230,14 +230,15 @@ def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes,
 
 
 @pytest.mark.parametrize("n_probes", [2, 17])
-@pytest.mark.parametrize("path", ["eager", "compiled", "reference"])
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference", "kernel"])
 def test_greedy_confidence_is_the_candidate_softmax_of_the_greedy_token(tiny_models, tiny_clusterings, n_probes, path):
-    """Whatever the path, the confidence call takes the greedy call's path and picks its token."""
+    """Whatever the path, the confidence call takes the greedy call's path (the kernel's: compiled) and picks its
+    token."""
     model = tiny_models[("f32", "qwen2", "target")]
     head = _head(model, tiny_clusterings[17], n_probes=n_probes, path=path, centroid_dtype="float32")
     h = torch.randn(16, 64, generator=torch.Generator().manual_seed(3)) * 3
     tokens, probs = head.greedy_confidence(h)
-    assert head.active_path == path
+    assert head.active_path == ("compiled" if path == "kernel" else path)
     assert torch.equal(tokens, head(h))
     for i in range(16):  # the softmax over this position's candidates (probed clusters + specials), by hand
         scores, ids = head._candidate_scores(h[i], head.top_clusters(h[i : i + 1], reference=path == "reference")[0])
@@ -257,10 +258,11 @@ def test_ties_go_to_the_lowest_token_id(tiny_clusterings):
     w[200] = w[37]  # two identical rows: always tied
     h = w[37].clone() * 10  # makes row 37 (and 200) the best by far
     for p in (17,):  # all clusters probed, so both rows are candidates whatever the clustering
-        for path in ("reference", "eager", "compiled"):
-            head = FlashHead(w, tiny_clusterings[17], n_probes=p, vocab_limit=TINY_VOCAB, path=path,
-                             centroid_dtype="float64")
-            if int(head(h[None])[0]) != 37:
+        for path in ("reference", "eager", "compiled", "kernel"):
+            dtype = torch.float32 if path == "kernel" else torch.float64  # the kernel reads bf16 or float32
+            head = FlashHead(w.to(dtype), tiny_clusterings[17], n_probes=p, vocab_limit=TINY_VOCAB, path=path,
+                             centroid_dtype=dtype)
+            if int(head(h[None].to(dtype))[0]) != 37:
                 pytest.fail(f"path {path}, p={p}: tie not broken towards the lowest id")
 
 
@@ -276,13 +278,14 @@ def test_special_tokens_are_always_candidates_and_padding_never_wins(tiny_models
             break
     w = head_weight(model).clone()
     w[258] = h * 10  # <|im_end|> now wins by far; the clustering (built before) is unchanged
-    for path in ("reference", "eager", "compiled"):
-        head = FlashHead(w, clus, n_probes=1, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path=path,
-                         centroid_dtype="float64")
-        assert 258 not in head.candidate_ids(h[None], reference=True)[0].tolist()
-        assert int(head(h[None])[0]) == 258, path
-        no_special = FlashHead(w, clus, n_probes=1, vocab_limit=TINY_VOCAB, path=path, centroid_dtype="float64")
-        assert int(no_special(h[None])[0]) != 258  # without the special list it would be missed
+    for path in ("reference", "eager", "compiled", "kernel"):
+        dtype = torch.float32 if path == "kernel" else torch.float64  # the kernel reads bf16 or float32
+        head = FlashHead(w.to(dtype), clus, n_probes=1, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path=path,
+                         centroid_dtype=dtype)
+        assert 258 not in head.candidate_ids(h[None].to(dtype), reference=True)[0].tolist()
+        assert int(head(h[None].to(dtype))[0]) == 258, path
+        no_special = FlashHead(w.to(dtype), clus, n_probes=1, vocab_limit=TINY_VOCAB, path=path, centroid_dtype=dtype)
+        assert int(no_special(h[None].to(dtype))[0]) != 258  # without the special list it would be missed
     # a padding row (id >= vocab_limit) with a huge logit is never chosen, even when its cluster is probed
     w[265] = h * 100
     full = FlashHead(w, clus, n_probes=17, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path="eager",
@@ -423,7 +426,11 @@ def test_hidden_states_file_is_reused_only_for_the_same_inputs(tmp_path, tok):
 
 def test_only_a_compile_failure_demotes_the_auto_path(tiny_models, tiny_clusterings, monkeypatch):
     """A caller's error (here a hidden state of the wrong width) is raised and leaves the compiled path in
-    place; a failing compiler demotes an "auto" head to eager once, loudly, and the head says why."""
+    place; a failing compiler demotes an "auto" head to eager once, loudly, and the head says why. (The kernel's
+    greedy head off, as on a CPU where the kernel module does not build.)"""
+    from thesis_lib.heads import cpu_kernels
+
+    monkeypatch.setattr(cpu_kernels, "ENABLED", False)
     model = tiny_models[("f32", "qwen2", "target")]
     head = _head(model, tiny_clusterings[17], n_probes=3, path="auto", centroid_dtype="float32")
     h = torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
@@ -569,7 +576,7 @@ def _two_near_tokens(d: int = 64):
     return w, h, Clustering(centroids=centroids, assignments=assign, info={})
 
 
-@pytest.mark.parametrize("path", ["eager", "compiled", "reference"])
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference", "kernel"])
 def test_a_bf16_flashhead_scores_its_candidates_unrounded(path):
     """Two candidates whose bf16 logits tie: every FlashHead path picks the larger unrounded one, as the refined
     dense head does; the rounded logits would give the lower id (checked here, so the case is a real tie)."""
@@ -606,7 +613,7 @@ def test_a_bf16_flashhead_with_every_probe_is_the_refined_dense_head(tiny_models
     top2 = rounded.float().topk(2, dim=-1).values
     assert int((top2[:, 0] == top2[:, 1]).sum()) >= 3  # rounded ties are present in this sample
     assert not torch.equal(rounded.argmax(dim=-1), want)  # and the refinement decides some of them
-    for path in ("compiled", "reference"):
+    for path in ("compiled", "reference", "kernel"):
         head = FlashHead(w, tiny_clusterings[17], n_probes=17, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
                          path=path)
         assert torch.equal(head(h), want), path
@@ -630,9 +637,11 @@ def test_candidate_ids_are_the_clusters_the_fast_head_probes():
     assert not all(t in set(row.tolist()) for t, row in zip(tokens, exact))  # the case the default must get right
 
 
-def test_a_special_token_is_scored_as_exactly_as_the_clusters_rows():
+@pytest.mark.parametrize("path", ["eager", "kernel"])
+def test_a_special_token_is_scored_as_exactly_as_the_clusters_rows(path):
     """Special tokens are scored in float32 like every candidate: a special whose exact logit (1 + 2^-9) beats a
-    regular token's (1 + 2^-10) by less than a bf16 rounding step wins, though rounded to bf16 it would lose."""
+    regular token's (1 + 2^-10) by less than a bf16 rounding step wins, though rounded to bf16 it would lose (rows
+    of two values: shorter than the kernel's lanes)."""
     from thesis_lib.heads.clustering import Clustering
 
     vocab, clusters = 64, 8
@@ -640,13 +649,14 @@ def test_a_special_token_is_scored_as_exactly_as_the_clusters_rows():
     w[10] = torch.tensor([1.0, 2.0 ** -10])  # a regular token: 1.0009765625
     w[20] = torch.tensor([1.0, 2.0 ** -9])  # the special token: 1.001953125, which bf16 rounds to 1.0
     head = FlashHead(w.bfloat16(), Clustering(centroids=torch.ones(clusters, 2), assignments=torch.arange(vocab) % clusters,
-                                              info={}), n_probes=clusters, special_ids=(20,), path="eager")
+                                              info={}), n_probes=clusters, special_ids=(20,), path=path)
     h = torch.tensor([[1.0, 1.0]]).bfloat16()
     assert torch.tensor(1.001953125).bfloat16().item() == 1.0  # the rounding the head must not do
-    assert head(h).tolist() == [20] and head.greedy_confidence(h)[0].tolist() == [20]
+    assert head(h).tolist() == [20] and head.active_path == path
+    assert head.greedy_confidence(h)[0].tolist() == [20]
 
 
-@pytest.mark.parametrize("path", ["reference", "eager"])  # the compiled path is held to these by the tests above
+@pytest.mark.parametrize("path", ["reference", "eager", "kernel"])  # compiled: held to these by the tests above
 def test_partial_probes_rank_clusters_as_a_brute_force_cosine_search_does(tiny_models, tiny_clusterings, path):
     """An independent reference, written here without the head's code: the cosine of the hidden state to every
     cluster's mean (numpy, float64), the ``p`` largest probed, and the greedy token the argmax of ``w . h`` over the
@@ -662,10 +672,11 @@ def test_partial_probes_rank_clusters_as_a_brute_force_cosine_search_does(tiny_m
     assign = clus.assignments.numpy()[:TINY_VOCAB]
     g = torch.Generator().manual_seed(7)
     hs = torch.randn(40, w.shape[1], generator=g, dtype=torch.float64)
+    dtype = torch.float32 if path == "kernel" else torch.float64  # the kernel reads bf16 or float32
     for p in (1, 2, 4, 8):
-        head = FlashHead(head_weight(model), clus, n_probes=p, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
-                         path=path, centroid_dtype="float64")
-        got = head(hs).tolist()
+        head = FlashHead(head_weight(model).to(dtype), clus, n_probes=p, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
+                         path=path, centroid_dtype=dtype)
+        got = head(hs.to(dtype)).tolist()
         for h, token in zip(hs.numpy(), got):
             cosine = means @ h / (np.linalg.norm(means, axis=1) * np.linalg.norm(h))
             probed = set(np.argsort(-cosine)[:p].tolist())
@@ -703,3 +714,52 @@ def test_the_probed_clusters_at_a_count_asked_for(tiny_models, tiny_clusterings)
     assert three.shape == (3, 3) and torch.equal(three[:, :2], head.top_clusters(h))
     with pytest.raises(ConfigError):
         head.top_clusters(h, 18)
+
+
+def test_the_kernel_ranks_clusters_in_bfloat16_and_breaks_their_ties_to_the_lower_index(tiny_models, tiny_clusterings):
+    """The CPU kernel's bfloat16 ranking, checked against one written here: each cluster's score the float64 sum of
+    bf16(h) times its bf16 unit centroid, rounded to bf16; the p best, equal scores to the lower cluster index; the
+    token the exact float32 argmax over those clusters' rows and the specials. On 400 states (seeded) the two agree
+    on every one, and on some of them the opposite tie rule would have given another token (counted)."""
+    model = tiny_models[("f32", "qwen2", "target")]
+    w = head_weight(model).to(torch.bfloat16)
+    head = FlashHead(w, tiny_clusterings[17], n_probes=4, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path="kernel",
+                     centroid_dtype="bfloat16")
+    h = torch.randn(400, 64, generator=torch.Generator().manual_seed(12)) * 4
+    got = head(h)
+    assert head.active_path == "kernel"
+    cen = head.fast_centroids.double()
+    scores = (h.to(torch.bfloat16).double() @ cen.T).to(torch.bfloat16).double()  # [400, 17]
+    def token(i, order):
+        exact, ids = head._candidate_scores(h[i], torch.tensor(order[:4]))
+        return int(ids[exact == exact.max()].min())
+
+    decided_by_index = 0
+    for i in range(h.shape[0]):
+        lower_first = sorted(range(17), key=lambda c: (-float(scores[i, c]), c))
+        assert int(got[i]) == token(i, lower_first), i
+        decided_by_index += token(i, sorted(range(17), key=lambda c: (-float(scores[i, c]), -c))) != int(got[i])
+    assert decided_by_index >= 1  # states whose token the other tie rule would change (the rule is exercised)
+
+
+def test_the_kernel_path_is_refused_where_it_cannot_run(tiny_models, tiny_clusterings):
+    """float64 rows (or a head off the CPU) are no kernel's: a clear error at construction."""
+    with pytest.raises(ConfigError, match="kernel"):
+        _head(tiny_models[("f64", "qwen2", "target")], tiny_clusterings[17], n_probes=4, path="kernel",
+              centroid_dtype="float64")
+
+
+def test_auto_takes_the_kernel_for_greedy_calls_on_a_cpu_and_compiles_the_rest(tiny_models, tiny_clusterings):
+    """On a CPU where the kernel module builds, an "auto" head's greedy call runs in the kernel and its confidence
+    call compiled, both giving the same tokens; with the kernel switched off the greedy call compiles too."""
+    from thesis_lib.heads import cpu_kernels
+
+    head = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=4, path="auto",
+                 centroid_dtype="float32")
+    h = torch.randn(32, 64, generator=torch.Generator().manual_seed(4)) * 3
+    tokens = head(h)
+    assert head.active_path == "kernel"
+    assert torch.equal(head.greedy_confidence(h)[0], tokens) and head.active_path == "compiled"
+    with cpu_kernels.enabled(False):
+        assert torch.equal(head(h), tokens) and head.active_path == "compiled"
+    assert torch.equal(tokens, head.reference(h))

@@ -238,7 +238,8 @@ def step_glued(doc: dict | None) -> dict:
 
 
 #: what a profile's ``--compare`` switched off, as tables name it
-SWITCH_NAMES = {"fused": "fused operations", "compact": "compact step", "native": "layers in one call"}
+SWITCH_NAMES = {"fused": "fused operations", "compact": "compact step", "native": "layers in one call",
+                "head-kernel": "FlashHead kernel"}
 
 
 def switch_rows(doc: dict | None, switch: str = "fused") -> pd.DataFrame:
@@ -266,7 +267,7 @@ def switch_rows(doc: dict | None, switch: str = "fused") -> pd.DataFrame:
 def switch_glued(doc: dict | None, switch: str = "fused") -> dict:
     """What ``switch`` buys the FlashHead draft's step, the target's one-token step and its block of five: each
     speedup with its interval (``spf_*`` for the fused operations, ``spc_*`` for the compact step, ``spn_*`` for its
-    layers in one call; nan where the profile did not compare them)."""
+    layers in one call, ``sph_*`` for FlashHead's kernel; nan where the profile did not compare them)."""
     rows = switch_rows(doc, switch)
     out = {}
     for key, name in (("draft", "draft, FlashHead"), ("target1", "target, block of 1"), ("target5", "target, block of 5")):

@@ -30,6 +30,7 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..heads import cpu_kernels
 from ..models import compact, fused
 from ..models.packing import PackedLinear
 from ..models.weight_only import WeightOnlyLinear
@@ -39,7 +40,8 @@ PARTS = ("linear", "attn_linear", "mlp_linear", "attention", "norms", "activatio
          "other", "head")
 #: what ``--compare`` can switch off for a step's twin (named "<step>, <switch> off"): each a context manager
 #: factory taking on/off
-SWITCHES = {"fused": fused.enabled, "compact": compact.enabled, "native": compact.native}
+SWITCHES = {"fused": fused.enabled, "compact": compact.enabled, "native": compact.native,
+            "head-kernel": cpu_kernels.enabled}
 
 
 class PartClock:

@@ -363,14 +363,14 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_precision_bench)
 
     p = sub.add_parser("step-profile", help="where a decode step's time goes: each part beside its byte floor",
-                       description="The draft's step (dense head, FlashHead) and the target's blocks of 1..--max-block "
-                       "tokens split by module hooks into parts, each beside its bytes at the stream rate; the "
-                       "target-only loop's time per token. One JSON document as the last line.")
+                       description="Each step of the draft (dense head, FlashHead) and of the target (blocks of "
+                       "1..--max-block) split by hooks into parts beside their bytes at the stream rate, also with each "
+                       "--compare off; the target-only loop's time per token. One JSON document as the last line.")
     p.add_argument("--dtype", default="auto", help="the pair's precision (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
     p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
-    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact", "native"), help="also with this off")
+    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact", "native", "head-kernel"))
     p.add_argument("--also-draft", action="append", default=[], help="the draft also in this --dtype (e.g. int8-dynamic)")
     options.out(p)
     p.set_defaults(func=cmd_step_profile)

@@ -59,8 +59,9 @@ def flash(p: argparse.ArgumentParser) -> None:
     g.add_argument("--probes", type=int, default=None, help="clusters probed per step (default: C/16, Embedl's)")
     g.add_argument("--clusters", type=int, default=None, help="clusters C of our clustering (default: V/16)")
     g.add_argument("--assets", default=None, help="a flash_head_assets folder (Embedl's format) instead of our clustering")
-    g.add_argument("--flash-path", default="auto", choices=["auto", "compiled", "eager", "reference"],
-                   help="FlashHead implementation (default: auto = compiled, eager if compilation fails)")
+    g.add_argument("--flash-path", default="auto", choices=["auto", "kernel", "compiled", "eager", "reference"],
+                   help="FlashHead implementation (default: auto = the C++ kernel's greedy head on a CPU, else compiled; "
+                   "eager if compilation fails)")
     g.add_argument("--centroid-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="precision of the centroid ranking (default: bf16 where the CPU has fast bf16)")
     g.add_argument("--cluster-seed", type=int, default=0, help="clustering seed (default: 0)")

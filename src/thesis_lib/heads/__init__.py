@@ -4,6 +4,9 @@
 - :mod:`~thesis_lib.heads.clustering`: FlashHead's offline step, equal-size spherical k-means.
 - :mod:`~thesis_lib.heads.assets`: Embedl's asset format and the content-keyed clustering cache.
 - :mod:`~thesis_lib.heads.flashhead`: the FlashHead head (greedy, confidence, sampling; compiled and eager).
+- :mod:`~thesis_lib.heads.cpu_kernels`: its greedy head in one call of the project's C++ kernel module (a CPU).
+- :mod:`~thesis_lib.heads.gpu_kernels`, :mod:`~thesis_lib.heads.triton_kernels`: its greedy head in Triton kernels
+  (a GPU).
 - :mod:`~thesis_lib.heads.for_model`: a FlashHead for a loaded model: assets, an Embedl checkpoint's settings,
   the always-scored tokens.
 - :mod:`~thesis_lib.heads.draws`: seeded draws whose generator lives on another device.

@@ -13,7 +13,9 @@
 - **Paths** (``path=``): ``"compiled"`` fuses gather, dot products and the tie-breaking argmax in one
   ``torch.compile``d function (the candidate rows are read once, never copied); ``"eager"`` gathers and
   multiplies; ``"reference"`` is the plain float32 computation the tests compare against; ``"triton"`` is the
-  GPU's (:mod:`thesis_lib.heads.gpu_kernels`). ``"auto"``: triton on CUDA, else compiled, else eager.
+  GPU's (:mod:`thesis_lib.heads.gpu_kernels`), ``"kernel"`` the CPU's greedy head in one C++ call
+  (:mod:`thesis_lib.heads.cpu_kernels`; its other calls compiled). ``"auto"``: triton on CUDA, the kernel on a CPU
+  where it builds (greedy; compiled for the rest), else compiled, else eager.
 - **Precision**: centroids rank in bfloat16 where the CPU has fast bf16 (``centroid_dtype="auto"``); candidates
   score from the head's own rows in at least float32 (:func:`score_dtype`), so two candidates tie only when
   their float32 logits do.
@@ -32,11 +34,11 @@ from torch import nn
 from ..errors import ClusteringAssetError, ConfigError
 from ..models.cpu import fast_bf16
 from .clustering import Clustering
-from . import gpu_kernels
+from . import cpu_kernels, gpu_kernels
 from .dense import ranked, top_probability
 from .draws import multinomial
 
-PATHS = ("auto", "compiled", "eager", "reference", "triton")
+PATHS = ("auto", "compiled", "eager", "reference", "triton", "kernel")
 
 
 def default_probes(n_clusters: int) -> int:
@@ -187,6 +189,9 @@ class FlashHead(nn.Module):
         if path == "triton" and not gpu_kernels.serves(device, tokens.shape[1], d):
             raise ConfigError("FlashHead path 'triton' needs a CUDA device with Triton and a power-of-two cluster "
                               f"size (here: {device}, cluster size {tokens.shape[1]}, hidden size {d}).")
+        if path == "kernel" and not cpu_kernels.serves(device, self.fast_centroids.dtype, self.weight_perm.dtype):
+            raise ConfigError("FlashHead path 'kernel' needs CPU tensors in bfloat16 or float32 and the project's "
+                              f"kernel module (here: {device}, {self.weight_perm.dtype}).")
         self.path = path
         self._compiled = None
         self._compiled_conf = None
@@ -275,7 +280,11 @@ class FlashHead(nn.Module):
             if fn is _greedy_fused:  # the whole greedy head in Triton kernels
                 return gpu_kernels.greedy(*args)
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
-        if self.path in ("auto", "compiled"):
+        if fn is _greedy_fused and (self.path == "kernel" or self.path == "auto" and cpu_kernels.ENABLED and
+                                    cpu_kernels.serves(self.device, self.fast_centroids.dtype, self.weight_perm.dtype)):
+            self._active_path = "kernel"
+            return cpu_kernels.greedy(*args)
+        if self.path in ("auto", "compiled", "kernel"):
             if getattr(self, compiled_attr, None) is None:
                 compile_settings()
                 setattr(self, compiled_attr, torch.compile(fn, dynamic=False, mode=self.compile_mode))
@@ -284,7 +293,7 @@ class FlashHead(nn.Module):
                 self._active_path = "compiled"
                 return out
             except Exception as e:  # noqa: BLE001 - sorted out below: compile failure or the caller's error
-                if self.path == "compiled":
+                if self.path != "auto":
                     raise
                 out = fn(*args)  # raises if the error is not compilation's (bad input, a device mix-up)
                 self.compile_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
@@ -316,7 +325,7 @@ class FlashHead(nn.Module):
 
     @property
     def active_path(self) -> str | None:
-        """The path the last call took ("compiled", "eager" or "reference")."""
+        """The path the last call took ("compiled", "eager", "reference", "triton" or "kernel")."""
         return self._active_path
 
     def top_clusters(self, hidden: torch.Tensor, n_probes: int | None = None, *, reference: bool = True) -> torch.Tensor:

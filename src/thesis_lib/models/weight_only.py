@@ -44,9 +44,10 @@ WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32, "int4-d
 #: the formats whose products take activations rounded to int8 per block of 32 at run time
 DYNAMIC = ("int8-dynamic", "int4-dynamic")
 _SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
-#: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused` and the compact step's
-#: layers in one call (:mod:`thesis_lib.models.compact`)
-_SOURCES = (_SOURCE, _SOURCE.with_name("decode_ops.cpp"), _SOURCE.with_name("compact_layers.cpp"))
+#: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused`, the compact step's
+#: layers in one call (:mod:`thesis_lib.models.compact`) and FlashHead's greedy head (:mod:`thesis_lib.heads.cpu_kernels`)
+_SOURCES = tuple(_SOURCE.with_name(n) for n in ("weight_only.cpp", "decode_ops.cpp", "compact_layers.cpp",
+                                                 "flash_head.cpp"))
 #: ``THESIS_LIB_KERNEL_PATH=avx2`` runs the AVX2 path on a CPU with AVX-512 too: the path of CPUs without AVX-512,
 #: timed and tested here
 FORCED_PATH_ENV = "THESIS_LIB_KERNEL_PATH"

@@ -550,6 +550,10 @@ torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, d
 torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> keys,
                              std::vector<torch::Tensor> values, std::vector<torch::Tensor> weights,
                              std::vector<int64_t> dims, int64_t start, double eps, double scale, int64_t path);
+// flash_head.cpp
+torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tensor rows, torch::Tensor slot_bias,
+                           torch::Tensor tokens, torch::Tensor special_w, torch::Tensor special_b,
+                           torch::Tensor special_ids, int64_t n_probes, int64_t sentinel);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
@@ -562,6 +566,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "float32 RMS norm, row by row (decode_ops.cpp)");
   m.def("rotary", &rotary, "float32 rotary embedding of queries and keys (decode_ops.cpp)");
   m.def("attend_one", &attend_one, "one query's float32 attention over a cache, grouped heads (decode_ops.cpp)");
+  m.def("flash_greedy", &flash_greedy, "FlashHead's greedy head on a CPU in one call (flash_head.cpp)");
   m.def("compact_layers", &compact_layers, "a compact step's decoder layers in one call (compact_layers.cpp)");
   m.def("attend_causal", &attend_causal, "a block's queries, each over its prefix as attend_one (decode_ops.cpp)");
 }
