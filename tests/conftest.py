@@ -95,7 +95,7 @@ def int8_pair():
     w = draft.get_output_embeddings().weight.detach().clone()
     for m in (target, draft):
         if kernel:
-            wo.convert(m, "int8-dynamic")
+            wo.convert(m, "int8-dynamic", head_rows=m is draft)  # the target's head as load_pair gives it
         attention.use(m)
         if kernel:
             fused.use(m)

@@ -23,10 +23,17 @@ from thesis_lib.heads import flashhead
 from thesis_lib.heads.flashhead import FlashHead, check_probes
 from thesis_lib.heads.for_model import special_token_ids
 
+from thesis_lib.models import weight_only as wo
+
 from conftest import TINY_VOCAB
 
 HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SPECIALS = [256, 257, 258]  # the tiny tokenizer's <|endoftext|>, <|im_start|>, <|im_end|>
+NEEDS_KERNEL = pytest.mark.skipif(not wo.available(), reason="the project's CPU kernel cannot be built here")
+#: the path of the project's kernel, as a parameter (skipped where the kernel cannot be built)
+KERNEL = pytest.param("kernel", marks=NEEDS_KERNEL)
+#: the kernel path where it can run, for loops over paths
+KERNEL_HERE = ("kernel",) if wo.available() else ()
 
 
 def head_weight(model) -> torch.Tensor:
@@ -217,7 +224,7 @@ def test_all_probes_reproduce_the_dense_argmax_exactly(tiny_models, tiny_cluster
 
 
 @pytest.mark.parametrize("n_probes", [1, 2, 4, 17])
-@pytest.mark.parametrize("path", ["eager", "compiled", "kernel"])
+@pytest.mark.parametrize("path", ["eager", "compiled", KERNEL])
 def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes, path):
     model = tiny_models[("f32", "qwen2", "target")]
     fast = _head(model, tiny_clusterings[17], n_probes=n_probes, path=path, centroid_dtype="float32")
@@ -230,7 +237,7 @@ def test_fast_paths_equal_the_reference(tiny_models, tiny_clusterings, n_probes,
 
 
 @pytest.mark.parametrize("n_probes", [2, 17])
-@pytest.mark.parametrize("path", ["eager", "compiled", "reference", "kernel"])
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference", KERNEL])
 def test_greedy_confidence_is_the_candidate_softmax_of_the_greedy_token(tiny_models, tiny_clusterings, n_probes, path):
     """Whatever the path, the confidence call takes the greedy call's path (the kernel's: compiled) and picks its
     token."""
@@ -258,7 +265,7 @@ def test_ties_go_to_the_lowest_token_id(tiny_clusterings):
     w[200] = w[37]  # two identical rows: always tied
     h = w[37].clone() * 10  # makes row 37 (and 200) the best by far
     for p in (17,):  # all clusters probed, so both rows are candidates whatever the clustering
-        for path in ("reference", "eager", "compiled", "kernel"):
+        for path in ("reference", "eager", "compiled", *KERNEL_HERE):
             dtype = torch.float32 if path == "kernel" else torch.float64  # the kernel reads bf16 or float32
             head = FlashHead(w.to(dtype), tiny_clusterings[17], n_probes=p, vocab_limit=TINY_VOCAB, path=path,
                              centroid_dtype=dtype)
@@ -278,7 +285,7 @@ def test_special_tokens_are_always_candidates_and_padding_never_wins(tiny_models
             break
     w = head_weight(model).clone()
     w[258] = h * 10  # <|im_end|> now wins by far; the clustering (built before) is unchanged
-    for path in ("reference", "eager", "compiled", "kernel"):
+    for path in ("reference", "eager", "compiled", *KERNEL_HERE):
         dtype = torch.float32 if path == "kernel" else torch.float64  # the kernel reads bf16 or float32
         head = FlashHead(w.to(dtype), clus, n_probes=1, special_ids=SPECIALS, vocab_limit=TINY_VOCAB, path=path,
                          centroid_dtype=dtype)
@@ -576,7 +583,7 @@ def _two_near_tokens(d: int = 64):
     return w, h, Clustering(centroids=centroids, assignments=assign, info={})
 
 
-@pytest.mark.parametrize("path", ["eager", "compiled", "reference", "kernel"])
+@pytest.mark.parametrize("path", ["eager", "compiled", "reference", KERNEL])
 def test_a_bf16_flashhead_scores_its_candidates_unrounded(path):
     """Two candidates whose bf16 logits tie: every FlashHead path picks the larger unrounded one, as the refined
     dense head does; the rounded logits would give the lower id (checked here, so the case is a real tie)."""
@@ -613,7 +620,7 @@ def test_a_bf16_flashhead_with_every_probe_is_the_refined_dense_head(tiny_models
     top2 = rounded.float().topk(2, dim=-1).values
     assert int((top2[:, 0] == top2[:, 1]).sum()) >= 3  # rounded ties are present in this sample
     assert not torch.equal(rounded.argmax(dim=-1), want)  # and the refinement decides some of them
-    for path in ("compiled", "reference", "kernel"):
+    for path in ("compiled", "reference", *KERNEL_HERE):
         head = FlashHead(w, tiny_clusterings[17], n_probes=17, special_ids=SPECIALS, vocab_limit=TINY_VOCAB,
                          path=path)
         assert torch.equal(head(h), want), path
@@ -637,7 +644,7 @@ def test_candidate_ids_are_the_clusters_the_fast_head_probes():
     assert not all(t in set(row.tolist()) for t, row in zip(tokens, exact))  # the case the default must get right
 
 
-@pytest.mark.parametrize("path", ["eager", "kernel"])
+@pytest.mark.parametrize("path", ["eager", KERNEL])
 def test_a_special_token_is_scored_as_exactly_as_the_clusters_rows(path):
     """Special tokens are scored in float32 like every candidate: a special whose exact logit (1 + 2^-9) beats a
     regular token's (1 + 2^-10) by less than a bf16 rounding step wins, though rounded to bf16 it would lose (rows
@@ -656,7 +663,7 @@ def test_a_special_token_is_scored_as_exactly_as_the_clusters_rows(path):
     assert head.greedy_confidence(h)[0].tolist() == [20]
 
 
-@pytest.mark.parametrize("path", ["reference", "eager", "kernel"])  # compiled: held to these by the tests above
+@pytest.mark.parametrize("path", ["reference", "eager", KERNEL])  # compiled: held to these by the tests above
 def test_partial_probes_rank_clusters_as_a_brute_force_cosine_search_does(tiny_models, tiny_clusterings, path):
     """An independent reference, written here without the head's code: the cosine of the hidden state to every
     cluster's mean (numpy, float64), the ``p`` largest probed, and the greedy token the argmax of ``w . h`` over the
@@ -716,6 +723,7 @@ def test_the_probed_clusters_at_a_count_asked_for(tiny_models, tiny_clusterings)
         head.top_clusters(h, 18)
 
 
+@NEEDS_KERNEL
 def test_the_kernel_ranks_clusters_in_bfloat16_and_breaks_their_ties_to_the_lower_index(tiny_models, tiny_clusterings):
     """The CPU kernel's bfloat16 ranking, checked against one written here: each cluster's score the float64 sum of
     bf16(h) times its bf16 unit centroid, rounded to bf16; the p best, equal scores to the lower cluster index; the
@@ -749,6 +757,7 @@ def test_the_kernel_path_is_refused_where_it_cannot_run(tiny_models, tiny_cluste
               centroid_dtype="float64")
 
 
+@NEEDS_KERNEL
 def test_auto_takes_the_kernel_for_greedy_calls_on_a_cpu_and_compiles_the_rest(tiny_models, tiny_clusterings):
     """On a CPU where the kernel module builds, an "auto" head's greedy call runs in the kernel and its confidence
     call compiled, both giving the same tokens; with the kernel switched off the greedy call compiles too."""
@@ -763,3 +772,45 @@ def test_auto_takes_the_kernel_for_greedy_calls_on_a_cpu_and_compiles_the_rest(t
     with cpu_kernels.enabled(False):
         assert torch.equal(head(h), tokens) and head.active_path == "compiled"
     assert torch.equal(tokens, head.reference(h))
+
+
+@NEEDS_KERNEL
+def test_the_kernel_computes_alike_on_its_two_paths_and_refuses_bad_input(tiny_models, tiny_clusterings, monkeypatch):
+    """The AVX2 path (forced) sums each dot product in the same 16 lanes as the AVX-512 path: the same tokens; a NaN
+    hidden state gives the sentinel, as the compiled path's argmax does; special rows that do not match the special
+    ids are refused, not read past."""
+    from thesis_lib.heads import cpu_kernels
+
+    head = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=3, path="kernel")
+    h = torch.randn(200, 64, generator=torch.Generator().manual_seed(5)) * 3
+    wide = head(h)
+    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+    assert torch.equal(head(h), wide)
+    monkeypatch.delenv(wo.FORCED_PATH_ENV)
+    bad = h[:2].clone()
+    bad[0, 5] = float("nan")
+    compiled = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=3, path="compiled")
+    assert head(bad).tolist() == compiled(bad).tolist() == [head.vocab_size, int(wide[1])]
+    args = list(head.fast_arguments())
+    args[4] = args[4][:1]  # one special row for three special ids
+    with pytest.raises(RuntimeError, match="shapes"):
+        cpu_kernels.greedy(h[:1], *args)
+
+
+@NEEDS_KERNEL
+def test_a_failing_compiler_leaves_the_greedy_call_on_the_kernel(tiny_models, tiny_clusterings, monkeypatch):
+    """The kernel is no product of torch.compile: when compiling the confidence call fails, an "auto" head demotes
+    that call to eager, and its greedy calls stay on the kernel."""
+    def broken_compiler(fn, **kw):
+        def call(*a):
+            raise RuntimeError("CppCompileError: no C++ compiler")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken_compiler)
+    head = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=3, path="auto",
+                 centroid_dtype="float32")
+    h = torch.randn(8, 64, generator=torch.Generator().manual_seed(6)) * 3
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        tokens = head.greedy_confidence(h)[0]
+    assert head.path == "eager" and head.active_path == "eager"
+    assert torch.equal(head(h), tokens) and head.active_path == "kernel"

@@ -204,7 +204,10 @@ def test_the_triton_path_scores_the_confidence_head_in_the_kernel(monkeypatch):
 def test_auto_takes_the_kernels_where_they_serve_the_head(monkeypatch):
     """On a device the kernels serve (this interpreter stands in for a GPU), an "auto" head of a shape the kernels
     support runs them; a cluster size they do not support (not a power of two) stays on torch's path."""
+    from thesis_lib.heads import cpu_kernels
+
     monkeypatch.setattr(gpu_kernels, "available", lambda device: True)
+    monkeypatch.setattr(cpu_kernels, "ENABLED", False)  # the CPU's own kernel aside: this CPU stands in for a GPU
     head = make_head(probes=5, seed=5)
     head.path = "auto"
     h = torch.randn(2, 64, generator=torch.Generator().manual_seed(9)).bfloat16()

@@ -240,6 +240,8 @@ def step_glued(doc: dict | None) -> dict:
 #: what a profile's ``--compare`` switched off, as tables name it
 SWITCH_NAMES = {"fused": "fused operations", "compact": "compact step", "native": "layers in one call",
                 "head-kernel": "FlashHead kernel"}
+#: the letter each switch's glued values carry (``sp<letter>_*``)
+SWITCH_KEYS = {"fused": "f", "compact": "c", "native": "n", "head-kernel": "h"}
 
 
 def switch_rows(doc: dict | None, switch: str = "fused") -> pd.DataFrame:
@@ -273,5 +275,5 @@ def switch_glued(doc: dict | None, switch: str = "fused") -> dict:
     for key, name in (("draft", "draft, FlashHead"), ("target1", "target, block of 1"), ("target5", "target, block of 5")):
         row = rows[rows["step"] == name] if "step" in rows else rows.iloc[0:0]
         for part in ("speedup", "lo", "hi"):
-            out[f"sp{switch[0]}_{key}_{part}"] = float(row[part].iloc[0]) if len(row) else float("nan")
+            out[f"sp{SWITCH_KEYS[switch]}_{key}_{part}"] = float(row[part].iloc[0]) if len(row) else float("nan")
     return out

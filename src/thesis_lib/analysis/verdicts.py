@@ -538,7 +538,7 @@ RULES = {
         "sp_loop_verdict": (loop_beyond, dict(share="sp_loop_beyond_share")),
         **{f"sp{s}_{step}_verdict": (fn, dict(value=f"sp{s}_{step}_speedup", lo=f"sp{s}_{step}_lo",
                                                 hi=f"sp{s}_{step}_hi"))
-           for s, fn in (("f", switch_effect), ("c", _with_it), ("n", _with_it), ("h", _with_it))
+           for s, fn in (("f", switch_effect), ("c", _with_it), ("n", _with_it), ("h", _with_it))  # floor.SWITCH_KEYS
            for step in ("draft", "target1", "target5")},
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),

@@ -253,9 +253,9 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
     for label, (lm, fh) in (other_drafts or {}).items():
         cases.update({f"draft ({label}), dense head": (lm, None, 1, None), f"draft ({label}), FlashHead": (lm, fh, 1, None)})
     cases.update({f"target, block of {n}": (target, None, n, None) for n in blocks})
-    for switch in compare:
+    for switch in compare:  # FlashHead's kernel changes the FlashHead steps only
         cases.update({f"{name}, {switch} off": (*case[:3], switch) for name, case in list(cases.items())
-                      if case[3] is None})
+                      if case[3] is None and (switch != "head-kernel" or case[1] is not None)})
     doc = {"processor": cpu_name(), "fused": target.info.get("fused"), "compare": list(compare),
            "compact": compact.why_not(target.model) or "the compact step (models.compact)",
            "flags": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx"))),

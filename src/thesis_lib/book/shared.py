@@ -52,15 +52,17 @@ def rows_floor_key(dtype: str, device: str) -> dict:
 
 def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: str | None = "auto") -> dict:
     """What a result's name adds to its parameters about this machine: the precision "auto" resolves to (and the
-    draft's, where it differs), a weight-only target's head format, whether attention is row-exact and the rows
-    floor, so that a result made another way here is not reused."""
+    draft's, where it differs), a weight-only target's head format, FlashHead's greedy kernel, whether attention is
+    row-exact and the rows floor, so that a result made another way here is not reused."""
     key = {"dtype_resolved": loading.resolved_dtype("auto", device)} if dtype == "auto" else {}
     d_device = draft_device or device
     draft = loading.resolved_dtype(draft_precision(dtype, draft_dtype, d_device), d_device)
     if draft != loading.resolved_dtype(dtype, device):
         key["draft_dtype_resolved"] = draft
-    if loading.resolved_dtype(dtype, device) in weight_only.DYNAMIC:
+    if loading.resolved_dtype(dtype, device) in weight_only.FORMATS:
         key["target_head"] = weight_only.head_format(loading.resolved_dtype(dtype, device), head_rows=False)
+    if device == "cpu" and weight_only.available():
+        key["flash_greedy"] = "kernel"  # FlashHead's "auto" path (heads.cpu_kernels)
     if exact_attention(device, draft_device):
         key["attention"] = "exact"
     return {**key, **rows_floor_key(dtype, device)}
@@ -103,8 +105,8 @@ def pair(p: Params, flash: bool = True):
 
 
 #: What :func:`machine_key` may add to a result's key: a read-only build matches results without them.
-MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "target_head", "attention", "bf16_rows_floor",
-                  "f32_rows_floor")
+MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "target_head", "flash_greedy", "attention",
+                  "bf16_rows_floor", "f32_rows_floor")
 
 
 def _without(doc: dict, names) -> dict:

@@ -1,6 +1,7 @@
 """Commands that measure and tabulate: ``model-bench`` (Tables 4.1-4.4), ``bench`` and ``profile`` (the benchmark
-protocol into a run folder), ``table`` (the thesis' tables from a run folder), ``precision-bench`` (float32,
-bfloat16 and int4 side by side on the CPU) and ``sampling-check`` (speculative sampling proved lossless)."""
+protocol into a run folder), ``table`` (the thesis' tables from a run folder), ``precision-bench`` (the precisions
+side by side on the CPU), ``step-profile`` (where a step's time goes), ``llama-bench`` (llama.cpp beside this
+project) and ``sampling-check`` (speculative sampling proved lossless)."""
 
 from __future__ import annotations
 
@@ -169,15 +170,14 @@ def _embedded_pair(args, also=()):
     ``(--out's new path, provenance, target, draft, {precision: draft})``."""
     from ..bench.environment import provenance
     from ..models import loading
-
-    specs.check_available(specs.DEFAULT_TARGET)
-    specs.check_available(specs.DEFAULT_DRAFT)
+    for spec in (specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT):
+        specs.check_available(spec)
     for d in also:  # an unknown precision fails before any model loads
         loading.resolved_dtype(d)
     out_path, measured = options.new_out_path(args), provenance()
     target, draft = loading.load_pair(dtype=args.dtype)
-    load = loading.load_model
-    return out_path, measured, target, draft, {d: load(specs.DEFAULT_DRAFT, dtype=d, tokenizer=draft.tokenizer) for d in also}
+    others = {d: loading.load_model(specs.DEFAULT_DRAFT, dtype=d, tokenizer=draft.tokenizer) for d in also}
+    return out_path, measured, target, draft, others
 
 
 def cmd_llama_bench(args) -> int:
@@ -364,13 +364,14 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("step-profile", help="where a decode step's time goes: each part beside its byte floor",
                        description="Each step of the draft (dense head, FlashHead) and of the target (blocks of "
-                       "1..--max-block) split by hooks into parts beside their bytes at the stream rate, also with each "
-                       "--compare off; the target-only loop's time per token. One JSON document as the last line.")
+                       "1..--max-block) split by hooks into parts beside their bytes at the stream rate; the target-only "
+                       "loop's time per token. One JSON document as the last line.")
     p.add_argument("--dtype", default="auto", help="the pair's precision (default: %(default)s)")
     p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
     p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
-    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact", "native", "head-kernel"))
+    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact", "native", "head-kernel"),
+                   help="every step also with this off: fused operations, compact step, its layers in one call, FlashHead's kernel")
     p.add_argument("--also-draft", action="append", default=[], help="the draft also in this --dtype (e.g. int8-dynamic)")
     options.out(p)
     p.set_defaults(func=cmd_step_profile)
@@ -394,7 +395,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--delta", type=float, default=0.01, help="absolute error to catch (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=1e-3, help="family-wise level per configuration (default: %(default)s)")
     p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=None, help="processes making the draws (default: one per "
-                   "core; the draws, and so the result, are the same for any number)")
+    p.add_argument("--workers", type=int, default=None, help="processes making the draws (default: one per core; any number: the same draws)")
     options.out(p, "write the results as JSON to this new file")
     p.set_defaults(func=cmd_sampling_check)

@@ -1,7 +1,7 @@
 """FlashHead's greedy head on a CPU in one call of the project's kernel module (the "kernel" path, and "auto" on a
 CPU where the module builds): ``csrc/flash_head.cpp`` scores the centroids (in bfloat16 as the fast path ranks them,
 or float32), keeps the ``n_probes`` best clusters (ties to the lower cluster index, as the GPU kernels take them),
-scores their rows and the special tokens exactly in float32 and returns the best token (ties to the lowest id). The
+scores their rows and the special tokens in float32 and returns the best token (ties to the lowest id). The
 same stages as the compiled path's, without its separate product, selection and generated loops between them;
 :func:`serves` says where it applies (CPU tensors, bfloat16 or float32 centroids and rows)."""
 
@@ -38,4 +38,5 @@ def greedy(hidden, centroids, weight_perm, slot_bias, tokens, special_w, special
     from ..models import weight_only
 
     return weight_only.kernel().flash_greedy(hidden.float().contiguous(), centroids, weight_perm, slot_bias, tokens,
-                                             special_w, special_b, special_ids, int(n_probes), int(sentinel))
+                                             special_w, special_b, special_ids, int(n_probes), int(sentinel),
+                                             weight_only.path_arg())

@@ -191,7 +191,8 @@ class FlashHead(nn.Module):
                               f"size (here: {device}, cluster size {tokens.shape[1]}, hidden size {d}).")
         if path == "kernel" and not cpu_kernels.serves(device, self.fast_centroids.dtype, self.weight_perm.dtype):
             raise ConfigError("FlashHead path 'kernel' needs CPU tensors in bfloat16 or float32 and the project's "
-                              f"kernel module (here: {device}, {self.weight_perm.dtype}).")
+                              f"kernel module (here: {device}, centroids {self.fast_centroids.dtype}, rows "
+                              f"{self.weight_perm.dtype}).")
         self.path = path
         self._compiled = None
         self._compiled_conf = None
@@ -280,8 +281,10 @@ class FlashHead(nn.Module):
             if fn is _greedy_fused:  # the whole greedy head in Triton kernels
                 return gpu_kernels.greedy(*args)
             return fn(*args, cluster_scores=gpu_kernels.cluster_scores)
-        if fn is _greedy_fused and (self.path == "kernel" or self.path == "auto" and cpu_kernels.ENABLED and
-                                    cpu_kernels.serves(self.device, self.fast_centroids.dtype, self.weight_perm.dtype)):
+        # the kernel is no torch.compile product: an "auto" head demoted to eager keeps it for greedy calls
+        auto = self.path == "auto" or self.path == "eager" and self.compile_error is not None
+        if fn is _greedy_fused and (self.path == "kernel" or auto and cpu_kernels.ENABLED and cpu_kernels.serves(
+                self.device, self.fast_centroids.dtype, self.weight_perm.dtype)):
             self._active_path = "kernel"
             return cpu_kernels.greedy(*args)
         if self.path in ("auto", "compiled", "kernel"):

@@ -92,7 +92,7 @@ def kernel(*, verbose: bool = False):
     return _kernel
 
 
-def _path_arg() -> int:
+def path_arg() -> int:
     """The kernel's path argument: 0, this CPU's best; 1, AVX2 (forced by :data:`FORCED_PATH_ENV`)."""
     import os
 
@@ -106,7 +106,7 @@ def kernel_path(fmt: str = "int8-weights") -> str:
     """Which of the kernel's paths runs ``fmt`` here: "AVX-512" (or "AVX-512 VNNI" for ``int8-dynamic``) or "AVX2"
     (the CPU's, or the one forced)."""
     k = kernel()
-    if _path_arg():
+    if path_arg():
         return "AVX2"
     if fmt in DYNAMIC:
         return "AVX-512 VNNI" if k.vnni_path() else "AVX2"
@@ -157,7 +157,7 @@ class WeightOnlyLinear(nn.Module):
             packed = (k.pack_dynamic if fmt == "int8-dynamic" else k.pack)(q.contiguous())
         self.register_buffer("scale", scale, persistent=False)
         self.register_buffer("packed_weight", packed, persistent=False)
-        self.path = _path_arg()
+        self.path = path_arg()
         bias = linear.bias
         self.register_buffer("packed_bias", None if bias is None else bias.detach().float().clone(), persistent=False)
         # a plain attribute, not a buffer: model.float() must not make it a float32 copy. Its own storage: a view of

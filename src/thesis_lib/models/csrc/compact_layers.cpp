@@ -1,8 +1,8 @@
 // The decoder layers of a compact step (models/compact.py) in one call, for models whose products are all
 // int8- or int4-dynamic: per layer the very calls the Python loop of CompactStep.hidden makes, in its order, on
 // the same tensors (the fused norm, rotary and attention of decode_ops.cpp, the products of weight_only.cpp,
-// aten's add, silu and mul), so the hidden states are the Python loop's bit for bit; what it saves is the Python
-// and dispatch between the calls, about two dozen operations a layer.
+// aten's add, silu and mul), so the hidden states are the Python loop's bit for bit, without Python and the
+// bindings' argument handling between the two dozen calls a layer makes.
 #include <torch/extension.h>
 #include <vector>
 

@@ -4,7 +4,8 @@
 //  2. the n_probes best clusters, ties to the lower cluster index;
 //  3. the exact float32 score of every row of those clusters (the head's rows, widened as read) and of the special
 //     tokens, plus their bias (-inf: a slot that must never win);
-//  4. the best candidate's token, ties to the lowest token id.
+//  4. the best candidate's token, ties to the lowest token id; a NaN score anywhere gives the sentinel (as the
+//     compiled path's argmax does), and NaN cluster scores rank first (as torch.topk ranks them).
 // Every dot product sums its products into kLanes lanes by index and the lanes in order: the same operations
 // whatever the number of rows, and on every call. Threads split the clusters (1) and the probed clusters (3).
 #include <torch/extension.h>
@@ -98,36 +99,44 @@ bool avx512() {
   return v;
 }
 
-template <typename W> float dot(const W* w, const float* x, int64_t n) {
-  return avx512() ? dot512(w, x, n) : dot256(w, x, n);
+// the path: AVX-512 where the CPU has it and the caller did not ask for AVX2 (the kernel's path argument 1)
+template <typename W> float dot(const W* w, const float* x, int64_t n, bool wide) {
+  return wide ? dot512(w, x, n) : dot256(w, x, n);
 }
 
 template <typename C, typename R>
 int64_t greedy_row(const float* h, int64_t D, const C* cen, int64_t n_clusters, const R* rows, int64_t b,
                    const float* slot_bias, const int64_t* tokens, const R* sw, const float* sb, const int64_t* sids,
-                   int64_t ns, int64_t p, int64_t sentinel, std::vector<float>& scores, std::vector<int32_t>& order,
-                   std::vector<float>& cand) {
+                   int64_t ns, int64_t p, int64_t sentinel, bool wide, std::vector<float>& scores,
+                   std::vector<int32_t>& order, std::vector<float>& cand) {
   constexpr bool bf16 = sizeof(C) == 2;
   std::vector<float> hr(D);
   for (int64_t i = 0; i < D; ++i) hr[i] = bf16 ? widen(narrow(h[i])) : h[i];
   at::parallel_for(0, n_clusters, 256, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const float s = dot(cen + c * D, hr.data(), D);
+      const float s = dot(cen + c * D, hr.data(), D, wide);
       scores[c] = bf16 ? widen(narrow(s)) : s;
     }
   });
   std::iota(order.begin(), order.end(), 0);
-  auto better = [&](int32_t a, int32_t c) { return scores[a] > scores[c] || (scores[a] == scores[c] && a < c); };
+  auto key = [&](int32_t c) { return std::isnan(scores[c]) ? std::numeric_limits<float>::infinity() : scores[c]; };
+  auto better = [&](int32_t a, int32_t c) {
+    const bool na = std::isnan(scores[a]), nc = std::isnan(scores[c]);
+    if (na != nc) return na;  // NaN first
+    return key(a) > key(c) || (key(a) == key(c) && a < c);
+  };
   std::nth_element(order.begin(), order.begin() + (p - 1), order.end(), better);
   at::parallel_for(0, p, 16, [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t c = order[q];
-      for (int64_t j = 0; j < b; ++j) cand[q * b + j] = dot(rows + (c * b + j) * D, h, D) + slot_bias[c * b + j];
+      for (int64_t j = 0; j < b; ++j) cand[q * b + j] = dot(rows + (c * b + j) * D, h, D, wide) + slot_bias[c * b + j];
     }
   });
   float best = -std::numeric_limits<float>::infinity();
   int64_t token = sentinel;
+  bool nan = false;
   auto offer = [&](float s, int64_t t) {
+    nan = nan || std::isnan(s);
     if (s > best || (s == best && t < token)) {
       best = s;
       token = t;
@@ -135,18 +144,21 @@ int64_t greedy_row(const float* h, int64_t D, const C* cen, int64_t n_clusters, 
   };
   for (int64_t q = 0; q < p; ++q)
     for (int64_t j = 0; j < b; ++j) offer(cand[q * b + j], tokens[order[q] * b + j]);
-  for (int64_t k = 0; k < ns; ++k) offer(dot(sw + k * D, h, D) + sb[k], sids[k]);
-  return token;
+  for (int64_t k = 0; k < ns; ++k) offer(dot(sw + k * D, h, D, wide) + sb[k], sids[k]);
+  return nan ? sentinel : token;
 }
 
 }  // namespace
 
 // h [S, D] float32; centroids [C, D] (unit, bfloat16 or float32); rows [C, b, D] and special_w [ns, D] the head's
 // rows (bfloat16 or float32, one dtype); slot_bias [C, b] and special_b [ns] float32; tokens [C, b] and
-// special_ids [ns] int64. Returns [S] int64 token ids (sentinel where no candidate scores above -inf).
+// special_ids [ns] int64, all on the CPU; path 0 = the CPU's best, 1 = AVX2. Returns [S] int64 token ids (the
+// sentinel where a score is NaN; where every candidate scores -inf, the lowest of their ids).
 torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tensor rows, torch::Tensor slot_bias,
                            torch::Tensor tokens, torch::Tensor special_w, torch::Tensor special_b,
-                           torch::Tensor special_ids, int64_t n_probes, int64_t sentinel) {
+                           torch::Tensor special_ids, int64_t n_probes, int64_t sentinel, int64_t path) {
+  for (const auto* t : {&h, &centroids, &rows, &slot_bias, &tokens, &special_w, &special_b, &special_ids})
+    TORCH_CHECK(t->device().is_cpu(), "flash_greedy: every tensor must be on the CPU");
   TORCH_CHECK(h.dim() == 2 && h.scalar_type() == torch::kFloat32, "flash_greedy: h must be [S, D] float32");
   const int64_t S = h.size(0), D = h.size(1), C = centroids.size(0), b = rows.size(1), ns = special_ids.numel();
   const auto cdt = centroids.scalar_type(), rdt = rows.scalar_type();
@@ -154,7 +166,8 @@ torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tens
                   special_w.scalar_type() == rdt, "flash_greedy: centroids and rows in bfloat16 or float32");
   TORCH_CHECK(centroids.dim() == 2 && centroids.size(1) == D && rows.dim() == 3 && rows.size(0) == C &&
                   rows.size(2) == D && slot_bias.sizes() == tokens.sizes() && tokens.size(0) == C && tokens.size(1) == b &&
-                  special_b.numel() == ns && (ns == 0 || special_w.size(1) == D),
+                  special_b.numel() == ns && special_w.dim() == 2 && special_w.size(0) == ns &&
+                  (ns == 0 || special_w.size(1) == D),
               "flash_greedy: shapes do not match");
   TORCH_CHECK(tokens.scalar_type() == torch::kLong && special_ids.scalar_type() == torch::kLong &&
                   slot_bias.scalar_type() == torch::kFloat32 && special_b.scalar_type() == torch::kFloat32,
@@ -168,6 +181,7 @@ torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tens
   int64_t* op = out.data_ptr<int64_t>();
   std::vector<float> scores(C), cand(n_probes * b);
   std::vector<int32_t> order(C);
+  const bool wide = path == 0 && avx512();
   const float* sb = special_b.data_ptr<float>();
   const int64_t* sids = special_ids.data_ptr<int64_t>();
   const float* bias = slot_bias.data_ptr<float>();
@@ -178,18 +192,18 @@ torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tens
     if (cdt == torch::kBFloat16 && rdt == torch::kBFloat16) {
       t = greedy_row(hp, D, reinterpret_cast<const uint16_t*>(centroids.data_ptr()), C,
                      reinterpret_cast<const uint16_t*>(rows.data_ptr()), b, bias, tok,
-                     reinterpret_cast<const uint16_t*>(special_w.data_ptr()), sb, sids, ns, n_probes, sentinel, scores,
-                     order, cand);
+                     reinterpret_cast<const uint16_t*>(special_w.data_ptr()), sb, sids, ns, n_probes, sentinel, wide,
+                     scores, order, cand);
     } else if (cdt == torch::kBFloat16) {
       t = greedy_row(hp, D, reinterpret_cast<const uint16_t*>(centroids.data_ptr()), C, rows.data_ptr<float>(), b,
-                     bias, tok, special_w.data_ptr<float>(), sb, sids, ns, n_probes, sentinel, scores, order, cand);
+                     bias, tok, special_w.data_ptr<float>(), sb, sids, ns, n_probes, sentinel, wide, scores, order, cand);
     } else if (rdt == torch::kBFloat16) {
       t = greedy_row(hp, D, centroids.data_ptr<float>(), C, reinterpret_cast<const uint16_t*>(rows.data_ptr()), b,
                      bias, tok, reinterpret_cast<const uint16_t*>(special_w.data_ptr()), sb, sids, ns, n_probes,
-                     sentinel, scores, order, cand);
+                     sentinel, wide, scores, order, cand);
     } else {
       t = greedy_row(hp, D, centroids.data_ptr<float>(), C, rows.data_ptr<float>(), b, bias, tok,
-                     special_w.data_ptr<float>(), sb, sids, ns, n_probes, sentinel, scores, order, cand);
+                     special_w.data_ptr<float>(), sb, sids, ns, n_probes, sentinel, wide, scores, order, cand);
     }
     op[s] = t;
   }

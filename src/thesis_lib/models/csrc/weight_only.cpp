@@ -25,8 +25,7 @@ constexpr int kRows = 4;
 constexpr int kChunk = 16;
 // How far ahead of the weights being multiplied the kernel asks for them (bytes of the packed stream): far enough
 // that each core keeps enough reads in flight to stream at the memory's rate. The int8 VNNI path asks for nothing
-// ahead and leaves its sequential stream to the hardware's prefetcher, under which a block of rows streams about as
-// fast as one row (with the prefetches, blocks of rows fell behind the read rate).
+// ahead: its sequential stream is left to the hardware's prefetcher (the measurement log says why).
 constexpr int kPrefetch = 4096;
 
 enum class Fmt { BF16, INT8 };
@@ -553,7 +552,7 @@ torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
 // flash_head.cpp
 torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tensor rows, torch::Tensor slot_bias,
                            torch::Tensor tokens, torch::Tensor special_w, torch::Tensor special_b,
-                           torch::Tensor special_ids, int64_t n_probes, int64_t sentinel);
+                           torch::Tensor special_ids, int64_t n_probes, int64_t sentinel, int64_t path);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
