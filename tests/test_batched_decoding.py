@@ -160,3 +160,17 @@ def test_a_batch_s_time_is_split_into_the_loop_s_four_phases(pair, schedule):
     run = batched_speculative(pair["target"], ModelState(model, vocab_limit=TINY_VOCAB), [[3, 4, 5], [17, 2]], k=3,
                               max_new_tokens=8, schedule=schedule)
     assert set(run.phase_s) == {PREFILL, PROPOSE, VERIFY, FINALIZE} and run.phase_s[FINALIZE] > 0
+
+
+def test_each_row_says_what_stopped_it(pair):
+    """A row that reaches max_new_tokens says so, and one that emits its EOS says that (seed-6 survivor)."""
+    target = pair["target"]
+    model, _ = pair["dense"]
+    prompts = [[3, 4, 5], [17, 2, 99, 41, 8]]
+    eos = [greedy_generate(target, prompts[1], max_new_tokens=12).tokens[3]]
+    refs = [greedy_generate(target, p, max_new_tokens=12, eos_ids=eos) for p in prompts]
+    run = batched_speculative(target, ModelState(model, vocab_limit=TINY_VOCAB), prompts, k=3, max_new_tokens=12,
+                              eos_ids=eos)
+    assert [g.tokens for g in run.generations] == [r.tokens for r in refs]
+    assert [g.stats.stopped_by for g in run.generations] == [r.stats.stopped_by for r in refs]
+    assert {r.stats.stopped_by for r in refs} == {"eos", "max_new_tokens"}  # both kinds present

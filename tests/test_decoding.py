@@ -603,3 +603,36 @@ def test_prompt_lookup_takes_no_ngram_shorter_than_its_least_and_begins_with_not
     d.begin([1, 2])
     with pytest.raises(ValueError, match=r"accepted=2 outside 0\.\.0"):
         d.observe(2, 3)
+
+
+def test_greedy_decoding_times_its_phases_on_the_callers_clock():
+    """The clock a caller passes receives the target-only loop's phases (seed-6 survivor: a loop that made its own
+    clock left the caller's empty)."""
+    from thesis_lib.decoding.clocks import PhaseClock
+    from thesis_lib.decoding.greedy import greedy_generate
+    from thesis_lib.decoding.state import ModelState
+    from thesis_lib.models import tiny
+
+    clock = PhaseClock()
+    greedy_generate(ModelState(tiny.tiny_model("qwen2", seed=0), vocab_limit=TINY_VOCAB), [3, 4, 5], max_new_tokens=6,
+                    clock=clock)
+    phases = clock.as_dict()
+    assert phases and all(s > 0 for s in phases.values())
+
+
+def test_the_cost_model_counts_a_failure_only_in_rounds_that_reject():
+    """The running acceptance estimate: hits over trials, a round of ``accepted`` successes adding one failure
+    only when a proposal was rejected (forget = 1: no decay). From the prior (2.4 hits in 4 trials), a full round
+    of 4 gives 6.4 / 8, a round accepting 1 of 4 then 7.4 / 10 (seed-6 survivor: a failure counted at full
+    acceptance)."""
+    from thesis_lib.decoding import policies
+
+    verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
+    p = policies.CostModelK(4, draft_step_s=0.1, verify_s=verify, k_max=12, alpha0=0.6, prior=4.0, forget=1.0)
+    p.first()
+    p.update(4, 4)
+    assert p.alpha == pytest.approx(6.4 / 8)
+    p.update(1, 4)
+    assert p.alpha == pytest.approx(7.4 / 10)
+    with pytest.raises(ConfigError, match="draft_step_s >= 0"):
+        policies.CostModelK(4, draft_step_s=-1, verify_s=verify, k_max=12)

@@ -814,3 +814,29 @@ def test_a_failing_compiler_leaves_the_greedy_call_on_the_kernel(tiny_models, ti
         tokens = head.greedy_confidence(h)[0]
     assert head.path == "eager" and head.active_path == "eager"
     assert torch.equal(head(h), tokens) and head.active_path == "kernel"
+
+
+@pytest.mark.parametrize("path", ["eager", "compiled"])
+def test_a_ranking_s_first_token_is_the_greedy_head_s(tiny_models, tiny_clusterings, path):
+    """``top`` ranks the fast path's own candidates: with bfloat16 cluster ranking, whose probed clusters differ
+    from float32's on some states, its first token is the greedy call's and its probability the confidence call's
+    on every state (seed-6 survivor: the reference's float32 ranking taken for every path)."""
+    model = tiny_models[("f32", "qwen2", "target")]
+    head = _head(model, tiny_clusterings[17], n_probes=4, path=path, centroid_dtype="bfloat16")
+    h = torch.randn(400, 64, generator=torch.Generator().manual_seed(9)) * 4
+    ids, logp = head.top(h, 2)
+    assert torch.equal(ids[:, 0], head(h))
+    # and its probabilities are the softmax over those same candidates, the confidence call's
+    torch.testing.assert_close(logp[:, 0].exp(), head.greedy_confidence(h)[1], rtol=1e-5, atol=0)
+    assert not torch.equal(head.top_clusters(h, reference=False).sort(-1).values,
+                           head.top_clusters(h, reference=True).sort(-1).values)  # the rankings do differ here
+
+
+def test_a_sample_with_probability_past_the_vocabulary_is_refused():
+    """A sampled distribution that puts probability on a padding row cannot be spread over the vocabulary: the
+    error names the vocabulary size (seed-6 survivor: an error without its message)."""
+    sample = flashhead.FlashHeadSample(token=torch.tensor(1), candidates=torch.tensor([1, 300]),
+                                       probs=torch.tensor([0.5, 0.5]), clusters=torch.tensor([0]))
+    with pytest.raises(ValueError, match="vocab_size=272 has probability > 0"):
+        sample.dense(272)
+    assert sample.dense(400)[[1, 300]].tolist() == [0.5, 0.5]

@@ -187,3 +187,11 @@ def test_sampling_counts_its_rounds_verifies_appends_and_tail(pair, schedule, n,
     assert st.drafted == rounds and st.accepted == rounds and st.emitted == [r + 1 for r in rounds]
     assert (st.verify_calls, st.append_calls, st.skipped, st.tail_tokens, st.new_tokens) == (verify, append, 0, tail, n)
     assert (st.k, st.mode) == (k, f"{d.name}_{schedule}_sample")
+
+
+def test_target_only_sampling_names_its_mode(pair):
+    """A target-only sample is recorded as the sampling baseline (seed-6 survivor: a mode of None)."""
+    target, _, _ = pair
+    g = sampling.sample_generate(ModelState(target), PROMPT, max_new_tokens=4, sampler=sampling.Sampler(1.0),
+                                 generator=torch.Generator().manual_seed(1))
+    assert g.stats.mode == "baseline_sample" and len(g.tokens) == 4

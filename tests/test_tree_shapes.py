@@ -11,6 +11,7 @@ from thesis_lib.analysis import trees as at
 from thesis_lib.decoding.tree_shapes import (MISS, accepted, evaluate, gate_study, gated, independent_nodes, rank_table,
                                              round_seconds, search)
 from thesis_lib.decoding.trees import TreeShape
+from thesis_lib.errors import ConfigError
 
 
 def test_the_rank_table_counts_each_depth_among_the_starts_whose_earlier_depths_were_covered():
@@ -153,3 +154,23 @@ def test_the_gpu_model_reads_the_documents_costs_in_target_steps():
     assert math.isclose(out["c"], 3.2 / 32.0) and out["target_step_ms"] == 32.0
     assert out["grown"]["speedup"] > out["chain"]["speedup"] and out["grown"]["nodes"] <= 12
     assert at.gpu_prediction(doc, None) is None
+
+
+def test_grown_trees_follow_the_measured_table_not_the_prior():
+    """A draft whose second candidate is right far more often than its first (a table unlike the prior, whose first
+    rank is the likeliest): the one-node tree is that second candidate, and the search's one-node tree expects its
+    0.7 accepted tokens (seed-6 survivors: trees grown from the prior)."""
+    table = [[0.2, 0.7, 0.1]] * 4
+    assert TreeShape.grown(1, table, max_rank=3).paths == ((1,),)
+    # 0.7, 0.49 and 0.343 down the second candidates, each above the first candidate's 0.2
+    assert TreeShape.grown(3, table, max_rank=3).paths == ((1,), (1, 1), (1, 1, 1))
+    found = search(table, {e: 0.05 for e in range(1, 9)}, {n: 1.0 for n in range(1, 6)}, 1.0, max_nodes=1)
+    assert math.isclose(found["grown"][0]["expected_accepted"], 0.7)
+
+
+def test_a_node_whose_parent_is_missing_is_refused_at_any_depth():
+    """A rank path needs every prefix before it: (0, 0, 0) without (0, 0) is refused, though its grandparent (0,)
+    is there (seed-6 survivor: a check of the first rank only)."""
+    with pytest.raises(ConfigError, match="parent"):
+        TreeShape(((0,), (0, 0, 0)))
+    assert TreeShape(((0,), (0, 0), (0, 0, 0))).size == 3

@@ -264,3 +264,10 @@ def test_the_direction_words(thesis, value, lo, hi, expected):
     """The thesis' way or not, by the interval where there is one (an interval touching 1 cannot tell), else by
     the point, said so."""
     assert u.direction(thesis, value, lo, hi) == expected
+
+
+def test_draws_whose_denominator_is_zero_are_left_out():
+    """Two items, one timed at zero seconds in its b column: a draw of that item twice has no ratio (left out, not
+    an error), and the interval comes from the other draws (seed-6 survivor: ``_ratio``'s NaN)."""
+    iv = u.timing_interval([1.0, 1.0], [0.0, 1.0], 2)  # draws: 2/0 (left out), 2/1, 2/1, 2/2
+    assert (iv["value"], iv["lo"], iv["hi"]) == (2.0, 1.0, 2.0)
