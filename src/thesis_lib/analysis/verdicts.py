@@ -200,6 +200,10 @@ def switch_effect(value: float, lo: float, hi: float, them: str = "them") -> str
     return f"neither clearly faster nor slower with {them} {said}"
 
 
+#: the steps whose speedup a profile's switch is read for
+STEPS = ("draft", "target1", "target5")
+
+
 def _with_it(value: float, lo: float, hi: float) -> str:
     """:func:`switch_effect` of the compact step, of its layers in one call and of FlashHead's kernel."""
     return switch_effect(value, lo, hi, them="it")
@@ -538,8 +542,9 @@ RULES = {
         "sp_loop_verdict": (loop_beyond, dict(share="sp_loop_beyond_share")),
         **{f"sp{s}_{step}_verdict": (fn, dict(value=f"sp{s}_{step}_speedup", lo=f"sp{s}_{step}_lo",
                                                 hi=f"sp{s}_{step}_hi"))
-           for s, fn in (("f", switch_effect), ("c", _with_it), ("n", _with_it), ("h", _with_it))  # floor.SWITCH_KEYS
-           for step in ("draft", "target1", "target5")},
+           for s, fn, steps in (("f", switch_effect, STEPS), ("c", _with_it, STEPS), ("n", _with_it, STEPS),
+                                ("h", _with_it, ("draft",)))  # floor.SWITCH_KEYS; FlashHead's kernel: its step only
+           for step in steps},
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },
