@@ -7,6 +7,7 @@ The precision appendix's rules live with its tables in :mod:`~thesis_lib.analysi
 from __future__ import annotations
 
 from . import uncertainty
+from .floor import SWITCH_KEYS
 from .serving import batched_verdict, length_trend, model_gap, rise_verdict, share_trend
 from .trees import forward_verdict, gate_verdict, gpu_trees, peer_target, tree_vs_chain, tree_vs_peer
 from .precision import (auto_pick, best_precision, cost_shift, fastest_setting, int4_effect, layout_effect, memory_bound,
@@ -542,9 +543,9 @@ RULES = {
         "sp_loop_verdict": (loop_beyond, dict(share="sp_loop_beyond_share")),
         **{f"sp{s}_{step}_verdict": (fn, dict(value=f"sp{s}_{step}_speedup", lo=f"sp{s}_{step}_lo",
                                                 hi=f"sp{s}_{step}_hi"))
-           for s, fn, steps in (("f", switch_effect, STEPS), ("c", _with_it, STEPS), ("n", _with_it, STEPS),
-                                ("h", _with_it, ("draft",)))  # floor.SWITCH_KEYS; FlashHead's kernel: its step only
-           for step in steps},
+           for switch, s in SWITCH_KEYS.items()
+           for fn in [switch_effect if switch == "fused" else _with_it]
+           for step in (("draft",) if switch == "head-kernel" else STEPS)},  # FlashHead's kernel: its step only
         "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
                                                 for m in ("base", "flash"))),
     },

@@ -56,11 +56,12 @@ def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: 
     row-exact and the rows floor, so that a result made another way here is not reused."""
     key = {"dtype_resolved": loading.resolved_dtype("auto", device)} if dtype == "auto" else {}
     d_device = draft_device or device
+    target = loading.resolved_dtype(dtype, device)
     draft = loading.resolved_dtype(draft_precision(dtype, draft_dtype, d_device), d_device)
-    if draft != loading.resolved_dtype(dtype, device):
+    if draft != target:
         key["draft_dtype_resolved"] = draft
-    if loading.resolved_dtype(dtype, device) in weight_only.FORMATS:
-        key["target_head"] = weight_only.head_format(loading.resolved_dtype(dtype, device), head_rows=False)
+    if target in weight_only.FORMATS:
+        key["target_head"] = weight_only.head_format(target, head_rows=False)
     if device == "cpu" and weight_only.available():
         key["flash_greedy"] = "kernel"  # FlashHead's "auto" path (heads.cpu_kernels)
     if exact_attention(device, draft_device):

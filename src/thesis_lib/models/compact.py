@@ -150,7 +150,6 @@ def _native(body, layers, cfg) -> tuple | None:
     """``(weights, dims, eps, path)`` for the kernel's ``compact_layers`` (one call for all decoder layers, the same
     calls as :meth:`CompactStep.hidden`'s loop) where every product is joint and of one dynamic format, every norm
     fused with one epsilon and the activation SiLU; None otherwise (the loop runs)."""
-    norms = [m for layer in layers for m in (layer[0], layer[2], layer[3], layer[5]) if m is not None]
     products = [layer[j].joint for layer in layers for j in (1, 4, 6, 8)]
     if any(p is None for p in products) or len({(p[0], p[1]) for p in products}) != 1 or any(
             layer[7] is not torch.nn.functional.silu for layer in layers):
@@ -158,8 +157,7 @@ def _native(body, layers, cfg) -> tuple | None:
     owners = [m for layer in body.layers for m in (layer.input_layernorm, getattr(layer.self_attn, "q_norm", None),
                                                     getattr(layer.self_attn, "k_norm", None),
                                                     layer.post_attention_layernorm) if m is not None]
-    if len(owners) != len(norms) or not all(isinstance(m, fused.FusedRMSNorm) for m in owners) or len(
-            {m.eps for m in owners}) != 1:
+    if not all(isinstance(m, fused.FusedRMSNorm) for m in owners) or len({m.eps for m in owners}) != 1:
         return None
     none = torch.empty(0)
     weights = []
