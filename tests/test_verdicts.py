@@ -435,15 +435,15 @@ def test_block_rise(v5_int4, v5_bf16, expected):
 @pytest.mark.parametrize("kept_us, best_us, expected", [
     (NAN, 90.0, "have not been timed"),
     (100.0, NAN, "have not been timed"),
-    (100.0, 105.06, "were slower (the closest took 105.1 µs where these kernels took 100.0 µs in the same run): the "
+    (100.0, 105.06, "were slower (the closest took 105.1 µs where the five kernels took 100.0 µs in the same run): the "
                     "work they moved onto single, waiting or searching thread blocks cost more than the launches it "
                     "saved"),
-    (100.0, 105.0, "were no faster (the closest took 105.0 µs where these kernels took 100.0 µs in the same run)"),
-    (100.0, 95.3, "were no faster (the closest took 95.3 µs where these kernels took 100.0 µs in the same run)"),
+    (100.0, 105.0, "were no faster (the closest took 105.0 µs where the five kernels took 100.0 µs in the same run)"),
+    (100.0, 95.3, "were no faster (the closest took 95.3 µs where the five kernels took 100.0 µs in the same run)"),
     (100.0, 95.23809523809524,   # exactly 100 / 1.05: still a draw
-     "were no faster (the closest took 95.2 µs where these kernels took 100.0 µs in the same run)"),
-    (100.0, 95.16, "were faster (the closest took 95.2 µs where these kernels took 100.0 µs in the same run)"),
-    (100.04, 80.0, "were faster (the closest took 80.0 µs where these kernels took 100.0 µs in the same run)"),
+     "were no faster (the closest took 95.2 µs where the five kernels took 100.0 µs in the same run)"),
+    (100.0, 95.16, "were faster (the closest took 95.2 µs where the five kernels took 100.0 µs in the same run)"),
+    (100.04, 80.0, "were faster (the closest took 80.0 µs where the five kernels took 100.0 µs in the same run)"),
 ])
 def test_fewer_kernels(kept_us, best_us, expected):
     """Within 5 % either way (best <= 1.05 kept and >= kept / 1.05) a draw; times to one decimal."""
@@ -901,3 +901,21 @@ def test_rq_interplay_other_tolerance():
     """The tolerance parameter moves the "barely moves" band."""
     assert v.rq_interplay(0.5, 0.5, 1.001, 1.2, 2.0, 1.0, acc_lo=-0.05, acc_hi=0.05, tolerance=0.05) == \
         SAME_HEAD + ", so FlashHead's higher throughput comes from cheaper proposals, not from longer blocks"
+
+
+@pytest.mark.parametrize("before_us, after_us, lo, hi, expected", [
+    (NAN, 24.0, 1.0, 1.1, "has not been timed"),
+    (25.2, 24.0, 1.01, 1.08, "made the head faster: 24.0 µs against 25.2 (medians of 3 runs timed alone, 1.01 to 1.08 "
+                             "times as fast in each)"),
+    (25.19, 24.0, 1.01, 1.08, "made the head a little faster, by less than the 5 % that is a difference here but in "
+                              "every run: 24.0 µs against 25.2 (medians of 3 runs timed alone, 1.01 to 1.08 times as "
+                              "fast in each)"),
+    (25.0, 24.0, 1.0, 1.08, "made no difference one can tell: 24.0 µs against 25.0 (medians of 3 runs timed alone, "
+                            "1.00 to 1.08 times as fast in each)"),
+    (24.0, 24.5, 0.97, 1.0, "made no difference one can tell: 24.5 µs against 24.0 (medians of 3 runs timed alone, "
+                            "0.97 to 1.00 times as fast in each)"),
+    (24.0, 24.5, 0.97, 0.99, "made the head a little slower in every run: 24.5 µs against 24.0 (medians of 3 runs "
+                             "timed alone, 0.97 to 0.99 times as fast in each)"),
+])
+def test_one_row(before_us, after_us, lo, hi, expected):
+    assert v.one_row(before_us, after_us, lo, hi, 3) == expected

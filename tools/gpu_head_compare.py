@@ -7,8 +7,12 @@ beside the dense head; and their tokens against the float32 reference and agains
 
 ``--old`` names a package folder holding the earlier ``gpu_kernels.py`` and ``triton_kernels.py``; its ``greedy``
 takes FlashHead's fast arguments. In the document ``old`` is that revision's head and ``new`` this one's (where
-this revision keeps the earlier kernels, the two are the same). ``--batch`` also times both at batch B, and the
-document records each compiled kernel's registers and spills. Prints one line per probe count and writes the
+this revision keeps the earlier kernels, the two are the same). ``--set`` sets this revision's module constants for
+the whole run (so ``new`` is that design); ``--variants`` times other settings beside it, interleaved and each
+alone, with their kernel profiles. Interleaved, the graph in the ``new`` slot (and ``default`` among the variants)
+has timed 2.5-5.9 us slower than alone on an H100, identical code included (the measurement log, 2026-11-27):
+compare designs as variants or alone. ``--batch`` also times both at batch B, and the document records each
+compiled kernel's registers and spills. Prints one line per probe count and writes the
 JSON document.
 """
 
@@ -36,6 +40,8 @@ def main() -> int:
     ap.add_argument("--variants", default="", help="settings of the new head also timed at 593 probes: module "
                     "constants of this revision's heads.gpu_kernels, e.g. 'PICK_BLOCK=512;PICK_BLOCK=2048,TIE_CAP=32' "
                     "(variants split by ';')")
+    ap.add_argument("--set", default="", help="module constants of this revision's heads.gpu_kernels for the whole "
+                    "run, so 'new' is that design, e.g. 'SCORE_IN_TRITON=0,CENTROID_BLOCK=32'")
     args = ap.parse_args()
     from thesis_lib.bench.gpucheck import random_clustering, versions
     from thesis_lib.bench.graphs import capture_head, queued_times
@@ -44,6 +50,10 @@ def main() -> int:
     from thesis_lib.heads.dense import DenseGreedyHead
     from thesis_lib.heads.flashhead import FlashHead
 
+    for kv in filter(None, args.set.split(",")):
+        name, value = kv.split("=")
+        getattr(gpu_kernels, name)  # a known setting
+        setattr(gpu_kernels, name, int(value))
     old_dir = Path(args.old).resolve()
     sys.path.insert(0, str(old_dir.parent))
     old = importlib.import_module(f"{old_dir.name}.gpu_kernels")
@@ -57,7 +67,7 @@ def main() -> int:
     eager = FlashHead(weight, clustering, n_probes=593, path="eager")
     reference = FlashHead(weight, clustering, n_probes=593, path="reference")
     dense = DenseGreedyHead(weight)
-    doc = {"versions": versions(device), "old": str(old_dir.name), "rows": args.rows, "reps": args.reps,
+    doc = {"versions": versions(device), "old": str(old_dir.name), "set": args.set, "rows": args.rows, "reps": args.reps,
            "note": "random weights: latency only", "curve": []}
     t0 = time.perf_counter()
     for p in (64, 256, 593):
@@ -105,6 +115,7 @@ def _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times
             for k, v in settings.items():
                 setattr(gpu_kernels, k, int(v))
             graph = capture_head(head, states)
+            profile = _profile(head, states[:1])
         finally:
             for k, v in saved.items():
                 setattr(gpu_kernels, k, v)
@@ -112,9 +123,14 @@ def _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times
         times = queued_times({"dense": capture_head(dense, states), "default": base, "variant": graph}, args.rows,
                              reps=args.reps, device="cuda:0")
         ms = {n: stats_ms(t)["p50_ms"] for n, t in times.items()}
-        out.append({"settings": settings, "ms": ms, "same_as_default": same})
+        alone = {n: stats_ms(queued_times({n: g}, args.rows, reps=args.reps, device="cuda:0")[n])["p50_ms"]
+                 for n, g in (("variant", graph), ("default", base))}
+        out.append({"settings": settings, "ms": ms, "alone_ms": alone, "same_as_default": same,
+                    "kernel_profile": profile})
         print(f"variant {spec}: {1e3 * ms['variant']:.1f} us against the default's {1e3 * ms['default']:.1f} us "
-              f"(dense {1e3 * ms['dense']:.1f}); same tokens {same}/{args.rows}", flush=True)
+              f"(dense {1e3 * ms['dense']:.1f}); alone {1e3 * alone['variant']:.1f} against "
+              f"{1e3 * alone['default']:.1f}; same tokens {same}/{args.rows}; kernels "
+              + ", ".join(f"{k['name'][:24]} {k['us_per_call']:.1f}" for k in profile), flush=True)
     return out
 
 
@@ -141,7 +157,7 @@ def _batch(args, head, old, dense, states, capture_head, queued_times, stats_ms)
 def _resources(gpu_kernels) -> dict:
     """Registers, spills and shared memory of each compiled kernel of this revision (the compiler's report)."""
     out = {}
-    for name in ("count_kernel", "pick_kernel", "candidate_kernel", "finish_kernel"):
+    for name in ("score_count_kernel", "count_kernel", "pick_kernel", "candidate_kernel", "finish_kernel"):
         try:
             caches = getattr(gpu_kernels._kernels(), name).device_caches
             for device, cache in caches.items():

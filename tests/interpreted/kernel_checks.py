@@ -27,6 +27,16 @@ from thesis_lib.heads.clustering import Clustering  # noqa: E402
 from thesis_lib.heads.flashhead import FlashHead  # noqa: E402
 
 
+@pytest.fixture(autouse=True, params=["score-count-kernel", "matrix-product"])
+def design(request, monkeypatch):
+    """Every check runs with one row's centroid scores from ``score_count_kernel`` (the default) and from the
+    matrix product that several rows take; each leaves the shared histograms and counters zeroed."""
+    monkeypatch.setattr(gpu_kernels, "SCORE_IN_TRITON", request.param == "score-count-kernel")
+    yield request.param
+    for ws in gpu_kernels._workspaces.values():
+        assert int(ws["hist16"].abs().sum() + ws["hist8"].abs().sum() + ws["counters"].abs().sum()) == 0
+
+
 def reference(h: torch.Tensor, head: FlashHead) -> list[int]:
     """The semantics the kernels implement, one row at a time, in plain torch."""
     out = []
@@ -244,3 +254,60 @@ def test_a_surplus_tie_before_a_cluster_above_the_threshold_stays_unprobed(monke
     h[0, :2] = 1.0
     assert gpu_kernels.greedy(h.bfloat16(), *head.fast_arguments()).tolist() == [5 + clusters] == reference(
         h.bfloat16(), head)
+
+
+def test_the_centroid_score_kernel_rounds_to_the_nearest_even_bfloat16():
+    """``score_count_kernel``'s scores are float32 sums rounded to the nearest bfloat16, ties to even, as a GPU's
+    conversion and torch's product round (Triton's interpreter would truncate): sums built exact in float32,
+    halfway between two bfloat16 values and just past halfway, of both signs; and its histograms count them."""
+    fractions = [0.0, 2.0 ** -8, 3 * 2.0 ** -8, 2.0 ** -8 + 2.0 ** -12, 5 * 2.0 ** -8, 2.0 ** -9]
+    centroids = torch.zeros(2 * len(fractions), 16)
+    for i, f in enumerate(fractions):  # 1 + f and -(1 + f): exact in float32, each f a bfloat16 value
+        centroids[2 * i, :2] = torch.tensor([1.0, f])
+        centroids[2 * i + 1, :2] = torch.tensor([-1.0, -f])
+    centroids = centroids.bfloat16()
+    h = torch.ones(1, 16, dtype=torch.bfloat16)
+    exact = h.float() @ centroids.float().T
+    c = centroids.shape[0]
+    keys = torch.zeros(1, c, dtype=torch.int16)
+    hist16, hist8 = torch.zeros(1, 65536, dtype=torch.int32), torch.zeros(1, 256, dtype=torch.int32)
+    gpu_kernels._kernels().score_count_kernel[(3, 1)](h, centroids, keys, hist16, hist8, torch.empty(1, dtype=torch.int64),
+                                                      C=c, D=16, CB=4, BLOCK_D=16, PDL=False)
+    got = keys.view(torch.bfloat16).float()
+    assert got.tolist() == exact.bfloat16().float().tolist()
+    truncated = (exact.view(torch.int32) & ~0xFFFF).view(torch.float32)
+    assert got.tolist() != truncated.tolist()  # the sums straddle bfloat16 values: the rounding rule shows
+    assert int(hist16.sum()) == int(hist8.sum()) == c
+    one = int(torch.tensor([1.0]).bfloat16().view(torch.int16)) | 0x8000  # a positive score's key: its bits, top bit set
+    assert int(hist16[0, one]) == 3 and int(hist8[0, one >> 8]) == int(hist16[0, one & 0xFF00:(one | 0xFF) + 1].sum())
+
+
+def test_one_row_is_scored_by_the_counting_kernel_and_several_by_the_matrix_product(design, monkeypatch):
+    """By default a single row's centroids are scored in ``score_count_kernel`` (no matrix product, no
+    ``count_kernel``); rows of a batch share one matrix product, which reads the centroids once for all."""
+    kernels, launched = gpu_kernels._kernels(), []
+
+    class Spy:
+        def __init__(self, name):
+            self.name, self.kernel = name, getattr(kernels, name)
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launched.append(self.name) or self.kernel[grid](*a, **kw)
+
+    for name in ("score_count_kernel", "count_kernel"):
+        monkeypatch.setattr(kernels, name, Spy(name))
+    head = make_head(probes=9, seed=3)
+    h = torch.randn(3, 64, generator=torch.Generator().manual_seed(3)).bfloat16()
+    assert gpu_kernels.greedy(h[:1], *head.fast_arguments()).tolist() == reference(h[:1], head)
+    assert gpu_kernels.greedy(h, *head.fast_arguments()).tolist() == reference(h, head)
+    one = "score_count_kernel" if design == "score-count-kernel" else "count_kernel"
+    assert launched == [one, "count_kernel"]
+
+
+def test_a_cluster_count_the_scoring_blocks_do_not_divide():
+    """170 clusters: the last scoring and counting programs hold a partial block (10 of 16 centroids), whose lanes
+    past the end are neither scored, counted nor probed; the tokens are the reference's on every row."""
+    head = make_head(vocab=170 * 16, clusters=170, probes=23, seed=8)
+    assert head.n_clusters % gpu_kernels.CENTROID_BLOCK and head.n_clusters % gpu_kernels.PICK_BLOCK
+    h = torch.randn(4, 64, generator=torch.Generator().manual_seed(10)).bfloat16()
+    assert [int(gpu_kernels.greedy(h[i:i + 1], *head.fast_arguments())) for i in range(4)] == reference(h, head)

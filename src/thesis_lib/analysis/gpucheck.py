@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 
@@ -50,7 +51,8 @@ NUMBERS = ("head_speedup", "head_speedup_launch", "flash_us", "dense_us", "agree
            "step_head_share", "step_speedup_eager", "speedup_p64", "speedup_p128", "speedup_p256", "speedup_p593",
            "verify13", "verify5", "int4_step_ms", "int4_c", "int4_v5", "int4_v16", "int4_gb", "designs_five_us",
            "designs_best_us", "designs_n", "int4_layers", "int4_group", "chained_us", "chained_before_us",
-           "chained_dense_us", "chained_mid_us", "chained_mid_before_us")
+           "chained_dense_us", "chained_mid_us", "chained_mid_before_us", "one_row_us", "one_row_before_us",
+           "one_row_lo", "one_row_hi", "one_row_runs")
 
 
 def summary(doc: dict | None) -> dict:
@@ -88,7 +90,8 @@ def summary(doc: dict | None) -> dict:
                for n in (64, 128, 256, 593)},
             "verify13": float(verify.get("13", verify.get(13, nan))), "verify5": float(verify.get("5", verify.get(5, nan))),
             **_int4(check, captured), **_designs(doc.get("head_designs")),
-            **_chained(doc.get("head_chained")), "name": check["versions"].get("gpu", "?")}
+            **_chained(doc.get("head_chained")), **_one_row(doc.get("head_score_count")),
+            "name": check["versions"].get("gpu", "?")}
 
 
 def _int4(check: dict, captured: dict) -> dict:
@@ -107,10 +110,10 @@ def _int4(check: dict, captured: dict) -> dict:
 
 
 def _designs(designs: dict | None) -> dict:
-    """Other designs of the head, each timed in a run of its own beside the kept kernels (``head_designs``: one
-    design per ``run*`` part, its ``compare`` curve with the kept kernels as ``old`` and the design as ``new``,
-    and its other settings as ``variants``): the run whose fastest setting came closest to the kept kernels, at
-    593 probes, its kept kernels' and that setting's device times (µs), and how many designs were timed."""
+    """Other designs of the head, each timed in a run of its own beside the five kernels of its day
+    (``head_designs``: one design per ``run*`` part, its ``compare`` curve with those kernels as ``old`` and the
+    design as ``new``, and its other settings as ``variants``): the run whose fastest setting came closest to its
+    five kernels, at 593 probes, their and that setting's device times (µs), and how many runs were timed."""
     nan = float("nan")
     pairs = []
     for key, part in (designs or {}).items():
@@ -127,7 +130,7 @@ def _designs(designs: dict | None) -> dict:
 
 
 def _chained(part: dict | None) -> dict:
-    """The kept kernels chained by programmatic dependent launch (``head_chained``): timed alone, their µs, the
+    """The five kernels chained by programmatic dependent launch (``head_chained``): timed alone, their µs, the
     earlier kernels' and the dense head's (each the slower of its two passes); and interleaved between two other
     heads, theirs and the earlier kernels' at 593 probes (the last H100 compare run)."""
     nan = float("nan")
@@ -138,6 +141,19 @@ def _chained(part: dict | None) -> dict:
     at = next(r for r in part["compare_h100"][-1]["curve"] if r["n_probes"] == 593)
     return {"chained_us": alone["pdl1-b128"], "chained_before_us": alone["old"], "chained_dense_us": alone["dense"],
             "chained_mid_us": 1000 * at["ms"]["new"], "chained_mid_before_us": 1000 * at["ms"]["old"]}
+
+
+def _one_row(part: dict | None) -> dict:
+    """One row's centroids scored and counted in one kernel (``head_score_count``), each run's pair timed alone:
+    the medians over runs of the kept head's and the five kernels' µs, the smallest and largest ratio, the runs."""
+    nan = float("nan")
+    runs = [r for k, r in ((part or {}).get("alone_us") or {}).items() if k.startswith("run")]
+    if not runs:
+        return {k: nan for k in ("one_row_us", "one_row_before_us", "one_row_lo", "one_row_hi", "one_row_runs")}
+    ratios = [r["five_kernels"] / r["score_count"] for r in runs]
+    return {"one_row_us": float(np.median([r["score_count"] for r in runs])),
+            "one_row_before_us": float(np.median([r["five_kernels"] for r in runs])),
+            "one_row_lo": min(ratios), "one_row_hi": max(ratios), "one_row_runs": float(len(runs))}
 
 
 def _kernel_us(check: dict, head: str, name: str) -> float:

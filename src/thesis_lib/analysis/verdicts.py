@@ -243,11 +243,11 @@ def block_rise(v5_int4: float, v5_bf16: float) -> str:
 
 
 def fewer_kernels(kept_us: float, best_us: float) -> str:
-    """How the design with fewer kernels that came closest compared with the kept kernels timed in its own run
+    """How the design with fewer kernels that came closest compared with the five kernels timed in its own run
     (device times, µs); a difference under 5 % is called a draw (the replays' medians move by a few percent)."""
     if kept_us != kept_us or best_us != best_us:
         return "have not been timed"
-    said = f"the closest took {best_us:.1f} µs where these kernels took {kept_us:.1f} µs in the same run"
+    said = f"the closest took {best_us:.1f} µs where the five kernels took {kept_us:.1f} µs in the same run"
     if best_us > 1.05 * kept_us:
         return (f"were slower ({said}): the work they moved onto single, waiting or searching thread blocks cost "
                 "more than the launches it saved")
@@ -270,6 +270,23 @@ def chained_gain(before_us: float, alone_us: float, mid_before_us: float, mid_us
     if alone < 1.05 and mid < 1.05:
         return f"made the head no faster ({said})"
     return f"made the head faster on one footing only ({said}): a gain the surroundings decide"
+
+
+def one_row(before_us: float, after_us: float, lo: float, hi: float, runs: float) -> str:
+    """What scoring one row's centroids in the counting kernel bought, timed alone beside the five kernels in each
+    run (medians over runs, µs; ``lo``/``hi`` the smallest and largest ratio); under 5 % is no difference unless
+    every run agrees on its direction."""
+    if any(x != x for x in (before_us, after_us, lo, hi, runs)):
+        return "has not been timed"
+    said = (f"{after_us:.1f} µs against {before_us:.1f} (medians of {int(runs)} runs timed alone, "
+            f"{lo:.2f} to {hi:.2f} times as fast in each)")
+    if before_us / after_us >= 1.05:
+        return f"made the head faster: {said}"
+    if lo > 1:
+        return f"made the head a little faster, by less than the 5 % that is a difference here but in every run: {said}"
+    if hi < 1:
+        return f"made the head a little slower in every run: {said}"
+    return f"made no difference one can tell: {said}"
 
 
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
@@ -562,6 +579,8 @@ RULES = {
         "gpu_chained_gain": (chained_gain, dict(before_us="gpu_chained_before_us", alone_us="gpu_chained_us",
                                                 mid_before_us="gpu_chained_mid_before_us", mid_us="gpu_chained_mid_us",
                                                 dense_us="gpu_chained_dense_us")),
+        "gpu_one_row": (one_row, dict(before_us="gpu_one_row_before_us", after_us="gpu_one_row_us",
+                                      lo="gpu_one_row_lo", hi="gpu_one_row_hi", runs="gpu_one_row_runs")),
         "gpu_compiled_verdict": (compiled_sound, dict(agree_compiled="gpu_agree_compiled", agree_path="gpu_agree_path",
                                                       rows="gpu_rows")),
         "step_vs_head": (step_vs_head, dict(step_speedup="step_speedup", head_speedup="head_speedup",

@@ -1,17 +1,19 @@
 """FlashHead's greedy head as Triton kernels for decode rows on a GPU (the "triton" path, and "auto" on CUDA).
 
 :func:`greedy` runs the whole head without host synchronisation, so a CUDA graph can capture it with the
-draft's body: the centroid scores (one matrix product); ``count_kernel`` puts each score's order-preserving
-16-bit key into per-row histograms from many programs; ``pick_kernel`` reads the P-th largest key off them and
-writes the probes (keys equal to it into a tie list, taken lowest index first); ``candidate_kernel`` scores
-each probed cluster and the special tokens exactly and folds the best (score, token) into one int64
-``atomic_max`` (ties to the lower token id), then zeroes the histograms; ``finish_kernel`` unpacks the token.
-The probe choice is spread over many programs because a one-block selection (``torch.topk``, a single-program
-radix select) would dominate the head; without a graph, launch overhead exceeds the work. On Hopper and later the
-four Triton kernels are chained by programmatic dependent launch (:data:`PDL`): each one's programs start while the
-one before runs and wait for it on the device. Designs with fewer launches (all stages in one, ordered by waiting
-thread blocks; each probe program finding its own cluster) were slower on an H100 and an H200 (the measurement
-log). :func:`probe` serves
+draft's body: the centroid scores and their counting (for one row ``score_count_kernel``, whose programs score
+their centroids and put each score's order-preserving 16-bit key into the row's histograms; for several rows one
+matrix product, which reads the centroids once for all, and ``count_kernel``); ``pick_kernel`` reads the P-th
+largest key off the histograms and writes the probes (keys equal to it into a tie list, taken lowest index
+first); ``candidate_kernel`` scores each probed cluster and the special tokens exactly and folds the best
+(score, token) into one int64 ``atomic_max`` (ties to the lower token id), then zeroes the histograms;
+``finish_kernel`` unpacks the token. The probe choice is spread over many programs because a one-block selection
+(``torch.topk``, a single-program radix select) would dominate the head; without a graph, launch overhead exceeds
+the work. On Hopper and later the Triton kernels are chained by programmatic dependent launch (:data:`PDL`): each
+one's programs start while the one before runs and wait for it on the device. Designs with fewer launches (all
+stages in one, ordered by waiting thread blocks; each probe program finding its own cluster; the threshold read
+once by the scoring kernel's last program; the probe choice and the candidates in one kernel) were slower or no
+faster on an H100 and an H200 (the measurement log). :func:`probe` serves
 float32 centroid scores; :func:`cluster_scores` scores probed clusters for the confidence head. Triton is
 imported only by :func:`_kernels`; tests run the kernels on a CPU with ``TRITON_INTERPRET=1``.
 """
@@ -111,6 +113,10 @@ PICK_BLOCK = 128
 #: chain the head's kernels by programmatic dependent launch where the GPU has it (Hopper on): each kernel's
 #: programs launch while the one before runs and wait for it on the device, instead of launching after it
 PDL = True
+#: score one row's bfloat16 centroids in ``score_count_kernel`` (no matrix product, no ``count_kernel``), with
+#: CENTROID_BLOCK centroids a program
+SCORE_IN_TRITON = True
+CENTROID_BLOCK = 16
 
 _workspaces: dict = {}
 
@@ -136,18 +142,29 @@ def greedy(h: torch.Tensor, centroids: torch.Tensor, weight_perm: torch.Tensor, 
     k = _kernels()
     s, d = h.shape
     c, b, _ = weight_perm.shape
-    scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()  # [S, C], ranked as the torch paths rank
-    h = h.to(weight_perm.dtype).contiguous()
     ws = _workspace(h.device, s)
     pdl = bool(PDL) and _chained(h.device)
     chain = {"PDL": pdl, "launch_pdl": pdl}
+    one = bool(SCORE_IN_TRITON) and s == 1 and centroids.dtype == torch.bfloat16
+    if one:  # the scores' bits, written by score_count_kernel
+        scores = torch.empty(s, c, dtype=torch.bfloat16, device=h.device)
+        x, centroids = h.to(centroids.dtype).contiguous(), centroids.contiguous()
+    else:  # [S, C], ranked as the torch paths rank
+        scores = torch.matmul(h.to(centroids.dtype), centroids.T).contiguous()
+    h = h.to(weight_perm.dtype).contiguous()
     try:
         if scores.dtype == torch.bfloat16:
             top = torch.empty(s, n_probes, dtype=torch.int32, device=h.device)
             best = torch.empty(s, dtype=torch.int64, device=h.device)
             keys = scores.view(torch.int16)
             grid = (-(-c // PICK_BLOCK), s)
-            k.count_kernel[grid](keys, ws["hist16"], ws["hist8"], best, C=c, BLOCK=PICK_BLOCK, num_warps=4, **chain)
+            if one:
+                k.score_count_kernel[(-(-c // CENTROID_BLOCK), s)](x, centroids, keys, ws["hist16"], ws["hist8"], best,
+                                                                   C=c, D=d, CB=CENTROID_BLOCK, BLOCK_D=_block(d),
+                                                                   num_warps=4, **chain)
+            else:
+                k.count_kernel[grid](keys, ws["hist16"], ws["hist8"], best, C=c, BLOCK=PICK_BLOCK, num_warps=4,
+                                     **chain)
             k.pick_kernel[grid](keys, ws["hist16"], ws["hist8"], top, ws["counters"], ws["ties"], ws["ctl"], n_probes,
                                 C=c, BLOCK=PICK_BLOCK, CAP=TIE_CAP, num_warps=4, **chain)
             n_zero = grid[0]

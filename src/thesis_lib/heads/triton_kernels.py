@@ -18,14 +18,19 @@ def _chained(PDL: tl.constexpr):
         gdc_wait()
 
 @triton.jit
+def _key16(raw):
+    # a bfloat16's bits (int32 in [0, 2^16)) -> its order-preserving key
+    raw = tl.where(raw == 0x8000, 0, raw)  # -0.0 is +0.0: equal scores, one key (a tie)
+    return tl.where((raw & 0x8000) != 0, 0xFFFF - raw, raw | 0x8000)
+
+
+@triton.jit
 def _keys(scores, row, C, offs, KEY_BITS: tl.constexpr):
     """Order-preserving non-negative integer keys of one row's scores at ``offs`` (bfloat16 read as int16 ->
     int32 keys in [0, 2^16); float32 read as int32 -> int64 keys in [0, 2^32)), and which offsets are inside."""
     inside = offs < C
     if KEY_BITS == 16:
-        raw = tl.load(scores + row * C + offs, mask=inside, other=0).to(tl.int32) & 0xFFFF
-        raw = tl.where(raw == 0x8000, 0, raw)  # -0.0 is +0.0: equal scores, one key (a tie)
-        key = tl.where((raw & 0x8000) != 0, 0xFFFF - raw, raw | 0x8000)
+        key = _key16(tl.load(scores + row * C + offs, mask=inside, other=0).to(tl.int32) & 0xFFFF)
     else:
         raw = tl.load(scores + row * C + offs, mask=inside, other=0).to(tl.int64) & 0xFFFFFFFF
         raw = tl.where(raw == 0x80000000, 0, raw)
@@ -112,6 +117,28 @@ def count_kernel(scores, hist16, hist8, best, C: tl.constexpr, BLOCK: tl.constex
     tl.atomic_add(hist16 + row * 65536 + key, 1, mask=inside, sem="relaxed")
     h = tl.histogram(key >> 8, 256, mask=inside)
     tl.atomic_add(hist8 + row * 256 + tl.arange(0, 256), h, mask=h > 0, sem="relaxed")
+    if pid == 0:
+        tl.store(best + row, INT64_MIN)  # the candidates' packed maximum starts below all
+
+
+@triton.jit
+def score_count_kernel(h, centroids, scores, hist16, hist8, best, C: tl.constexpr, D: tl.constexpr,
+                       CB: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    # the matrix product and count_kernel in one: many programs, CB centroids each, their scores (float32 sums of
+    # bfloat16 products rounded to the nearest bfloat16 by integer arithmetic, as a GPU's conversion rounds and
+    # Triton's interpreter does not) written out as bits and counted into the row's histograms
+    _chained(PDL)
+    pid = tl.program_id(0)
+    row = tl.program_id(1)
+    offs = pid * CB + tl.arange(0, CB)
+    inside = offs < C
+    bits = _dot_rows(h, row, centroids + offs.to(tl.int64) * D, inside, CB, D, BLOCK_D).to(tl.int32, bitcast=True)
+    raw = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF  # to bfloat16, rounding to nearest even
+    tl.store(scores + row * C + offs, raw.to(tl.int16), mask=inside)
+    key = _key16(raw)
+    tl.atomic_add(hist16 + row * 65536 + key, 1, mask=inside, sem="relaxed")
+    hist = tl.histogram(key >> 8, 256, mask=inside)
+    tl.atomic_add(hist8 + row * 256 + tl.arange(0, 256), hist, mask=hist > 0, sem="relaxed")
     if pid == 0:
         tl.store(best + row, INT64_MIN)  # the candidates' packed maximum starts below all
 
