@@ -108,17 +108,23 @@ def cluster_kernel(h, weight, top, bias, out, D: tl.constexpr, B: tl.constexpr, 
 
 @triton.jit
 def count_kernel(scores, hist16, hist8, best, C: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    # many programs, BLOCK scores each: every bfloat16 key into the row's 2^16-bin histogram, its top byte into
-    # the row's 256-bin histogram (one atomic per bin and program)
+    # many programs, BLOCK scores each, counted (_count)
     _chained(PDL)
     pid = tl.program_id(0)
     row = tl.program_id(1)
     key, inside = _keys(scores, row, C, pid * BLOCK + tl.arange(0, BLOCK), 16)
+    _count(hist16, hist8, best, row, pid, key, inside)
+
+
+@triton.jit
+def _count(hist16, hist8, best, row, pid, key, inside):
+    # a program's keys into the row's 2^16-bin histogram, their top bytes into its 256-bin histogram (one atomic
+    # per bin and program); the first program also starts the candidates' packed maximum below all
     tl.atomic_add(hist16 + row * 65536 + key, 1, mask=inside, sem="relaxed")
     h = tl.histogram(key >> 8, 256, mask=inside)
     tl.atomic_add(hist8 + row * 256 + tl.arange(0, 256), h, mask=h > 0, sem="relaxed")
     if pid == 0:
-        tl.store(best + row, INT64_MIN)  # the candidates' packed maximum starts below all
+        tl.store(best + row, INT64_MIN)
 
 
 @triton.jit
@@ -135,12 +141,7 @@ def score_count_kernel(h, centroids, scores, hist16, hist8, best, C: tl.constexp
     bits = _dot_rows(h, row, centroids + offs.to(tl.int64) * D, inside, CB, D, BLOCK_D).to(tl.int32, bitcast=True)
     raw = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF  # to bfloat16, rounding to nearest even
     tl.store(scores + row * C + offs, raw.to(tl.int16), mask=inside)
-    key = _key16(raw)
-    tl.atomic_add(hist16 + row * 65536 + key, 1, mask=inside, sem="relaxed")
-    hist = tl.histogram(key >> 8, 256, mask=inside)
-    tl.atomic_add(hist8 + row * 256 + tl.arange(0, 256), hist, mask=hist > 0, sem="relaxed")
-    if pid == 0:
-        tl.store(best + row, INT64_MIN)  # the candidates' packed maximum starts below all
+    _count(hist16, hist8, best, row, pid, _key16(raw), inside)
 
 
 @triton.jit
