@@ -50,10 +50,7 @@ def main() -> int:
     from thesis_lib.heads.dense import DenseGreedyHead
     from thesis_lib.heads.flashhead import FlashHead
 
-    for kv in filter(None, args.set.split(",")):
-        name, value = kv.split("=")
-        getattr(gpu_kernels, name)  # a known setting
-        setattr(gpu_kernels, name, int(value))
+    _apply(gpu_kernels, args.set)
     old_dir = Path(args.old).resolve()
     sys.path.insert(0, str(old_dir.parent))
     old = importlib.import_module(f"{old_dir.name}.gpu_kernels")
@@ -101,6 +98,14 @@ def main() -> int:
     return 0
 
 
+def _apply(gpu_kernels, spec: str) -> None:
+    """Set the module constants a spec names ('NAME=int,NAME=int'); a name the module lacks is an error."""
+    for kv in filter(None, spec.split(",")):
+        name, value = kv.split("=")
+        getattr(gpu_kernels, name)
+        setattr(gpu_kernels, name, int(value))
+
+
 def _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times, stats_ms) -> list[dict]:
     """The new head at 593 probes with other module settings (captured with them), beside the defaults and the
     dense head; tokens compared with the defaults'."""
@@ -112,8 +117,7 @@ def _variants(args, head, dense, states, gpu_kernels, capture_head, queued_times
         settings = dict(kv.split("=") for kv in spec.split(","))
         saved = {k: getattr(gpu_kernels, k) for k in settings}
         try:
-            for k, v in settings.items():
-                setattr(gpu_kernels, k, int(v))
+            _apply(gpu_kernels, spec)
             graph = capture_head(head, states)
             profile = _profile(head, states[:1])
         finally:
