@@ -1442,3 +1442,14 @@ def test_a_gguf_step_reads_every_tensor_but_the_token_embedding(tmp_path):
     w.add_tensor("output.weight", np.zeros((64, 16), np.float16))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     assert gguf_bytes_per_step(tmp_path / "m.gguf") == 16 * 16 * 4 + 64 * 16 * 2
+
+
+def test_a_result_key_names_the_4_bit_layout_and_a_read_only_build_ignores_it():
+    """Results made with a 4-bit draft name its layout (a run made with another layout is not reused); an 8-bit
+    pair names none; a read-only build matches recorded results without it."""
+    from thesis_lib.book import shared
+
+    four = shared.machine_key("int8-dynamic", "cpu", None, "int4-dynamic")
+    eight = shared.machine_key("int8-dynamic", "cpu", None, "int8-dynamic")
+    assert four["layouts"] == {"int4-dynamic": "bfloat16 scales"} and "layouts" not in eight
+    assert "layouts" in shared.MACHINE_FIELDS

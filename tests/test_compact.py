@@ -159,3 +159,19 @@ def test_the_layers_run_in_one_call_only_where_every_product_is_joint_and_dynami
     model = _int8("qwen2", seed=2)
     model.model.layers[1].post_attention_layernorm.eps *= 2
     assert compact.for_model(model).native is None
+
+
+def test_rotary_table_slices_equal_the_module_at_every_position():
+    """The step's table of cos and sin (grown past its first capacity) gives the rotary module's own values, bit
+    for bit, for any block of positions; a rotary kind whose frequencies depend on the length has no table."""
+    step = compact.for_model(_int8("qwen2"))
+    x = torch.zeros(1, 1, 8)
+    for start, n in ((0, 1), (5, 5), (511, 1), (600, 7), (3, 1)):
+        want = step.rotary_emb(x, torch.arange(start, start + n).unsqueeze(0))
+        got = step.rotary(x, start, n)
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), (start, n)
+    assert step._cos.shape[1] >= 607
+    step.table, step._cos = False, None
+    step.rotary(x, 2, 3)
+    assert step._cos is None
+

@@ -108,6 +108,31 @@ def test_a_block_s_queries_in_one_call_equal_each_query_alone():
         k.attend_causal(q, keys[:, :, :33], values[:, :, :33], 0.3, start)
 
 
+@pytest.mark.skipif(not wo.available() or not wo.kernel().avx512_path(), reason="a CPU without AVX-512 has one path")
+def test_attention_s_avx2_path_gives_the_avx512_path_s_bits(monkeypatch):
+    """The AVX2 path (two 8-lane registers) computes every (query, head) as the AVX-512 path does, bit for bit, at
+    widths and lengths with remainders; both are softmax attention to float32 rounding, also where most weights
+    fall below exp's lowest argument; a NaN in a query gives that head's row NaN and leaves the others."""
+    k = wo.kernel()
+    g = torch.Generator().manual_seed(4)
+    for (length, d), scale in zip(((1, 72), (17, 64), (300, 128), (33, 8), (40, 64)), (0.3, 0.3, 0.3, 0.3, 40.0)):
+        q = torch.randn(1, 6, 3, d, generator=g)
+        keys, values = torch.randn(1, 2, length + 3, d, generator=g), torch.randn(1, 2, length + 3, d, generator=g)
+        wide = k.attend_causal(q, keys, values, scale, length)
+        monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+        narrow = k.attend_causal(q, keys, values, scale, length)
+        monkeypatch.delenv(wo.FORCED_PATH_ENV)
+        assert torch.equal(wide, narrow), (length, d)
+        for j in range(3):
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                q[:, :, j:j + 1].double(), keys[:, :, :length + j + 1].double().repeat_interleave(3, 1),
+                values[:, :, :length + j + 1].double().repeat_interleave(3, 1), scale=scale)
+            assert _rel(wide[:, j:j + 1], ref.transpose(1, 2)) < 1e-6, (length, d, j)
+    q[0, 1, 0, 0] = float("nan")
+    out = k.attend_causal(q, keys, values, 0.3, 40)
+    assert out[0, 0, 1].isnan().all() and not out[0, 0, 0].isnan().any() and not out[0, 1:].isnan().any()
+
+
 def test_a_model_with_the_fused_operations_is_the_stock_model_to_rounding(tiny_models):
     """A packed float32 tiny model with the fused operations (what the loader gives a CPU model) against the same
     model with them switched off: the same hidden states to float32 rounding, and greedy tokens alike."""

@@ -52,8 +52,8 @@ def rows_floor_key(dtype: str, device: str) -> dict:
 
 def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: str | None = "auto") -> dict:
     """What a result's name adds to its parameters about this machine: the precision "auto" resolves to (and the
-    draft's, where it differs), a weight-only target's head format, FlashHead's greedy kernel, whether attention is
-    row-exact and the rows floor, so that a result made another way here is not reused."""
+    draft's, where it differs), a weight-only target's head format, the weight layouts in use, FlashHead's greedy
+    kernel, whether attention is row-exact and the rows floor, so that a result made another way here is not reused."""
     key = {"dtype_resolved": loading.resolved_dtype("auto", device)} if dtype == "auto" else {}
     d_device = draft_device or device
     target = loading.resolved_dtype(dtype, device)
@@ -62,6 +62,9 @@ def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: 
         key["draft_dtype_resolved"] = draft
     if target in weight_only.FORMATS:
         key["target_head"] = weight_only.head_format(target, head_rows=False)
+    layouts = {f: weight_only.LAYOUTS[f] for f in sorted({target, draft}) if f in weight_only.LAYOUTS}
+    if layouts:
+        key["layouts"] = layouts
     if device == "cpu" and weight_only.available():
         key["flash_greedy"] = "kernel"  # FlashHead's "auto" path (heads.cpu_kernels)
     if exact_attention(device, draft_device):
@@ -106,7 +109,7 @@ def pair(p: Params, flash: bool = True):
 
 
 #: What :func:`machine_key` may add to a result's key: a read-only build matches results without them.
-MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "target_head", "flash_greedy", "attention",
+MACHINE_FIELDS = ("dtype_resolved", "draft_dtype_resolved", "target_head", "layouts", "flash_greedy", "attention",
                   "bf16_rows_floor", "f32_rows_floor")
 
 

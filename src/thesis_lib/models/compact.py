@@ -235,6 +235,20 @@ class CompactStep:
                                 _product([a.o_proj]), _norm(layer.post_attention_layernorm),
                                 _product([m.gate_proj, m.up_proj]), _act(m.act_fn), _product([m.down_proj])))
         self.native = _native(body, self.layers, cfg)
+        # the rotary embedding's cos and sin of every position up to a capacity, computed by the module itself
+        # (elementwise in the position, so a slice equals the module's output for those positions); only for the
+        # default rotary kind, whose frequencies do not change with the length
+        self.table = getattr(self.rotary_emb, "rope_type", None) == "default"
+        self._cos = self._sin = None
+
+    def rotary(self, x, start: int, n: int):
+        """The rotary embedding's ``cos, sin [1, n, d]`` for positions ``start .. start + n - 1``."""
+        if not self.table:
+            return self.rotary_emb(x, torch.arange(start, start + n).unsqueeze(0))
+        if self._cos is None or self._cos.shape[1] < start + n:
+            cap = -(-(start + n) // _CHUNK) * _CHUNK * 2
+            self._cos, self._sin = self.rotary_emb(x, torch.arange(cap).unsqueeze(0))
+        return self._cos[:, start:start + n], self._sin[:, start:start + n]
 
     def _native_layers(self, x, cos, sin, cache, store: Storage, start: int, n: int):
         """The decoder layers as one call of the kernel's ``compact_layers`` (:func:`_native`)."""
@@ -244,7 +258,7 @@ class CompactStep:
         x = self.kernel.compact_layers(x, cos, sin, store.keys, store.values, weights, dims, start, eps, self.scale,
                                        path)
         for i, layer in enumerate(cache.layers[:len(self.layers)]):
-            layer.keys, layer.values = store.keys[i][:, :, :start + n], store.values[i][:, :, :start + n]
+            layer.keys, layer.values = store.keys[i].narrow(2, 0, start + n), store.values[i].narrow(2, 0, start + n)
         return x
 
     def hidden(self, ids: torch.Tensor, cache, store: Storage) -> torch.Tensor:
@@ -254,8 +268,7 @@ class CompactStep:
         start = cache.get_seq_length()
         k = self.kernel
         x = self.embed(ids)  # [1, n, D]
-        pos = torch.arange(start, start + n).unsqueeze(0)
-        cos, sin = self.rotary_emb(x, pos)
+        cos, sin = self.rotary(x, start, n)
         if self.native is not None and NATIVE:
             return self.final_norm(self._native_layers(x, cos, sin, cache, store, start, n))[0]
         h, hkv, d, scale = self.h, self.hkv, self.d, self.scale

@@ -7,8 +7,8 @@ output row rounded to 255 levels of its largest magnitude, one float32 scale per
 ``int8-dynamic`` reads the same int8 weights and also rounds each input row, at run time, to int8 levels in blocks
 of 32 values (a float32 scale per block), so that the products are exact integer dot products (AVX-512 VNNI where
 the CPU has it, AVX2 byte products elsewhere): a block of rows costs little more than one row, at the price of
-rounding the activations too. ``int4-dynamic`` rounds the weights to 15 levels per block of 32 inputs (a float32
-scale per output and block, 0.625 bytes a weight in all) under the same activations: a draft's body in 4 bits. Each block's integer sum is exact in any order and the blocks are added in a fixed
+rounding the activations too. ``int4-dynamic`` rounds the weights to 15 levels per block of 32 inputs (a bfloat16
+scale per output and block, 0.5625 bytes a weight in all) under the same activations: a draft's body in 4 bits. Each block's integer sum is exact in any order and the blocks are added in a fixed
 order, so every path computes each output alike, bit for bit.
 
 The kernel is the project's own (``csrc/weight_only.cpp``), compiled for this machine once, at install time
@@ -43,6 +43,8 @@ FORMATS = {"bfloat16-weights": torch.bfloat16, "int8-weights": torch.int8, "int8
 WIDTH = {"bfloat16-weights": 16, "int8-weights": 16, "int8-dynamic": 32, "int4-dynamic": 32}
 #: the formats whose products take activations rounded to int8 per block of 32 at run time
 DYNAMIC = ("int8-dynamic", "int4-dynamic")
+#: what a format's name leaves open: named in results' keys, so that a result made with another layout is not reused
+LAYOUTS = {"int4-dynamic": "bfloat16 scales"}
 _SOURCE = Path(__file__).with_name("csrc") / "weight_only.cpp"
 #: built into the same module: the fused float32 operations of :mod:`thesis_lib.models.fused`, the compact step's
 #: layers in one call (:mod:`thesis_lib.models.compact`) and FlashHead's greedy head (:mod:`thesis_lib.heads.cpu_kernels`)
@@ -186,32 +188,33 @@ class WeightOnlyLinear(nn.Module):
     def weight_bytes(self) -> int:
         """Bytes of weights one product reads (the packed block layout, scales included)."""
         n = self.packed_weight.numel() * self.packed_weight.element_size()
-        return n + (0 if self.scale is None else self.scale.numel() * 4)
+        return n + (0 if self.scale is None else self.scale.numel() * self.scale.element_size())
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, weights={self.fmt}"
 
 
 def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w [N, K]`` -> (int8 levels -7..7 ``[N, K]``, float32 scales ``[N, K / 32]``): each block of 32 inputs of a
-    row divided by its largest magnitude over 7 and rounded to the nearest integer (a block of zeros: scale 1)."""
+    """``w [N, K]`` -> (int8 levels -7..7 ``[N, K]``, bfloat16 scales ``[N, K / 32]``): each block of 32 inputs of
+    a row divided by its scale, its largest magnitude over 7 rounded to bfloat16, and rounded to the nearest integer
+    within -7..7 (a block of zeros: scale 1)."""
     n, k = w.shape
     blocks = w.detach().float().reshape(n, k // 32, 32)
-    scale = blocks.abs().amax(dim=2) / 7
+    scale = (blocks.abs().amax(dim=2) / 7).to(torch.bfloat16)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(blocks / scale[..., None]).clamp_(-7, 7).to(torch.int8)
+    q = torch.round(blocks / scale.float()[..., None]).clamp_(-7, 7).to(torch.int8)
     return q.reshape(n, k), scale
 
 
 def pack_int4(levels: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Levels ``[N, K]`` (-7..7) and scales ``[N, K / 32]`` -> the kernel's int4-dynamic layout: nibbles level + 8,
+    """Levels ``[N, K]`` (-7..7) and bfloat16 scales ``[N, K / 32]`` -> the kernel's int4-dynamic layout: nibbles level + 8,
     per group of 32 outputs and 4 inputs 64 bytes (low nibbles outputs 0-15, high 16-31), ``[N/32 * K * 16]``
     bytes; the scales as ``[N/32][K/32][32]`` (rows past N: level 0, scale 0)."""
     n, k = levels.shape
     rows = -(-n // 32) * 32
     u = torch.full((rows, k), 8, dtype=torch.uint8)
     u[:n] = (levels.to(torch.int16) + 8).to(torch.uint8)
-    s = torch.zeros(rows, k // 32)
+    s = torch.zeros(rows, k // 32, dtype=torch.bfloat16)
     s[:n] = scale
     u = u.view(rows // 32, 2, 16, k // 4, 4).permute(0, 3, 1, 2, 4)  # [G, K/4, 2, 16, 4]
     packed = (u[:, :, 0] | (u[:, :, 1] << 4)).contiguous().view(-1)
@@ -227,7 +230,7 @@ def unpack(packed: torch.Tensor, n: int, k: int, scale: torch.Tensor | None = No
         nib = packed.view(rows // 32, k // 4, 16, 4)
         u = torch.stack([nib & 0x0F, nib >> 4], dim=2)  # [G, K/4, 2, 16, 4]
         levels = u.permute(0, 2, 3, 1, 4).reshape(rows, k)[:n].float() - 8
-        s = scale.view(rows // 32, nb, 32).permute(0, 2, 1).reshape(rows, nb)[:n]
+        s = scale.view(rows // 32, nb, 32).permute(0, 2, 1).reshape(rows, nb)[:n].float()
         return (levels.view(n, nb, 32) * s[..., None]).view(n, k)
     if fmt == "int8-dynamic":
         rows = -(-n // 32) * 32

@@ -245,7 +245,7 @@ constexpr DynAvx2Fn kDynAvx2[kMaxRowsDyn + 1] = {nullptr, dyn_tile_avx2<1>, dyn_
                                                  dyn_tile_avx2<4>, dyn_tile_avx2<5>, dyn_tile_avx2<6>};
 
 // ---- 4-bit weights x int8 activations ("int4-dynamic") ----
-// Weights are levels -7..7 with a float32 scale per output and block of kBlock inputs (the block's largest
+// Weights are levels -7..7 with a bfloat16 scale per output and block of kBlock inputs (the block's largest
 // magnitude over 7), stored as level + 8 in nibbles: a group of 32 outputs holds, for each 4 inputs, 64 bytes whose
 // low nibbles are outputs 0-15 and high nibbles outputs 16-31 (each output's 4 inputs adjacent, as in the int8
 // layout), then the group's scales as [K / kBlock][32]. The activations are int8-dynamic's rows. A block's integer
@@ -254,7 +254,15 @@ constexpr DynAvx2Fn kDynAvx2[kMaxRowsDyn + 1] = {nullptr, dyn_tile_avx2<1>, dyn_
 // every path computes each output alike, and each row of a block equals that row alone.
 constexpr int kNib = 64;  // bytes per group and 4 inputs
 
-template <int MT> VNNI_ATTR void dyn4_tile_vnni(const QRows& a, int64_t m0, const uint8_t* grp, const float* ws,
+// 16 (AVX-512) or 8 (AVX2) bfloat16 scales as float32: each the 16 bits above 16 zero bits (exact)
+AVX512_ATTR inline __m512 scales16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+AVX2_ATTR inline __m256 scales8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <int MT> VNNI_ATTR void dyn4_tile_vnni(const QRows& a, int64_t m0, const uint8_t* grp, const uint16_t* ws,
                                                  float* out, int64_t ldo) {
   const int64_t K = a.K, nb = K / kBlock;
   const __m512i low = _mm512_set1_epi8(0x0F);
@@ -275,7 +283,7 @@ template <int MT> VNNI_ATTR void dyn4_tile_vnni(const QRows& a, int64_t m0, cons
         ai[m][1] = _mm512_dpbusd_epi32(ai[m][1], w1, av);
       }
     }
-    const __m512 s0 = _mm512_loadu_ps(ws + b * kGroupOut), s1 = _mm512_loadu_ps(ws + b * kGroupOut + 16);
+    const __m512 s0 = scales16(ws + b * kGroupOut), s1 = scales16(ws + b * kGroupOut + 16);
     for (int m = 0; m < MT; ++m) {
       const __m512 sv = _mm512_set1_ps(a.s[(m0 + m) * nb + b]);
       af[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][0]), _mm512_mul_ps(sv, s0), af[m][0]);
@@ -289,7 +297,7 @@ template <int MT> VNNI_ATTR void dyn4_tile_vnni(const QRows& a, int64_t m0, cons
 }
 
 // AVX2: outputs 8 * quarter .. + 8: quarters 0 and 1 the low nibbles of bytes 0-31 and 32-63, 2 and 3 the high.
-template <int MT> AVX2_ATTR void dyn4_tile_avx2(const QRows& a, int64_t m0, const uint8_t* grp, const float* ws,
+template <int MT> AVX2_ATTR void dyn4_tile_avx2(const QRows& a, int64_t m0, const uint8_t* grp, const uint16_t* ws,
                                                  int quarter, float* out, int64_t ldo) {
   const int64_t K = a.K, nb = K / kBlock;
   const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
@@ -307,15 +315,15 @@ template <int MT> AVX2_ATTR void dyn4_tile_avx2(const QRows& a, int64_t m0, cons
       const __m256i w = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, shift), low), eight);
       for (int m = 0; m < MT; ++m) ai[m] = _mm256_add_epi32(ai[m], sdot4_avx2(a, (m0 + m) * K + b * kBlock + 4 * c, w));
     }
-    const __m256 sw = _mm256_loadu_ps(ws + b * kGroupOut + 8 * quarter);
+    const __m256 sw = scales8(ws + b * kGroupOut + 8 * quarter);
     for (int m = 0; m < MT; ++m)
       af[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[m]), _mm256_mul_ps(_mm256_set1_ps(a.s[(m0 + m) * nb + b]), sw), af[m]);
   }
   for (int m = 0; m < MT; ++m) _mm256_storeu_ps(out + m * ldo, af[m]);
 }
 
-using Dyn4VnniFn = void (*)(const QRows&, int64_t, const uint8_t*, const float*, float*, int64_t);
-using Dyn4Avx2Fn = void (*)(const QRows&, int64_t, const uint8_t*, const float*, int, float*, int64_t);
+using Dyn4VnniFn = void (*)(const QRows&, int64_t, const uint8_t*, const uint16_t*, float*, int64_t);
+using Dyn4Avx2Fn = void (*)(const QRows&, int64_t, const uint8_t*, const uint16_t*, int, float*, int64_t);
 constexpr Dyn4VnniFn kDyn4Vnni[kMaxRowsDyn + 1] = {nullptr, dyn4_tile_vnni<1>, dyn4_tile_vnni<2>, dyn4_tile_vnni<3>,
                                                    dyn4_tile_vnni<4>, dyn4_tile_vnni<5>, dyn4_tile_vnni<6>};
 constexpr Dyn4Avx2Fn kDyn4Avx2[kMaxRowsDyn + 1] = {nullptr, dyn4_tile_avx2<1>, dyn4_tile_avx2<2>, dyn4_tile_avx2<3>,
@@ -510,11 +518,12 @@ torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, t
   });
 }
 
-// y = quantised(x) @ w^T + bias, w the int4-dynamic layout from [N, K] (packed nibbles; scales [N/32][K/32][32]).
+// y = quantised(x) @ w^T + bias, w the int4-dynamic layout from [N, K] (packed nibbles; bfloat16 scales
+// [N/32][K/32][32]).
 torch::Tensor linear_dynamic4(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scales,
                               c10::optional<torch::Tensor> bias, int64_t path) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 2, "x must be a 2-D float32 tensor");
-  TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.scalar_type() == torch::kFloat32 &&
+  TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.scalar_type() == torch::kBFloat16 &&
                   packed.is_contiguous() && scales.is_contiguous(), "weights must be in the int4-dynamic layout");
   TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
   const bool vnni = path == 0 && has_vnni();
@@ -524,10 +533,10 @@ torch::Tensor linear_dynamic4(torch::Tensor x, torch::Tensor packed, int64_t N, 
   const Quantised qx = quantize(x);
   const QRows a = qx.rows();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  const float* sp = scales.data_ptr<float>();
+  const uint16_t* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
   return dynamic_product(x, N, bias, torch::Tensor(), [&](int64_t g, int64_t m, int mt, float* o, int64_t ldo) {
     const uint8_t* grp = wp + g * kGroupOut * K / 2;
-    const float* ws = sp + g * kGroupOut * nb;
+    const uint16_t* ws = sp + g * kGroupOut * nb;
     if (vnni) {
       kDyn4Vnni[mt](a, m, grp, ws, o, ldo);
     } else {
@@ -559,7 +568,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "weight-only linear (bfloat16 or int8 weights, float32 compute)");
   m.def("pack_dynamic", &pack_dynamic, "int8 weights in the int8-dynamic layout");
   m.def("linear_dynamic", &linear_dynamic, "int8 weights by int8 activations quantised per block of 32");
-  m.def("linear_dynamic4", &linear_dynamic4, "4-bit weights (a scale per block of 32) by int8-dynamic activations");
+  m.def("linear_dynamic4", &linear_dynamic4, "4-bit weights (a bfloat16 scale per block of 32) by int8-dynamic activations");
   m.def("vnni_path", &vnni_path, "whether the AVX-512 VNNI path runs on this CPU");
   m.def("avx512_path", &avx512_path, "whether the AVX-512 path runs on this CPU");
   m.def("rms_norm", &rms_norm, "float32 RMS norm, row by row (decode_ops.cpp)");
