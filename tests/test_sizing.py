@@ -15,48 +15,56 @@ REFERENCE = params.ROOT / "data" / "reference" / "book-costs-cpu-embedded.json"
 def test_the_choice_takes_prompts_before_tokens_and_tokens_before_iterations():
     costs = sizing.Costs(fixed=100.0, per_generation=0.0, per_token=1.0)
     # 7 categories: one prompt each at 16 tokens costs 100 + 112 s; two each 100 + 224 s; one each at 32 tokens 324 s
-    two = sizing.choose(costs, 1.0, 330, categories=7, max_per_category=5)
+    two = sizing.choose(costs, 1.0, 330, categories=7, max_per_category=5, sweep_prompts=3)
     assert (two["per_category"], two["max_new_tokens"], two["iterations"]) == (2, 16, 1)  # not 7 prompts x 32
     assert two["fits"] and math.isclose(two["predicted_s"], 324.0)
     # more room: 5 per category is the most there is; then tokens (5 x 7 x 48 = 1680), then iterations
-    roomy = sizing.choose(costs, 1.0, 100 + 1680 + 1, categories=7, max_per_category=5)
+    roomy = sizing.choose(costs, 1.0, 100 + 1680 + 1, categories=7, max_per_category=5, sweep_prompts=3)
     assert (roomy["per_category"], roomy["max_new_tokens"], roomy["iterations"]) == (5, 48, 1)
-    roomier = sizing.choose(costs, 1.0, 100 + 35 * 64 * 2 + 1, categories=7, max_per_category=5)
+    roomier = sizing.choose(costs, 1.0, 100 + 35 * 64 * 2 + 1, categories=7, max_per_category=5,
+                            sweep_prompts=3)
     assert (roomier["per_category"], roomier["max_new_tokens"], roomier["iterations"]) == (5, 64, 2)
     # the same budget on a machine twice as slow buys less
-    slow = sizing.choose(costs, 2.0, 330, categories=7, max_per_category=5)
+    slow = sizing.choose(costs, 2.0, 330, categories=7, max_per_category=5, sweep_prompts=3)
     assert (slow["per_category"], slow["max_new_tokens"], slow["iterations"], slow["fits"]) == (1, 16, 1, False)
     assert math.isclose(slow["predicted_s"], 2 * (100 + 7 * 16))
 
 
 def test_each_term_grows_with_its_own_sizes():
-    c = sizing.Costs(fixed=100.0, per_generation=3.0, per_token=0.5, sweep_per_token=2.0, other_per_token=4.0,
-                     reference_prompts=7)
-    base = sizing.predict(c, 1.0, 7, 16, 1)
-    assert math.isclose(base, 100 + 3 * 7 + 0.5 * 7 * 16 + 2 * 16 + 4 * 16)
+    c = sizing.Costs(fixed=100.0, per_generation=3.0, per_token=0.5, sweep_per_prompt=5.0, sweep_per_token=2.0,
+                     other_per_token=4.0, reference_prompts=7)
+    base = sizing.predict(c, 1.0, 7, 16, 1, sweep_prompts=3)
+    assert math.isclose(base, 100 + 3 * 7 + 0.5 * 7 * 16 + 3 * (5 + 2 * 16) + 4 * 16)
+    # more sweep prompts: more of the sweep's prompts and tokens, nothing else
+    assert math.isclose(sizing.predict(c, 1.0, 7, 16, 1, sweep_prompts=7) - base, 4 * (5 + 2 * 16))
     # a second iteration repeats the main prompts' generations only (the sweep and the rest run once)
-    assert math.isclose(sizing.predict(c, 1.0, 7, 16, 2) - base, 3 * 7 + 0.5 * 7 * 16)
+    assert math.isclose(sizing.predict(c, 1.0, 7, 16, 2, sweep_prompts=3) - base, 3 * 7 + 0.5 * 7 * 16)
     # twice the prompts: twice the main generations, and the per-token work outside the runs taken as per prompt
-    assert math.isclose(sizing.predict(c, 1.0, 14, 16, 1) - base, 3 * 7 + 0.5 * 7 * 16 + 4 * 16)
-    assert math.isclose(sizing.predict(c, 1.5, 7, 16, 1), 1.5 * base)
+    assert math.isclose(sizing.predict(c, 1.0, 14, 16, 1, sweep_prompts=3) - base, 3 * 7 + 0.5 * 7 * 16 + 4 * 16)
+    assert math.isclose(sizing.predict(c, 1.5, 7, 16, 1, sweep_prompts=3), 1.5 * base)
 
 
 def test_sizes_the_set_fixes_are_kept():
     costs = sizing.Costs(fixed=100.0, per_generation=0.0, per_token=1.0, sweep_per_token=0.5, other_per_token=2.0)
-    got = sizing.choose(costs, 1.0, 10_000, categories=7, max_per_category=5, fixed={"max_new_tokens": 20})
+    got = sizing.choose(costs, 1.0, 10_000, categories=7, max_per_category=5, sweep_prompts=1,
+                        fixed={"max_new_tokens": 20})
     assert (got["per_category"], got["max_new_tokens"], got["iterations"]) == (5, 20, 3)
-    tight = sizing.choose(costs, 1.0, 900, categories=7, max_per_category=5, fixed={"per_category": 1, "iterations": 2})
+    tight = sizing.choose(costs, 1.0, 900, categories=7, max_per_category=5, sweep_prompts=1,
+                          fixed={"per_category": 1, "iterations": 2})
     assert (tight["per_category"], tight["iterations"]) == (1, 2)  # 100 + 7 x 2 x T + 0.5 x T + 2 x T <= 900
-    assert tight["max_new_tokens"] == 48 and sizing.predict(costs, 1.0, 7, 64, 2) > 900
+    assert tight["max_new_tokens"] == 48 and sizing.predict(costs, 1.0, 7, 64, 2, sweep_prompts=1) > 900
 
 
-def _build(tokens, step_s, *, prompts=7, gen=1.5, tok=0.2, sweep=9.0, fixed=600.0, other_tok=12.0):
-    """A constructed build on a machine step_s / 0.2 times as slow as the first."""
+def _build(tokens, step_s, *, prompts=7, gen=1.5, tok=0.2, sweep=3.0, sweep_prefill=2.0, sweeps=3, fixed=600.0,
+           other_tok=12.0):
+    """A constructed build on a machine step_s / 0.2 times as slow as the first (``sweep``: seconds per sweep
+    prompt and new token, ``sweep_prefill`` per sweep prompt)."""
     slow = step_s / 0.2
-    return {"sizes": {"prompts": prompts, "new_tokens": tokens, "iterations": 1, "sweep_prompts": 3},
+    return {"sizes": {"prompts": prompts, "new_tokens": tokens, "iterations": 1, "sweep_prompts": sweeps},
             "step_s": step_s, "parts_s": {
                 "main_prefill": slow * gen * prompts, "main_overhead": 0.0, "main_decode": slow * tok * prompts * tokens,
-                "sweep_prefill": 0.0, "sweep_overhead": 0.0, "sweep_decode": slow * sweep * tokens,
+                "sweep_prefill": slow * sweep_prefill * sweeps, "sweep_overhead": 0.0,
+                "sweep_decode": slow * sweep * sweeps * tokens,
                 "other": slow * (fixed + other_tok * tokens)}}
 
 
@@ -64,12 +72,16 @@ def test_the_fit_splits_per_generation_from_per_token_across_two_lengths():
     two = [_build(32, 0.2), _build(16, 0.3)]
     costs = buildcosts.fit(two)
     assert math.isclose(costs.per_generation, 1.5) and math.isclose(costs.per_token, 0.2)
-    assert math.isclose(costs.sweep_per_token, 9.0) and math.isclose(costs.fixed, 600.0)
+    assert math.isclose(costs.sweep_per_token, 3.0) and math.isclose(costs.sweep_per_prompt, 2.0)
+    assert math.isclose(costs.fixed, 600.0)
+    # builds with other sweep sizes give the same per-prompt coefficients
+    mixed = buildcosts.fit([_build(32, 0.2, sweeps=7), _build(16, 0.3, sweeps=3)])
+    assert math.isclose(mixed.sweep_per_token, 3.0) and math.isclose(mixed.sweep_per_prompt, 2.0)
     assert math.isclose(costs.other_per_token, 12.0)
     for b in two:  # each build predicted at its own speed
         s = b["sizes"]
-        assert math.isclose(sizing.predict(costs, b["step_s"] / 0.2, s["prompts"], s["new_tokens"], 1),
-                            sum(b["parts_s"].values()))
+        assert math.isclose(sizing.predict(costs, b["step_s"] / 0.2, s["prompts"], s["new_tokens"], 1,
+                                           sweep_prompts=s["sweep_prompts"]), sum(b["parts_s"].values()))
     # a decode with a part per generation: two lengths find it, one length takes all of it per token
     costs = buildcosts.fit([_build(32, 0.2, tok=0.2 + 0.8 / 32), _build(16, 0.2, tok=0.2 + 0.8 / 16)])  # 0.8 s each
     assert math.isclose(costs.per_generation, 1.5 + 0.8) and math.isclose(costs.per_token, 0.2)
@@ -92,9 +104,9 @@ def test_the_committed_reference_and_the_other_machines_it_simulates():
     # reference build of that sample, whose steps were this much faster than the first reference's:
     at32 = next(r for r in bf16 if r["sizes"]["new_tokens"] == 32)
     scale = at32["step_s"] / b["step_s"]
-    assert math.isclose(sizing.predict(costs, scale, 7, 32, 1), at32["total_s"], rel_tol=0.05)
-    fast = sizing.choose(costs, 30.4 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5)
-    slow = sizing.choose(costs, 81 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5)
+    assert math.isclose(sizing.predict(costs, scale, 7, 32, 1, sweep_prompts=3), at32["total_s"], rel_tol=0.05)
+    fast = sizing.choose(costs, 30.4 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5, sweep_prompts=3)
+    slow = sizing.choose(costs, 81 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5, sweep_prompts=3)
     assert fast["fits"] and fast["predicted_s"] <= 30 * 60
     assert not slow["fits"] and (slow["per_category"], slow["max_new_tokens"], slow["iterations"]) == (1, 16, 1)
     assert "over the budget" in sizing.said({"chosen": slow, "prompts": 7, "budget_minutes": 30, "speed": 1.8})
@@ -138,7 +150,7 @@ def test_a_plan_is_measured_once_saved_and_reused_on_the_same_machine(tmp_path, 
     plan = json.loads((tmp_path / "t-plan.json").read_text())[-1]
     assert plan["speed"] == 2.0 and plan["chosen"]["fits"] is False and plan["budget_minutes"] == 30
     costs = {k: sizing.Costs(**c) for k, c in plan["costs"].items()}  # the timing's own second is counted
-    assert math.isclose(plan["chosen"]["predicted_s"], round(sizing.predict(costs, 2.0, 7, 16, 1), 1) + 1.0)
+    assert math.isclose(plan["chosen"]["predicted_s"], round(sizing.predict(costs, 2.0, 7, 16, 1, sweep_prompts=3), 1) + 1.0)
     # the reference's builds of this machine's precisions, per notebook where they know their notebooks
     assert plan["precision"] == "bfloat16/bfloat16" and len(plan["references"]) == 2
     assert math.isclose(sum(plan["predicted_by_part_s"].values()), plan["chosen"]["predicted_s"] - 1.0, abs_tol=0.5)
@@ -217,12 +229,15 @@ def test_a_per_notebook_model_predicts_each_chapter_and_adds_up_to_the_whole():
     assert set(parts) == {"a", "b", buildcosts.OUTSIDE}
     whole = buildcosts.fit(builds)
     for prompts, tokens in ((7, 16), (14, 24), (35, 64)):
-        split = {k: sizing.predict(c, 1.0, prompts, tokens, 1) for k, c in parts.items()}
-        assert math.isclose(sum(split.values()), sizing.predict(whole, 1.0, prompts, tokens, 1), rel_tol=1e-9)
+        split = {k: sizing.predict(c, 1.0, prompts, tokens, 1, sweep_prompts=3) for k, c in parts.items()}
+        assert math.isclose(sum(split.values()), sizing.predict(whole, 1.0, prompts, tokens, 1, sweep_prompts=3),
+                            rel_tol=1e-9)
         assert math.isclose(split[buildcosts.OUTSIDE], 40.0)
         # notebook a holds a quarter of the runs and nothing else; b the rest of the runs and the other work
         runs = sizing.predict(buildcosts.Costs(fixed=0.0, per_generation=whole.per_generation, per_token=whole.per_token,
-                                               sweep_per_token=whole.sweep_per_token), 1.0, prompts, tokens, 1)
+                                               sweep_per_prompt=whole.sweep_per_prompt,
+                                               sweep_per_token=whole.sweep_per_token), 1.0, prompts, tokens, 1,
+                              sweep_prompts=3)
         assert math.isclose(split["a"], 0.25 * runs, rel_tol=1e-9)
     # one build without notebooks: the whole build as one part
     assert set(buildcosts.model([builds[0], _build(16, 0.3)])) == {"build"}

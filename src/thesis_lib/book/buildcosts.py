@@ -40,7 +40,8 @@ class Costs:
     fixed: float
     per_generation: float  # per main prompt x iteration
     per_token: float  # per main prompt x new token x iteration
-    sweep_per_token: float = 0.0  # per new token (the runs on SWEEP_PROMPTS prompts)
+    sweep_per_prompt: float = 0.0  # per sweep prompt, whatever the length (the runs on SWEEP_PROMPTS prompts)
+    sweep_per_token: float = 0.0  # per sweep prompt x new token
     other_per_token: float = 0.0  # per new token at the reference's prompt count, outside the runs
     reference_prompts: int = 7
 
@@ -59,26 +60,30 @@ def _line(ts: list[float], ys: list[float], *, through_origin: bool) -> tuple[fl
 
 def fit(builds: list[dict]) -> Costs:
     """The cost coefficients from reference builds (:func:`build_costs`' documents), each brought to the first
-    build's speed by its step time. A main generation's decode and the sweep's are split into a part per
-    generation and one per token by their lengths across builds (with one length, all per token); the work outside
-    the runs into a fixed part and one per token the same way (with one length, all fixed)."""
+    build's speed by its step time. A main generation's decode and a sweep prompt's are split into a part per
+    generation and one per token by their lengths across builds (with one length, all per token); a sweep prompt's
+    prefill is per prompt; the work outside the runs (the sweep runs' loading and warm-up included) into a fixed part
+    and one per token the same way (with one length, all fixed)."""
     if not builds:
         raise ConfigError("No reference build to size the sample from.")
     base = builds[0]["step_s"]
-    ts, gen, dec, swp, oth = [], [], [], [], []
+    ts, gen, dec, spf, swp, oth = [], [], [], [], [], []
     for b in builds:
         s, parts = b["sizes"], {k: v * base / b["step_s"] for k, v in b["parts_s"].items()}
         runs = s["prompts"] * s["iterations"]
         ts.append(s["new_tokens"])
         gen.append((parts["main_prefill"] + parts["main_overhead"]) / runs)
         dec.append(parts["main_decode"] / runs)
-        swp.append(parts["sweep_decode"])
-        oth.append(parts["other"] + parts["sweep_prefill"] + parts["sweep_overhead"])
+        sweeps = s["sweep_prompts"]
+        spf.append(parts["sweep_prefill"] / sweeps)
+        swp.append(parts["sweep_decode"] / sweeps)
+        oth.append(parts["other"] + parts["sweep_overhead"])
     dec_a, dec_b = _line(ts, dec, through_origin=True)
     swp_a, swp_b = _line(ts, swp, through_origin=True)
     oth_a, oth_b = _line(ts, oth, through_origin=False)
-    return Costs(fixed=oth_a + swp_a, per_generation=statistics.fmean(gen) + dec_a, per_token=dec_b,
-                 sweep_per_token=swp_b, other_per_token=oth_b, reference_prompts=builds[0]["sizes"]["prompts"])
+    return Costs(fixed=oth_a, per_generation=statistics.fmean(gen) + dec_a, per_token=dec_b,
+                 sweep_per_prompt=statistics.fmean(spf) + swp_a, sweep_per_token=swp_b, other_per_token=oth_b,
+                 reference_prompts=builds[0]["sizes"]["prompts"])
 
 
 def _recorded(env: dict) -> float:

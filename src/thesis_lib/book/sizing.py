@@ -3,10 +3,11 @@
 builds' measured costs by them, and picks the largest sample whose predicted build time fits ``BUDGET_MINUTES``.
 
 The cost model (:class:`Costs`, :func:`predict`), in seconds at a reference build's speed, for P prompts, T new
-tokens and I iterations: ``fixed + per_generation x P*I + per_token x P*T*I + other_per_token x T*P/P0 +
-sweep_per_token x T``. ``per_generation`` is what a generation on the main prompts costs whatever its length (the
-prefill, the per-prompt cost timings, a run's share of loading and warm-up), ``per_token`` what each of its new
-tokens costs; the runs on ``SWEEP_PROMPTS`` prompts (one iteration always) add ``sweep_per_token`` per new token;
+tokens, I iterations and S sweep prompts: ``fixed + per_generation x P*I + per_token x P*T*I + other_per_token x
+T*P/P0 + S x (sweep_per_prompt + sweep_per_token x T)``. ``per_generation`` is what a generation on the main prompts
+costs whatever its length (the prefill, the per-prompt cost timings, a run's share of loading and warm-up),
+``per_token`` what each of its new tokens costs; the runs on ``SWEEP_PROMPTS`` prompts (one iteration always) add
+``sweep_per_prompt`` per sweep prompt and ``sweep_per_token`` per sweep prompt and new token;
 the work outside the runs (calibration outputs, lookaheads, the model bench, rendering) is ``fixed`` plus
 ``other_per_token`` per new token, scaled with the prompts beyond the reference's P0 (an upper bound: part of it
 does not grow with them). :func:`fit` takes the coefficients from reference builds (:func:`build_costs`); a
@@ -41,19 +42,21 @@ MIN_TOKENS = TOKENS[0]  # below this a K = 4 block runs about three rounds: the 
 MAX_ITERATIONS = 3
 
 
-def predict(costs: Costs | dict[str, Costs], speed: float, prompts: int, tokens: int, iterations: int) -> float:
-    """Predicted seconds of a build of ``prompts`` x ``tokens`` x ``iterations`` at ``speed`` times the reference's
-    step time (``costs`` by part, :func:`~.buildcosts.model`'s: the sum of the parts)."""
+def predict(costs: Costs | dict[str, Costs], speed: float, prompts: int, tokens: int, iterations: int, *,
+            sweep_prompts: int) -> float:
+    """Predicted seconds of a build of ``prompts`` x ``tokens`` x ``iterations`` (and ``sweep_prompts`` x ``tokens``
+    in the sweep runs) at ``speed`` times the reference's step time (``costs`` by part, :func:`~.buildcosts.model`'s:
+    the sum of the parts)."""
     if isinstance(costs, dict):
-        return sum(predict(c, speed, prompts, tokens, iterations) for c in costs.values())
+        return sum(predict(c, speed, prompts, tokens, iterations, sweep_prompts=sweep_prompts) for c in costs.values())
     c = costs
     return speed * (c.fixed + c.per_generation * prompts * iterations + c.per_token * prompts * tokens * iterations
                     + c.other_per_token * tokens * max(1.0, prompts / c.reference_prompts)
-                    + c.sweep_per_token * tokens)
+                    + sweep_prompts * (c.sweep_per_prompt + c.sweep_per_token * tokens))
 
 
 def choose(costs: Costs | dict[str, Costs], speed: float, budget_s: float, *, categories: int, max_per_category: int,
-           fixed: dict | None = None) -> dict:
+           sweep_prompts: int, fixed: dict | None = None) -> dict:
     """The sizes to run: the most prompts per category that fit with :data:`MIN_TOKENS` new tokens and one
     iteration, then the most new tokens, then the most iterations; ``fixed`` sizes (``per_category``,
     ``max_new_tokens``, ``iterations``) are kept. Where even the smallest sample does not fit, the smallest is
@@ -64,7 +67,7 @@ def choose(costs: Costs | dict[str, Costs], speed: float, budget_s: float, *, ca
     its = [fixed["iterations"]] if "iterations" in fixed else list(range(1, MAX_ITERATIONS + 1))
 
     def cost(pc, t, i):
-        return predict(costs, speed, categories * pc, t, i)
+        return predict(costs, speed, categories * pc, t, i, sweep_prompts=sweep_prompts)
 
     pc = max((n for n in per if cost(n, toks[0], its[0]) <= budget_s), default=per[0])
     t = max((n for n in toks if cost(pc, n, its[0]) <= budget_s), default=toks[0])
@@ -204,14 +207,16 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         cats = sorted({q.category for q in pool})
         per_cat = min(sum(q.category == c for q in pool) for c in cats) - values.get("CALIBRATION_PER_CATEGORY", 0)
         chosen = choose(costs, speed["speed"], budget * 60 - speed["measure_s"], categories=len(cats),
-                        max_per_category=max(1, per_cat), fixed=fixed)  # the timing itself is part of the build
+                        max_per_category=max(1, per_cat), sweep_prompts=values["SWEEP_PROMPTS"],
+                        fixed=fixed)  # the timing itself is part of the build
         chosen["predicted_s"] = round(chosen["predicted_s"] + speed["measure_s"], 1)
         sizes = (len(cats) * chosen["per_category"], chosen["max_new_tokens"], chosen["iterations"])
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
                "precision": precision(values), "references": [f"{b['date']} {b['machine']}" for b in builds],
                "costs": {k: asdict(c) for k, c in costs.items()},
-               "predicted_by_part_s": {k: round(predict(c, speed["speed"], *sizes), 1) for k, c in costs.items()},
+               "predicted_by_part_s": {k: round(predict(c, speed["speed"], *sizes, sweep_prompts=values["SWEEP_PROMPTS"]),
+                                                1) for k, c in costs.items()},
                "prompts": sizes[0],
                "planned_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         path.parent.mkdir(parents=True, exist_ok=True)
