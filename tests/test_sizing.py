@@ -104,7 +104,8 @@ def test_the_committed_reference_and_the_other_machines_it_simulates():
     # reference build of that sample, whose steps were this much faster than the first reference's:
     at32 = next(r for r in bf16 if r["sizes"]["new_tokens"] == 32)
     scale = at32["step_s"] / b["step_s"]
-    assert math.isclose(sizing.predict(costs, scale, 7, 32, 1, sweep_prompts=3), at32["total_s"], rel_tol=0.05)
+    assert math.isclose(sizing.predict(costs, scale, 7, 32, 1, sweep_prompts=at32["sizes"]["sweep_prompts"]),
+                        at32["total_s"], rel_tol=0.05)
     fast = sizing.choose(costs, 30.4 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5, sweep_prompts=3)
     slow = sizing.choose(costs, 81 / 43.9 * scale, 30 * 60, categories=7, max_per_category=5, sweep_prompts=3)
     assert fast["fits"] and fast["predicted_s"] <= 30 * 60

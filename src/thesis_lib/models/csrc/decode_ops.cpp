@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
+#include <cctype>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -274,7 +275,9 @@ __attribute__((noinline)) void attend_row(const float* qr, const float* kr, int6
 // kernels take it)
 bool attention_wide() {
   const char* forced = std::getenv("THESIS_LIB_KERNEL_PATH");
-  return wide() && !(forced && std::string(forced) == "avx2");
+  std::string f = forced ? forced : "";
+  for (auto& c : f) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return wide() && f != "avx2";
 }
 
 void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const char* what) {
@@ -315,6 +318,8 @@ torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, d
   float* op = out.data_ptr<float>();
   const int64_t group = Hq / Hk;
   const float sc = static_cast<float>(scale);
+  TORCH_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+              "attend_causal: this CPU lacks AVX2 and FMA");
   const bool w512 = attention_wide();
   at::parallel_for(0, B * Hq * n, kHeadsPerTask, [&](int64_t r0, int64_t r1) {
     std::vector<float> p(static_cast<size_t>((start + n + 15) / 16 * 16));
