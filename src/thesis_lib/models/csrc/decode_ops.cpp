@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+
+bool avx512_path();  // weight_only.cpp: whether the CPU has AVX-512 (F and BW)
+
 namespace {
 
 // threads only where a call has rows enough to pay for them
@@ -113,14 +116,8 @@ namespace {
 // fused multiply-adds (or adds) in ascending i, and the lanes are added as a tree: lane l + lane l + 8, then
 // + 4, + 2, + 1. exp is one polynomial (below) evaluated lane by lane. Every operation is elementwise IEEE
 // arithmetic in the same order on both paths.
-#define DECODE_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma")))
+#define DECODE_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 #define DECODE_AVX2 __attribute__((target("avx2,fma")))
-
-bool wide() {
-  static const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512dq");
-  return v;
-}
 
 // exp(x) for x <= 0 (x below -87 taken as -87; NaN stays NaN): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a
 // degree-6 polynomial, times 2^n built in the exponent bits
@@ -220,7 +217,8 @@ DECODE_AVX512 inline float finish512(__m512 acc, const float* a, const float* b,
     for (int l = 0; i < n; ++i, ++l) lane[l] = b ? std::fma(a[i], b[i], lane[l]) : lane[l] + a[i];
     acc = _mm512_load_ps(lane);
   }
-  const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));  // lanes 8-15
+  const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(acc), hi);
   __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
   u = _mm_add_ps(u, _mm_movehl_ps(u, u));
   u = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));
@@ -277,7 +275,7 @@ bool attention_wide() {
   const char* forced = std::getenv("THESIS_LIB_KERNEL_PATH");
   std::string f = forced ? forced : "";
   for (auto& c : f) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return wide() && f != "avx2";
+  return avx512_path() && f != "avx2";
 }
 
 void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const char* what) {
