@@ -12,6 +12,12 @@ from thesis_lib.errors import ConfigError
 REFERENCE = params.ROOT / "data" / "reference" / "book-costs-cpu-embedded.json"
 
 
+@pytest.fixture(autouse=True)
+def _a_machine_the_reference_does_not_know(monkeypatch):
+    """Plans are made as on a CPU none of the reference's builds ran on (whatever CPU runs the tests)."""
+    monkeypatch.setattr(sizing, "machine", lambda: "a test CPU, 2 cores, no native bf16")
+
+
 def test_the_choice_takes_prompts_before_tokens_and_tokens_before_iterations():
     costs = sizing.Costs(fixed=100.0, per_generation=0.0, per_token=1.0)
     # 7 categories: one prompt each at 16 tokens costs 100 + 112 s; two each 100 + 224 s; one each at 32 tokens 324 s
@@ -167,6 +173,31 @@ def test_a_plan_is_measured_once_saved_and_reused_on_the_same_machine(tmp_path, 
         assert "timed on" in sizing.page_said(p)
     by_hand = params.Params.from_namespace({**out, "MAX_NEW_TOKENS": 40}).check()
     assert sizing.page_said(by_hand).endswith("as the parameter set fixes them")
+
+
+def test_on_a_machine_the_reference_knows_its_newest_build_is_the_model(tmp_path, monkeypatch):
+    """The newest reference build of this machine and these precisions is the whole cost model, at its own speed:
+    nothing is timed, and that build's own sizes are predicted at its measured time; the plan says so."""
+    ref = json.loads(REFERENCE.read_text())
+    builds = [b for b in ref["builds"] if b["precision"] == "int8-dynamic/int4-dynamic"]
+    newest, older = builds[-1], builds[-2]
+    assert newest["machine"] == older["machine"] and newest["step_s"] != older["step_s"]
+    monkeypatch.setattr(sizing, "machine", lambda: newest["machine"])
+    monkeypatch.setattr(sizing, "precision", lambda values: newest["precision"])
+    monkeypatch.setattr(sizing, "measure_speed", lambda *a, **k: pytest.fail("timed a machine the reference knows"))
+    s = newest["sizes"]
+    sizing.resolve(_values(tmp_path, BUDGET_MINUTES=60, SWEEP_PROMPTS=s["sweep_prompts"]), progress=False)
+    plan = json.loads((tmp_path / "t-plan.json").read_text())[-1]
+    assert plan["timed"] is False and plan["speed"] == 1.0 and plan["measure_s"] == 0.0
+    assert plan["references"] == [f"{newest['date']} {newest['machine']}"]
+    costs = {k: sizing.Costs(**c) for k, c in plan["costs"].items()}
+    own = sizing.predict(costs, 1.0, s["prompts"], s["new_tokens"], 1, sweep_prompts=s["sweep_prompts"])
+    assert math.isclose(own, newest["total_s"] - newest["measure_s"], rel_tol=1e-3)
+    # the older build of the same machine, scaled by its step time, would have predicted something else
+    scaled = buildcosts.model([older, newest])
+    assert not math.isclose(sizing.predict(scaled, newest["step_s"] / older["step_s"], s["prompts"], s["new_tokens"],
+                                           1, sweep_prompts=s["sweep_prompts"]), own, rel_tol=0.02)
+    assert f"costed from this machine's newest recorded build ({newest['date']})" in sizing.said(plan)
 
 
 def test_a_notebook_run_with_the_default_set_takes_make_book_s_plan(tmp_path, monkeypatch):

@@ -11,6 +11,8 @@ Two refinements, where the reference builds allow them (:func:`model`):
   (``precision``: the target's and the draft's, as ``auto`` resolved): an int8 prefill shrinks less than an int8 step
   against bfloat16, and the notebooks' own work (loading, calibration, rendering) not at all. The builds of this
   machine's precisions are fitted where there are any; else all of them.
+- **This machine.** Where a build of this machine (and these precisions) is recorded, the newest such build alone is
+  the model, at its own speed (:func:`newest_of`): no step is timed and no other build scaled.
 - **Notebooks.** A build that knows its notebooks (``notebooks``: each one's seconds, and the runs it made, split as
   above) is fitted per notebook: each notebook's runs and the rest of its time by the same formula, and what lies
   outside the notebooks (rendering, the step timing) as a fixed part. The plan then predicts each chapter, and a
@@ -161,6 +163,14 @@ def matching(builds: list[dict], precision: str) -> list[dict]:
     any; else all of them."""
     same = [b for b in builds if b.get("precision") == precision]
     return same or list(builds)
+
+
+def newest_of(builds: list[dict], machine: str) -> list[dict]:
+    """The newest of ``builds`` (the last in the list) made on ``machine`` (as :func:`~.sizing.machine` names it),
+    as a list of one; empty where none was. Such a build is the planner's whole model on that machine: a build's time
+    does not follow the step time across revisions of the code (the loop's other modes, the prefills and the
+    notebooks' own work change differently or not at all), and the newest build ran the newest code."""
+    return [b for b in builds if b.get("machine") == machine][-1:]
 
 
 def model(builds: list[dict]) -> dict[str, Costs]:

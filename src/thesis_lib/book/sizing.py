@@ -1,6 +1,8 @@
 """The sample a book build can afford on this machine: the default set's sizes (``PER_CATEGORY``, ``MAX_NEW_TOKENS``,
-``ITERATIONS``) may be ``auto``, and :func:`resolve` then times this machine's decoding steps, scales reference
-builds' measured costs by them, and picks the largest sample whose predicted build time fits ``BUDGET_MINUTES``.
+``ITERATIONS``) may be ``auto``, and :func:`resolve` then costs samples from this machine's newest recorded build
+where the reference holds one (:func:`~.buildcosts.newest_of`), else times this machine's decoding steps and scales
+the reference builds' measured costs by them, and picks the largest sample whose predicted build time fits
+``BUDGET_MINUTES``.
 
 The cost model (:class:`Costs`, :func:`predict`), in seconds at a reference build's speed, for P prompts, T new
 tokens, I iterations and S sweep prompts: ``fixed + per_generation x P*I + per_token x P*T*I + other_per_token x
@@ -32,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError
-from .buildcosts import Costs, build_costs, matching, model
+from .buildcosts import Costs, build_costs, matching, model, newest_of
 from .params import ROOT, Params, load_parameters, selected_prompts, set_label
 
 AUTO = "auto"
@@ -198,11 +200,16 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         from ..bench.prompts import load_prompts
 
         builds = matching(json.loads(ref_text)["builds"], precision(values))
+        own = newest_of(builds, machine())
+        builds = own or builds
         costs = model(builds)
         p = Params.from_namespace({k: v for k, v in values.items() if k not in SIZED}).check()
-        if progress:
-            print(f"sizing the sample for a {budget:g}-minute build: timing this machine's steps", file=sys.stderr)
-        speed = measure_speed(p, builds[0]["step_by_prompt_s"])
+        if own:  # this machine's newest build at its own speed
+            speed = {"speed": 1.0, "step_by_prompt_s": {}, "measure_s": 0.0}
+        else:
+            if progress:
+                print(f"sizing the sample for a {budget:g}-minute build: timing this machine's steps", file=sys.stderr)
+            speed = measure_speed(p, builds[0]["step_by_prompt_s"])
         pool = load_prompts(p.prompt_file)
         cats = sorted({q.category for q in pool})
         per_cat = min(sum(q.category == c for q in pool) for c in cats) - values.get("CALIBRATION_PER_CATEGORY", 0)
@@ -213,7 +220,8 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         sizes = (len(cats) * chosen["per_category"], chosen["max_new_tokens"], chosen["iterations"])
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
-               "precision": precision(values), "references": [f"{b['date']} {b['machine']}" for b in builds],
+               "precision": precision(values), "timed": not own,
+               "references": [f"{b['date']} {b['machine']}" for b in builds],
                "costs": {k: asdict(c) for k, c in costs.items()},
                "predicted_by_part_s": {k: round(predict(c, speed["speed"], *sizes, sweep_prompts=values["SWEEP_PROMPTS"]),
                                                 1) for k, c in costs.items()},
@@ -244,10 +252,11 @@ def precision(values: dict) -> str:
 def said(plan: dict) -> str:
     """A plan in one sentence: the sizes, the budget, the measured speed and whether the sample fits."""
     c = plan["chosen"]
+    basis = (f"this machine's steps take {plan['speed']:.2f}x the reference build's" if plan.get("timed", True) else
+             f"costed from this machine's newest recorded build ({plan['references'][0].split()[0]})")
     text = (f"{plan['prompts']} prompts x {c['max_new_tokens']} new tokens x {c['iterations']} iteration"
-            f"{'s' if c['iterations'] > 1 else ''}, chosen for a {plan['budget_minutes']:g}-minute build: this "
-            f"machine's steps take {plan['speed']:.2f}x the reference build's, so the build is predicted to take "
-            f"{c['predicted_s'] / 60:.0f} minutes")
+            f"{'s' if c['iterations'] > 1 else ''}, chosen for a {plan['budget_minutes']:g}-minute build: {basis}, "
+            f"so the build is predicted to take {c['predicted_s'] / 60:.0f} minutes")
     if not c["fits"]:
         text += " (over the budget: this is the smallest sample the book runs)"
     return text
