@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from thesis_lib.analysis import uncertainty as u
 from thesis_lib.bench.runs import Run
+from thesis_lib.errors import ConfigError
 
 
 def _run(rows) -> Run:
@@ -271,3 +274,28 @@ def test_draws_whose_denominator_is_zero_are_left_out():
     an error), and the interval comes from the other draws (seed-6 survivor: ``_ratio``'s NaN)."""
     iv = u.timing_interval([1.0, 1.0], [0.0, 1.0], 2)  # draws: 2/0 (left out), 2/1, 2/1, 2/2
     assert (iv["value"], iv["lo"], iv["hi"]) == (2.0, 1.0, 2.0)
+
+
+def test_the_cost_model_s_inputs_pool_each_prompt_s_timing_once_with_an_interval_of_the_same_statistic():
+    """Every mode's sample of a prompt carries the same component costs (timed once per prompt and iteration): each
+    counts once, the ratios are means over prompts (a prompt twice as long in context costs twice as much in both
+    parts), and the interval is the same ratio's; a constant ratio has no spread."""
+    from thesis_lib.analysis import theory
+
+    samples = []
+    for q, scale in enumerate([1.0, 2.0, 1.5, 3.0]):
+        costs = {"target_step_s": 0.05 * scale, "draft_step_s": 0.02 * scale, "flash_draft_step_s": 0.01 * scale,
+                 "target_verify_4_s": 0.06 * scale, "target_verify_5_s": 0.07 * scale}
+        samples += [dict(question_id=q, iteration=0, mode=m, component_costs_s=costs) for m in ("baseline", "x", "y")]
+    samples[0] = {**samples[0], "component_costs_s": {**samples[0]["component_costs_s"], "flash_draft_step_s": 9.0}}
+    run = Run(path=None, config={"k": 4}, environment={}, samples=samples)
+    got, ci = theory.measured_costs(run), theory.cost_intervals(run)
+    # the first sample's copy of prompt 0 is the one counted (the others of that prompt are not added to it)
+    assert got["c_flash"] == pytest.approx((9.0 + 0.01 * 6.5) / (0.05 * 7.5))
+    assert got["c_dense"] == pytest.approx(0.4) and got["verify_k1"] == pytest.approx(1.4)
+    assert ci["c_dense_lo"] == pytest.approx(0.4) and ci["c_dense_hi"] == pytest.approx(0.4)
+    assert ci["c_flash_lo"] < got["c_flash"] < ci["c_flash_hi"]
+    assert ci["c_flash_hi"] <= 9.0 / 0.05 + 1e-9 and ci["c_flash_lo"] >= 0.2 - 1e-9  # within the prompts' own range
+    bare = Run(path=Path("bare"), config={"k": 4}, environment={}, samples=[dict(question_id=0, mode="m")])
+    with pytest.raises(ConfigError, match="'bare' measured no component costs"):
+        theory.measured_costs(bare)

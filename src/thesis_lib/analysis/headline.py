@@ -197,12 +197,15 @@ def model_gap(run) -> dict:
     (:func:`~thesis_lib.analysis.reference.draft_cost`) with this machine's block, and at the thesis' draft cost
     with a block verified for the cost of one step; beside this build's measured speedup (with its interval) and
     the thesis'. ``gap_said`` says which side of the measured interval the prediction here falls."""
-    costs = theory.measured_costs(run)
+    costs, ci_costs = theory.measured_costs(run), theory.cost_intervals(run)
     k, c = costs["k"], costs.get("c_flash", costs["c_dense"])
+    c_name = "c_flash" if "c_flash" in costs else "c_dense"
     alpha = theory.alpha_from_emitted(totals(run.of("flash_deferred"))["mean_emitted"], k)
     ci = uncertainty.ratio_interval(run, "flash_deferred", "baseline")
     c_thesis = reference.draft_cost("flash")
-    out = {"gap_alpha": alpha, "gap_c": c, "gap_verify": costs["verify_k1"], "gap_k": k, "gap_c_thesis": c_thesis,
+    out = {"gap_alpha": alpha, "gap_c": c, "gap_c_lo": ci_costs[f"{c_name}_lo"], "gap_c_hi": ci_costs[f"{c_name}_hi"],
+           "gap_verify": costs["verify_k1"], "gap_verify_lo": ci_costs["verify_k1_lo"],
+           "gap_verify_hi": ci_costs["verify_k1_hi"], "gap_k": k, "gap_c_thesis": c_thesis,
            "gap_model_here": float(speedup(alpha, k, c, costs["verify_k1"])),
            "gap_model_thesis_c": float(speedup(alpha, k, c_thesis, costs["verify_k1"])),
            "gap_model_thesis": float(speedup(alpha, k, c_thesis, 1.0)),
@@ -217,8 +220,9 @@ def why_said(gap: dict) -> str:
     speedup, then at the thesis' draft cost, beside the thesis' measured speedup."""
     return (f"Why: with this build's acceptance ({gap['gap_alpha']:.2f} per token, K = {gap['gap_k']}), the loop's "
             f"cost model predicts {gap['gap_model_here']:.2f}x for FlashHead deferred over target-only decoding at "
-            f"this machine's costs (a FlashHead draft step at {gap['gap_c']:.2f} of a target step, a verified block of "
-            f"{gap['gap_k'] + 1} at {gap['gap_verify']:.2f} steps), {gap['gap_said']} (measured "
+            f"this machine's costs (a FlashHead draft step at {gap['gap_c']:.2f} of a target step, "
+            f"{gap['gap_c_lo']:.2f}-{gap['gap_c_hi']:.2f}, a verified block of {gap['gap_k'] + 1} at "
+            f"{gap['gap_verify']:.2f} steps, {gap['gap_verify_lo']:.2f}-{gap['gap_verify_hi']:.2f}), {gap['gap_said']} (measured "
             f"{gap['gap_measured']:.2f}x, {gap['gap_measured_lo']:.2f}-{gap['gap_measured_hi']:.2f}x). At the thesis' "
             f"draft cost ({gap['gap_c_thesis']:.3f} of a target step) it predicts {gap['gap_model_thesis_c']:.2f}x with "
             f"this machine's block and {gap['gap_model_thesis']:.2f}x with a block that costs one step; the thesis "

@@ -75,20 +75,57 @@ def alpha_from_emitted(mean_emitted: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def measured_costs(run) -> dict:
-    """From a run's median component costs: c (dense, FlashHead draft step / target step), v (verify K, K+1 / step)."""
-    costs = [r["component_costs_s"] for r in run.samples if r.get("component_costs_s")]
-    if not costs:
+def cost_cells(run) -> tuple[list[str], list]:
+    """A run's component costs (:func:`~thesis_lib.bench.execute.component_costs`, timed once per prompt and
+    iteration at the prompt's context and carried by every mode's sample) as bootstrap cells: the cost names every
+    timing has, and per prompt an array [iterations, names] of seconds."""
+    import numpy as np
+
+    units: dict = {}
+    for r in run.samples:
+        if r.get("component_costs_s"):
+            units.setdefault(r["question_id"], {}).setdefault(r.get("iteration", 0), r["component_costs_s"])
+    if not units:
         raise ConfigError(f"Run {run.name!r} measured no component costs (it ran with costs off).")
-    med = {key: statistics.median(c[key] for c in costs if key in c) for key in costs[0]}
+    timings = [c for by_it in units.values() for c in by_it.values()]
+    names = [k for k in timings[0] if all(k in c for c in timings)]
+    return names, [np.array([[c[k] for k in names] for c in by_it.values()], float) for by_it in units.values()]
+
+
+def measured_costs(run) -> dict:
+    """From a run's component costs, pooled over its prompts (:func:`cost_cells`; each a mean over prompts): c
+    (dense, FlashHead draft step / target step), v (verify K, K+1 / step)."""
+    import numpy as np
+
+    names, cells = cost_cells(run)
+    mean = dict(zip(names, np.concatenate(cells).mean(axis=0)))
     k = run.config["k"]
-    t = med["target_step_s"]
-    out = {"k": k, "target_step_ms": 1000 * t, "draft_step_ms": 1000 * med["draft_step_s"],
-           "c_dense": med["draft_step_s"] / t, "verify_k": med[f"target_verify_{k}_s"] / t,
-           "verify_k1": med[f"target_verify_{k + 1}_s"] / t}
-    if "flash_draft_step_s" in med:
-        out["flash_draft_step_ms"] = 1000 * med["flash_draft_step_s"]
-        out["c_flash"] = med["flash_draft_step_s"] / t
+    t = mean["target_step_s"]
+    out = {"k": k, "target_step_ms": 1000 * t, "draft_step_ms": 1000 * mean["draft_step_s"],
+           "c_dense": mean["draft_step_s"] / t, "verify_k": mean[f"target_verify_{k}_s"] / t,
+           "verify_k1": mean[f"target_verify_{k + 1}_s"] / t}
+    if "flash_draft_step_s" in mean:
+        out["flash_draft_step_ms"] = 1000 * mean["flash_draft_step_s"]
+        out["c_flash"] = mean["flash_draft_step_s"] / t
+    return {key: float(v) if isinstance(v, float) else v for key, v in out.items()}
+
+
+def cost_intervals(run) -> dict:
+    """The 95 % intervals of :func:`measured_costs`' ratios (``<name>_lo``, ``<name>_hi``), by the bootstrap over
+    prompts of the same pooled statistic."""
+    from .uncertainty import bootstrap
+
+    names, cells = cost_cells(run)
+    k = run.config["k"]
+    parts = {"c_dense": "draft_step_s", "c_flash": "flash_draft_step_s", "verify_k": f"target_verify_{k}_s",
+             "verify_k1": f"target_verify_{k + 1}_s"}
+    t = names.index("target_step_s")
+    out = {}
+    for name, part in parts.items():
+        if part in names:
+            i = names.index(part)
+            ci = bootstrap(cells, lambda v, i=i: v[i] / v[t])
+            out[f"{name}_lo"], out[f"{name}_hi"] = ci["lo"], ci["hi"]
     return out
 
 
