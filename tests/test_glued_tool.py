@@ -29,12 +29,18 @@ def _book(tmp_path, folder, cells):
 def test_a_snapshot_holds_each_glued_value_by_notebook_and_name(tmp_path):
     book = _book(tmp_path, "a", {"ch4": [_record("speedup", "text/plain", "1.53"),
                                          _record("table", "text/html", ["<table>", "</table>"]),
-                                         _record("figure", "image/png", "iVBOR")],
+                                         _record("figure", "image/png", "iVBOR"),
+                                         {**_record("styled", "text/plain", "<Styler at 0x7f19>"),
+                                          "data": {glued.PREFIX + "text/plain": "<Styler at 0x7f19>",
+                                                   glued.PREFIX + "text/html": '<table id="T_a61e0"><th id="T_a61e0_l0">'
+                                                                               '1.53</th></table>'}}],
                                  "ch5": [_record("said", "text/plain", "'faster'")]})
     snap = glued.snapshot(book)
     assert snap["ch5"] == {"said": "'faster'"}
     assert snap["ch4"]["speedup"] == "1.53" and snap["ch4"]["table"] == "<table></table>"
     assert snap["ch4"]["figure"].startswith("image/png sha256:")
+    # the table, not its repr's memory address, and without the random id a Styler gives each rendering
+    assert snap["ch4"]["styled"] == '<table id="T_"><th id="T__l0">1.53</th></table>'
 
 
 def test_two_builds_compare_equal_only_when_every_value_is_the_same(tmp_path, capsys):

@@ -6,7 +6,8 @@ the book's numbers and sentences as they were (issue 63).
 
 A book folder's executed notebooks (``<book>/notebooks/*.ipynb``, as ``thesis-lib book`` leaves them) hold each
 glued value as an output named by its scrapbook record; a snapshot maps notebook -> name -> value, the value being
-the record's text (or, for an image or other binary record, its SHA-256). ``diff`` prints how many values each side
+the record's HTML (a styled table's random id left out), Markdown or text, in that order of preference (or, for an
+image or other binary record, its SHA-256). ``diff`` prints how many values each side
 holds per notebook and every name whose value differs or exists on one side only, and exits 1 if any does.
 """
 
@@ -15,10 +16,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
 PREFIX = "application/papermill.record/"
+#: a pandas Styler's table id, random per rendering (``T_`` and five hex digits), and where it recurs
+STYLER_ID = re.compile(r"T_[0-9a-f]{5}(?=[_\"' ])")
 
 
 def values(notebook: dict) -> dict[str, str]:
@@ -30,11 +34,12 @@ def values(notebook: dict) -> dict[str, str]:
             if not record:
                 continue
             data = {k[len(PREFIX):] if k.startswith(PREFIX) else k: v for k, v in o.get("data", {}).items()}
-            text = next((data[m] for m in ("text/plain", "text/markdown", "text/html") if m in data), None)
+            # a rendered table's HTML, not its text form (a Styler's repr names its memory address)
+            text = next((data[m] for m in ("text/html", "text/markdown", "text/plain") if m in data), None)
             if text is None:  # an image or another binary record: its bytes' hash
                 mime, raw = sorted(data.items())[0] if data else ("none", "")
                 text = f"{mime} sha256:{hashlib.sha256(json.dumps(raw).encode()).hexdigest()}"
-            out[record["name"]] = "".join(text) if isinstance(text, list) else text
+            out[record["name"]] = STYLER_ID.sub("T_", "".join(text) if isinstance(text, list) else text)
     return out
 
 
