@@ -299,3 +299,14 @@ def test_the_cost_model_s_inputs_pool_each_prompt_s_timing_once_with_an_interval
     bare = Run(path=Path("bare"), config={"k": 4}, environment={}, samples=[dict(question_id=0, mode="m")])
     with pytest.raises(ConfigError, match="'bare' measured no component costs"):
         theory.measured_costs(bare)
+
+
+def test_one_rule_reads_every_interval_against_its_line():
+    """side: above, below, or holding the line, a bound on the line holding it unless the line is given to a side
+    (a target reached counts as met; a ratio at most 1 as no gain); reads picks the words by it."""
+    assert [u.side(*iv) for iv in ((1.01, 1.2), (0.8, 0.99), (0.9, 1.1), (1.0, 1.2), (0.8, 1.0))] == [1, -1, 0, 0, 0]
+    assert u.side(1.1, 1.3, at=1.1, closed="above") == 1 and u.side(1.0, 1.1, at=1.1, closed="above") == 0
+    assert u.side(0.9, 1.0, closed="below") == -1 and u.side(1.0, 1.0, closed="below") == -1
+    assert u.side(4.3, 4.4, at=4.321) == 0 and u.side(4.33, 4.4, at=4.321) == 1  # the thesis' value as the line
+    assert u.reads(0.9, 0.95, "up", "down", "?") == "down" and u.reads(float("nan"), float("nan"), "up", "down", "?") == "?"
+    assert u.against_thesis(1.2, 1.3, 1.25) == "reproduced" and u.against_thesis(1.3, 1.4, 1.25) == "larger"

@@ -113,7 +113,7 @@ def fastest_precision(doc: dict, mode: str = "flash_deferred") -> str:
     "cannot tell" where that interval holds 1."""
     import numpy as np
 
-    from .uncertainty import bootstrap
+    from .uncertainty import bootstrap, side
 
     rows = (doc.get("end_to_end") or {}).get("rows") or []
     precisions = [p for p in doc["precisions"] if rows and all(f"{p}/{mode}" in r for r in rows)]
@@ -127,7 +127,7 @@ def fastest_precision(doc: dict, mode: str = "flash_deferred") -> str:
     said = (f"{best} ({ms[best]:.0f} ms per token with the FlashHead draft and deferred verification) over {nxt} "
             f"({ms[nxt]:.0f} ms): {ci['value']:.2f}x, 95 % interval {ci['lo']:.2f}-{ci['hi']:.2f} over "
             f"{len(rows)} prompts")
-    if ci["lo"] <= 1:
+    if side(ci["lo"], ci["hi"]) <= 0:
         return f"cannot tell which precision is the fastest: {said}"
     return f"the fastest is {said}"
 

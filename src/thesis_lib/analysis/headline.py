@@ -233,12 +233,12 @@ def gap_said(model_here: float, lo: float, hi: float) -> str:
     """Whether the loop does what its measured costs allow: the cost model's prediction inside the measured
     interval (it does), above it (time the model leaves out, outside the draft steps and the verify forward, costs
     the loop), or below it (the loop does better than its costs predict)."""
-    if lo <= model_here <= hi:
-        return "inside the measured interval: the loop does what its costs allow, and the gap to the thesis is these costs"
-    if model_here > hi:
-        return ("above the measured interval: besides these costs, time the model leaves out (outside the draft steps "
-                "and the verify forward) costs the loop")
-    return "below the measured interval: the loop does better than its measured costs predict"
+    return uncertainty.reads(  # the interval against the prediction: above it, the prediction lies below it
+        lo, hi, "below the measured interval: the loop does better than its measured costs predict",
+        "above the measured interval: besides these costs, time the model leaves out (outside the draft steps and the "
+        "verify forward) costs the loop",
+        "inside the measured interval: the loop does what its costs allow, and the gap to the thesis is these costs",
+        at=model_here)
 
 
 def glued(run, df: pd.DataFrame) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .batched import MODE_NAMES
-from .uncertainty import timing_interval
+from .uncertainty import reads, timing_interval
 
 GIB = 2 ** 30
 MIB = 2 ** 20
@@ -139,11 +139,8 @@ def length_values(doc: dict, lengths: pd.DataFrame, positions: pd.DataFrame, sha
 def batched_verdict(lo: float, hi: float) -> str:
     """How the fastest speculative mode compares with batched target-only decoding at one batch size, by the
     interval of its speed over it."""
-    if lo > 1:
-        return "faster than batched target-only decoding"
-    if hi < 1:
-        return "slower than batched target-only decoding"
-    return "not distinguishable from batched target-only decoding with these prompts"
+    return reads(lo, hi, "faster than batched target-only decoding", "slower than batched target-only decoding",
+                 "not distinguishable from batched target-only decoding with these prompts")
 
 
 def length_trend(short_lo: float, short_hi: float, long_lo: float, long_hi: float) -> str:

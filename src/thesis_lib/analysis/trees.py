@@ -13,7 +13,7 @@ import pandas as pd
 from ..bench.runs import Run
 from ..decoding.tree_shapes import gate_study, independent_nodes, search
 from ..decoding.trees import TreeShape
-from .uncertainty import run_interval, speed, which_faster
+from .uncertainty import reads, run_interval, speed, which_faster
 
 #: Tokens per target forward the best tree should reach over the best chain's, and the speed over transformers'
 #: assisted generation at its best the best tree should reach (this chapter's targets).
@@ -112,11 +112,8 @@ def speed_rows(doc: dict) -> pd.DataFrame:
 
 def forward_verdict(lo: float, hi: float, target: float = FORWARD_TARGET) -> str:
     """Whether tokens per forward reached ``target`` times the chain's, by the interval."""
-    if lo >= target:
-        return f"reaches {target:g}x the chain's"
-    if hi < target:
-        return f"falls short of {target:g}x the chain's"
-    return f"cannot be told from {target:g}x the chain's at this sample size"
+    return reads(lo, hi, f"reaches {target:g}x the chain's", f"falls short of {target:g}x the chain's",
+                 f"cannot be told from {target:g}x the chain's at this sample size", at=target, closed="above")
 
 
 def tree_values(doc: dict) -> dict:
@@ -191,11 +188,8 @@ def peer_target(value_a: float, lo_a: float, hi_a: float, value_d: float, lo_d: 
     """Whether the tree reached ``target`` times the speed of transformers' assisted generation at its best: of the
     constant-K call (``_a``) and the defaults (``_d``), the faster one (the smaller ratio), by its interval."""
     lo, hi = (lo_a, hi_a) if value_a <= value_d else (lo_d, hi_d)
-    if lo >= target:
-        return f"reaches the {target:g}x target"
-    if hi < target:
-        return f"falls short of the {target:g}x target"
-    return f"cannot be told from the {target:g}x target at this sample size"
+    return reads(lo, hi, f"reaches the {target:g}x target", f"falls short of the {target:g}x target",
+                 f"cannot be told from the {target:g}x target at this sample size", at=target, closed="above")
 
 
 def gpu_trees(tree_speedup: float, chain_speedup: float) -> str:

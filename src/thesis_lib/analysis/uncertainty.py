@@ -210,39 +210,51 @@ def bound_text(x: float) -> str:
     return text
 
 
+def side(lo: float, hi: float, at: float = 1.0, *, closed: str = "") -> int:
+    """The one rule by which every verdict reads an interval against a line (1 for a ratio, the thesis' value, a
+    target): 1 where the whole interval lies above ``at``, -1 where it lies below, 0 where it holds ``at``. A bound
+    equal to the line holds it, unless ``closed`` gives the line to one side: ``"above"`` (reaching a target counts as
+    meeting it) or ``"below"`` (a ratio at most 1 counts as no gain)."""
+    if lo > at or (closed == "above" and lo == at):
+        return 1
+    if hi < at or (closed == "below" and hi == at):
+        return -1
+    return 0
+
+
+def reads(lo: float, hi: float, above: str, below: str, holds: str, at: float = 1.0, *, closed: str = "") -> str:
+    """A verdict's words for its interval by :func:`side`: ``above``, ``below`` or ``holds`` (the line inside)."""
+    return {1: above, -1: below, 0: holds}[side(lo, hi, at, closed=closed)]
+
+
 def direction(thesis: float, value: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
     """Whether a measured ratio points the thesis' way (both above 1, or both not): ``yes`` or ``no`` when its
     interval lies on one side of 1, ``cannot tell`` when it holds 1; without an interval (NaN) the point
     decides, and the answer says so."""
     if lo != lo or hi != hi:
         return ("yes" if (value > 1) == (thesis > 1) else "no") + " (point only)"
-    if lo <= 1 <= hi:
+    if not side(lo, hi):
         return "cannot tell"
-    return "yes" if (lo > 1) == (thesis > 1) else "no"
+    return "yes" if (side(lo, hi) > 0) == (thesis > 1) else "no"
 
 
 def against_thesis(lo: float, hi: float, thesis: float) -> str:
     """``reproduced`` when the thesis' value lies in the interval, else ``larger``/``smaller`` here."""
-    if lo <= thesis <= hi:
-        return "reproduced"
-    return "larger" if lo > thesis else "smaller"
+    return reads(lo, hi, "larger", "smaller", "reproduced", at=thesis)
 
 
 def which_faster(lo: float, hi: float, first: str, second: str) -> str:
     """Which of two modes is faster by the interval of ``first``'s speed over ``second``'s; neither when it
     contains 1."""
-    if lo > 1:
-        return f"{first} is faster"
-    if hi < 1:
-        return f"{second} is faster"
-    return f"{first} and {second} cannot be told apart at this sample size"
+    return reads(lo, hi, f"{first} is faster", f"{second} is faster",
+                 f"{first} and {second} cannot be told apart at this sample size")
 
 
 def prompts_to_resolve(ratio: float, lo: float, hi: float, prompts: int) -> int | None:
     """About how many prompts an interval as wide as ``[lo, hi]`` per sqrt(prompts) needs to exclude 1 at the
     same ratio (the half-width shrinks as 1/sqrt(prompts)); ``prompts`` itself where it already does, None at a
     ratio of exactly 1 (no number of prompts resolves no difference)."""
-    if lo > 1 or hi < 1:
+    if side(lo, hi):
         return prompts
     if ratio == 1:
         return None

@@ -37,11 +37,7 @@ def step_vs_head(step_speedup: float, head_speedup: float, step_lo: float = floa
 def lift(lo: float, hi: float) -> str:
     """What deferred verification did to a draft, by the interval of its speed deferred over ordinary: a gain, a
     loss, or a change the prompts cannot resolve."""
-    if lo > 1:
-        return "a gain"
-    if hi < 1:
-        return "a loss"
-    return "a change these prompts cannot tell from none"
+    return uncertainty.reads(lo, hi, "a gain", "a loss", "a change these prompts cannot tell from none")
 
 
 def _acceptance_state(dense: float, flash: float, lo: float, hi: float, tolerance: float = 0.02) -> str:
@@ -50,14 +46,14 @@ def _acceptance_state(dense: float, flash: float, lo: float, hi: float, toleranc
     lo, hi = _or_point(lo, hi, dense - flash)
     if -tolerance <= lo and hi <= tolerance:
         return "same"
-    return "dense" if lo > 0 else "flash" if hi < 0 else "unknown"
+    return uncertainty.reads(lo, hi, "dense", "flash", "unknown", at=0.0)
 
 
 def _path_state(draft_ms_dense: float, draft_ms_flash: float, lo: float, hi: float) -> str:
     """``cheaper`` (FlashHead's draft path per decoded token), ``not`` or ``unknown``, by the interval of the dense
     path's cost over FlashHead's (without one, the point)."""
     lo, hi = _or_point(lo, hi, draft_ms_dense / draft_ms_flash)
-    return "cheaper" if lo > 1 else "not" if hi <= 1 else "unknown"
+    return uncertainty.reads(lo, hi, "cheaper", "not", "unknown", closed="below")
 
 
 def acceptance_change(dense: float, flash: float, lo: float = float("nan"), hi: float = float("nan"),
@@ -76,14 +72,14 @@ def gain_source(lo: float, hi: float, draft_ms_dense: float, draft_ms_flash: flo
     """Where FlashHead's end-to-end difference from the dense draft comes from, by the draft path's cost (the
     interval of dense's path per token over FlashHead's, ``path_lo``-``path_hi``), when the interval of FlashHead's
     speed over dense's (``lo``-``hi``) resolves a difference."""
-    path = _path_state(draft_ms_dense, draft_ms_flash, path_lo, path_hi)
-    if lo > 1 and path == "cheaper":
+    path, gain = _path_state(draft_ms_dense, draft_ms_flash, path_lo, path_hi), uncertainty.side(lo, hi)
+    if gain > 0 and path == "cheaper":
         return "the gain comes from the draft path"
-    if lo > 1 and path == "unknown":
+    if gain > 0 and path == "unknown":
         return "these prompts cannot tell whether the gain comes from the draft path"
-    if lo > 1:
+    if gain > 0:
         return "the gain does not come from a cheaper draft path"
-    if hi < 1:
+    if gain < 0:
         return "FlashHead is slower end to end here, although its draft path"
     return "these prompts cannot tell FlashHead's end-to-end difference from none, although its draft path"
 
@@ -99,38 +95,28 @@ def sweep_winner(best_k: int, tied: str) -> str:
 
 def beats(lo: float, hi: float) -> str:
     """How a speedup over target-only decoding compares with 1, by its interval."""
-    if lo > 1:
-        return "beats"
-    if hi < 1:
-        return "is slower than"
-    return "cannot be told apart from"
+    return uncertainty.reads(lo, hi, "beats", "is slower than", "cannot be told apart from")
 
 
 def agrees_more(ours: float, theirs: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
     """How this run's acceptance compares with the thesis', by its interval (``lo``, ``hi``; without one, the
     point): ``agrees more often`` or ``less often`` where the interval lies on one side of the thesis' value."""
     lo, hi = _or_point(lo, hi, ours)
-    if lo > theirs:
-        return "agrees more often"
-    if hi < theirs:
-        return "agrees less often"
-    return "cannot be told to agree more or less often, at this sample size,"
+    return uncertainty.reads(lo, hi, "agrees more often", "agrees less often",
+                             "cannot be told to agree more or less often, at this sample size,", at=theirs)
 
 
 def deferred_counts(lo: float, hi: float) -> str:
     """Whether deferred verification also helps here (the thesis found it did on its GPUs), by the interval of the
     FlashHead draft's speed deferred over ordinary."""
-    if lo > 1:
-        return "on both kinds of hardware"
-    if hi < 1:
-        return "on the thesis' GPUs, though not in this run"
-    return "on the thesis' GPUs; this run cannot tell its effect from none"
+    return uncertainty.reads(lo, hi, "on both kinds of hardware", "on the thesis' GPUs, though not in this run",
+                             "on the thesis' GPUs; this run cannot tell its effect from none")
 
 
 def flash_gain_where(ord_lo: float, ord_hi: float, def_lo: float, def_hi: float) -> str:
     """In which schedules FlashHead gains over the dense draft here, by the intervals of its speed over the dense
     draft's, ordinary (``ord_``) and deferred (``def_``): a gain only where the whole interval lies above 1."""
-    ordinary, deferred = ord_lo > 1, def_lo > 1
+    ordinary, deferred = uncertainty.side(ord_lo, ord_hi) > 0, uncertainty.side(def_lo, def_hi) > 0
     if ordinary and deferred:
         return ("here FlashHead gains over the dense draft in the ordinary schedule already, and with deferred "
                 "verification too, so the append is not what hides the head's saving on this machine")
@@ -151,11 +137,8 @@ def target_met(ratio: float, target: float = 1.10, lo: float = float("nan"), hi:
     """``meets`` when a ratio reaches the target, else ``does not meet``; with an interval (``lo``, ``hi``), only
     where the whole interval lies on one side of the target, else that the prompts cannot tell."""
     lo, hi = _or_point(lo, hi, ratio)
-    if lo >= target:
-        return "meets"
-    if hi < target:
-        return "does not meet"
-    return "neither clearly meets nor clearly misses"
+    return uncertainty.reads(lo, hi, "meets", "does not meet", "neither clearly meets nor clearly misses", at=target,
+                             closed="above")
 
 
 def gpu_head_target(ratio: float) -> str:
@@ -194,10 +177,8 @@ def switch_effect(value: float, lo: float, hi: float, them: str = "them") -> str
     while digits < 8 and any(x != 1 and f"{x:.{digits}f}" == f"{1:.{digits}f}" for x in (lo, hi)):
         digits += 1
     said = f"({value:.{digits}f}x, {lo:.{digits}f}-{hi:.{digits}f})"
-    if lo > 1:
-        return f"faster with {them} {said}"
-    if hi < 1:
-        return f"slower with {them} {said}"
+    if uncertainty.side(lo, hi):
+        return f"{'faster' if uncertainty.side(lo, hi) > 0 else 'slower'} with {them} {said}"
     return f"neither clearly faster nor slower with {them} {said}"
 
 
@@ -282,11 +263,9 @@ def one_row(before_us: float, after_us: float, lo: float, hi: float, runs: float
             f"{lo:.2f} to {hi:.2f} times as fast in each)")
     if before_us / after_us >= 1.05:
         return f"made the head faster: {said}"
-    if lo > 1:
-        return f"made the head a little faster, by less than the 5 % that is a difference here but in every run: {said}"
-    if hi < 1:
-        return f"made the head a little slower in every run: {said}"
-    return f"made no difference one can tell: {said}"
+    return uncertainty.reads(
+        lo, hi, f"made the head a little faster, by less than the 5 % that is a difference here but in every run: {said}",
+        f"made the head a little slower in every run: {said}", f"made no difference one can tell: {said}")
 
 
 def compiled_sound(agree_compiled: float, agree_path: float, rows: float) -> str:
@@ -418,7 +397,7 @@ def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float,
     state = {}
     for name, (x, lo, hi) in levels.items():
         lo, hi = _or_point(lo, hi, x)
-        state[name] = "lower" if lo > 1 else "not" if hi <= 1 else "unknown"
+        state[name] = uncertainty.reads(lo, hi, "lower", "not", "unknown", closed="below")
     rest = [n for n in levels if n != "the head"]
     unknown = [n for n in rest if state[n] == "unknown"]
     if state["the head"] == "not":
@@ -446,14 +425,14 @@ def rq_ranking(**bounds: float) -> str:
     groups: dict[str, list[str]] = {"faster": [], "slower": [], "not told apart": []}
     for key, name in names.items():
         lo, hi = bounds[f"{key}_lo"], bounds[f"{key}_hi"]
-        groups["faster" if lo > 1 else "slower" if hi < 1 else "not told apart"].append(name)
+        groups[uncertainty.reads(lo, hi, "faster", "slower", "not told apart")].append(name)
     said = [f"{word} {' and '.join(modes)}" for word, modes in (
         ("faster than target-only decoding:", groups["faster"]), ("slower than it:", groups["slower"]),
         ("not told apart from it at this sample size:", groups["not told apart"])) if modes]
     fd = []
     for key, schedule in (("ord_flash_vs_dense", "the ordinary schedule"), ("def_flash_vs_dense", "deferred verification")):
         lo, hi = bounds[f"{key}_lo"], bounds[f"{key}_hi"]
-        fd.append(f"{'faster' if lo > 1 else 'slower' if hi < 1 else 'not told apart'} under {schedule}")
+        fd.append(f"{uncertainty.reads(lo, hi, 'faster', 'slower', 'not told apart')} under {schedule}")
     said = "; ".join(said)
     return said[:1].upper() + said[1:] + "; FlashHead against the dense draft: " + ", ".join(fd)
 
@@ -469,10 +448,10 @@ def rq_interplay(acc_dense: float, acc_flash: float, lo: float, hi: float, draft
     acc = _acceptance_state(acc_dense, acc_flash, acc_lo, acc_hi, tolerance)
     path = _path_state(draft_ms_dense, draft_ms_flash, path_lo, path_hi)
     cheaper = path == "cheaper"
-    faster = lo > 1
+    faster, told = uncertainty.side(lo, hi) > 0, uncertainty.side(lo, hi) != 0
     if acc == "unknown":
         head = "These prompts cannot tell whether acceptance moves when FlashHead replaces the dense head"
-        if lo <= 1 <= hi:
+        if not told:
             return head + ", nor FlashHead's throughput from the dense draft's"
         return head + (", while FlashHead is faster end to end" if faster else ", while FlashHead is slower end to end")
     if path == "unknown" and faster:
@@ -484,7 +463,7 @@ def rq_interplay(acc_dense: float, acc_flash: float, lo: float, hi: float, draft
                     "tell whether its draft path is cheaper")
         return ("FlashHead is faster end to end and its draft is accepted more often; these prompts cannot tell "
                 "whether its draft path is cheaper too")
-    if lo <= 1 <= hi:
+    if not told:
         end = "these prompts cannot tell FlashHead's throughput from the dense draft's"
         if acc == "same":
             return "Acceptance barely moves when FlashHead replaces the dense head, and " + end
@@ -513,13 +492,11 @@ def rq_interplay(acc_dense: float, acc_flash: float, lo: float, hi: float, draft
 def rq_end_to_end(lo: float, hi: float) -> str:
     """RQ4: whether FlashHead's saving shows end to end under deferred verification, from the 95 % interval of the
     pooled FlashHead/dense ratio (a paired bootstrap over the prompts): a direction only where it excludes 1."""
-    if lo > 1:
-        return ("Yes, with deferred verification: the FlashHead draft is faster than the dense one, the whole 95 % "
-                "interval of their ratio lying above 1")
-    if hi < 1:
-        return ("No: with deferred verification the FlashHead draft is slower than the dense one, the whole 95 % "
-                "interval of their ratio lying below 1")
-    return "Cannot tell from this run: the 95 % interval of FlashHead's speed over the dense draft's contains 1"
+    return uncertainty.reads(
+        lo, hi, "Yes, with deferred verification: the FlashHead draft is faster than the dense one, the whole 95 % "
+        "interval of their ratio lying above 1", "No: with deferred verification the FlashHead draft is slower than "
+        "the dense one, the whole 95 % interval of their ratio lying below 1",
+        "Cannot tell from this run: the 95 % interval of FlashHead's speed over the dense draft's contains 1")
 
 
 #: glued verdict key -> (function, {parameter: glued key}), per notebook; a rule of ``*args`` takes a tuple of keys
