@@ -6,7 +6,7 @@ position; :func:`simulate` walks any policy (:func:`fixed_policy`, :func:`thresh
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 

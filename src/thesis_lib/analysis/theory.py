@@ -6,7 +6,6 @@ a = 1 ordinary, 0 deferred), fed by :func:`measured_costs` and set beside a K sw
 from __future__ import annotations
 
 import math
-import statistics
 
 from ..decoding.costs import expected_emitted, speedup
 from ..errors import ConfigError

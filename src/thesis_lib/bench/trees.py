@@ -15,12 +15,12 @@ Everything lands in one JSON document; the book and ``thesis-lib tree-bench`` re
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Sequence
 
 import torch
 
+from ..decoding.costs import forward_curve
 from ..decoding.greedy import greedy_generate
 from ..decoding.state import ModelState
 from ..decoding.tree_shapes import MISS, independent_nodes, rank_table, search
@@ -47,17 +47,6 @@ def ranks(state: ModelState, prompt: Sequence[int], output: Sequence[int], kept:
         confidence.append(round(float(logp[0, 0].exp()), 4))
     state.reset()
     return out, confidence
-
-
-@torch.inference_mode()
-def forward_curve(state: ModelState, ids: Sequence[int], sizes: Sequence[int], reps: int = 3) -> dict[int, float]:
-    """Median seconds of ``state``'s greedy forward over n tokens after ``ids``, for each n of ``sizes``."""
-    state.reset()
-    state.greedy(ids, last_only=True)
-    tail = list(ids) * (1 + max(sizes) // max(1, len(ids)))
-    out = {n: statistics.median(state.timed_forward(tail[-n:]) for _ in range(reps)) for n in sizes}
-    state.reset()
-    return out
 
 
 def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, reps: int = 3,

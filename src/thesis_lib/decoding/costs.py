@@ -11,7 +11,7 @@ ordinary schedule. Under chapter 2's i.i.d. acceptance model, with per-token acc
 - :func:`rate`: expected tokens per unit of cost; :func:`best_k`: the block length that maximises it;
   :func:`speedup`: the rate in units of one target step, i.e. the model's speedup over target-only decoding.
 - :func:`measure_costs`: median seconds of one step of each draft and of the target's forward over n tokens,
-  at a prompt's context length.
+  at a prompt's context length; :func:`forward_curve`, the latter for any model state (the one forward-cost timer).
 """
 
 from __future__ import annotations
@@ -95,10 +95,17 @@ def measure_costs(target_state, draft_states: Mapping, ids: Sequence[int], *, ve
         state.greedy(ids, last_only=True)
         out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
         state.reset()
-    sizes = sorted(set(verify_sizes))
-    target_state.reset()
-    target_state.greedy(ids, last_only=True)
-    tail = list(ids) * (1 + sizes[-1] // max(1, len(ids)))
-    out["verify_s"] = {n: statistics.median(target_state.timed_forward(tail[-n:]) for _ in range(reps)) for n in sizes}
-    target_state.reset()
+    out["verify_s"] = forward_curve(target_state, ids, sorted(set(verify_sizes)), reps)
+    return out
+
+
+@torch.inference_mode()
+def forward_curve(state, ids: Sequence[int], sizes: Sequence[int], reps: int = 3) -> dict[int, float]:
+    """Median seconds of ``state``'s greedy forward over n tokens after ``ids`` (the prompt's own tokens, repeated
+    where n exceeds it), for each n of ``sizes`` in that order; the state is reset before and after."""
+    state.reset()
+    state.greedy(ids, last_only=True)
+    tail = list(ids) * (1 + max(sizes) // max(1, len(ids)))
+    out = {n: statistics.median(state.timed_forward(tail[-n:]) for _ in range(reps)) for n in sizes}
+    state.reset()
     return out
