@@ -195,7 +195,18 @@ def test_on_a_machine_the_reference_knows_its_newest_build_is_the_model(tmp_path
     assert math.isclose(own, newest["total_s"] - newest["measure_s"], rel_tol=1e-3)
     # fitted from the newest build alone: the older builds of the same machine are not in it
     assert costs == buildcosts.model([newest]) != buildcosts.model([older, newest])
-    assert f"costed from this machine's newest recorded build ({newest['date']})" in sizing.said(plan)
+    assert f"costed from this machine's newest recorded build ({newest['date']} at {newest['revision'][:7]})" in \
+        sizing.said(plan)
+    p = params.Params.from_namespace(sizing.resolve(_values(tmp_path, BUDGET_MINUTES=60,
+                                                            SWEEP_PROMPTS=s["sweep_prompts"]))).check()
+    assert sizing.page_said(p).endswith(f"; planned on {newest['machine']}")  # not "timed": nothing was
+    # the same machine at other precisions: its builds of those are no model of these; timed and scaled instead
+    timed = []
+    monkeypatch.setattr(sizing, "precision", lambda values: "float32/float32")
+    monkeypatch.setattr(sizing, "measure_speed", lambda p, steps: timed.append(1) or {
+        "speed": 1.0, "step_by_prompt_s": dict(steps), "measure_s": 1.0})
+    sizing.resolve(_values(tmp_path, BUDGET_MINUTES=61, SWEEP_PROMPTS=s["sweep_prompts"]), progress=False)
+    assert timed and json.loads((tmp_path / "t-plan.json").read_text())[-1]["timed"] is True
 
 
 def test_a_notebook_run_with_the_default_set_takes_make_book_s_plan(tmp_path, monkeypatch):
@@ -298,8 +309,9 @@ def test_each_run_is_charged_to_the_notebook_running_when_it_began(tmp_path):
         (d / "config.json").write_text(json.dumps({"target": "x", "max_new_tokens": 16, "per_category": 1,
                                                    "iterations": 1, "prompts": prompts}))
         (d / "environment.json").write_text(json.dumps({"recorded_at": at, "machine": {"wall_s": wall}}))
-        rows = [{"question_id": "q1", "mode": "baseline", "iteration": 0, "ttft_s": 1.0, "decode_s": 9.0,
-                 "component_costs_s": {"target_step_s": 0.08, "draft_step_s": 0.02}}]
+        rows = [{"question_id": q, "mode": "baseline", "iteration": 0, "ttft_s": 1.0 / 3, "decode_s": 3.0,
+                 "component_costs_s": {"target_step_s": step, "draft_step_s": 0.02}}
+                for q, step in (("q1", 0.08), ("q2", 0.05), ("q3", 0.11))]
         (d / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     t0 = 1_795_773_600.0  # 2026-11-27T10:00:00Z
     notebooks = [{"notebook": "ch4", "started": t0, "seconds": 100.0},
@@ -310,3 +322,9 @@ def test_each_run_is_charged_to_the_notebook_running_when_it_began(tmp_path):
     assert (ch4["sweep_prefill"], ch4["sweep_decode"], ch4["sweep_overhead"], ch4["other"]) == (1.0, 9.0, 10.0, 30.0)
     assert (ch6["main_prefill"], ch6["main_decode"], ch6["main_overhead"], ch6["other"]) == (1.0, 9.0, 20.0, 120.0)
     assert doc["parts_s"]["other"] == 300.0 - 100.0  # the whole build's split is the same as without notebooks
+    # untimed by its plan: the step time of the run's first prompts, or of the reference's prompts where it ran them
+    assert doc["step_by_prompt_s"] == {"q1": 0.1, "q2": 0.07, "q3": 0.13} and doc["step_s"] == 0.1
+    on_refs = buildcosts.build_costs(tmp_path, values, 300.0, cost_prompts=["q3", "q2"])
+    assert on_refs["step_by_prompt_s"] == {"q3": 0.13, "q2": 0.07} and on_refs["step_s"] == 0.1
+    assert buildcosts.build_costs(tmp_path, values, 300.0, cost_prompts=["q9"])["step_by_prompt_s"] == doc[
+        "step_by_prompt_s"]  # a reference prompt the run did not run: its own first prompts

@@ -22,7 +22,7 @@ from pathlib import Path
 
 PREFIX = "application/papermill.record/"
 #: a pandas Styler's table id, random per rendering (``T_`` and five hex digits), and where it recurs
-STYLER_ID = re.compile(r"T_[0-9a-f]{5}(?=[_\"' ])")
+STYLER_ID = re.compile(r"(?<=[\"#])T_[0-9a-f]{5}(?=[_\"' ])")
 
 
 def values(notebook: dict) -> dict[str, str]:

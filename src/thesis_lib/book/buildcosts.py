@@ -94,15 +94,15 @@ def _recorded(env: dict) -> float:
 
 def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float | None = None,
                 measure_s: float = 0.0, steps: dict[str, float] | None = None,
-                notebooks: list[dict] | None = None) -> dict | None:
+                notebooks: list[dict] | None = None, cost_prompts: list[str] | None = None) -> dict | None:
     """One finished build's costs from the run folders of ``values`` (its resolved parameters) in ``runs_dir``:
     the folders of this set's pair and sizes (``<SET_NAME>-*``), each run's generation split into prefill and decode
     (every sample's), the rest of its wall time its overhead; a run on ``SWEEP_PROMPTS`` prompts is sweep work, any
     other main-prompt work; ``other`` is what remains of ``total_s`` (less ``measure_s``, the step timing). With
     ``started`` (a time stamp), None where any of those folders was written before it (a build that reused runs).
     The step time per prompt, ``steps`` (what the planner measured as the build began; the same measurement a later
-    plan makes) or else the main run's (target plus draft step of its baseline samples on its first
-    :data:`COST_PROMPTS` prompts), sets the build's speed by its median. With ``notebooks`` (the build's notebooks in
+    plan makes) or else the main run's (target plus draft step of its baseline samples on ``cost_prompts`` where
+    it ran them all, else on its first :data:`COST_PROMPTS` prompts), sets the build's speed by its median. With ``notebooks`` (the build's notebooks in
     order, each ``{"notebook", "started" (a time stamp), "seconds"}``), each run is charged to the notebook that was
     running when it began, and ``notebooks`` in the result gives each one's seconds and parts (``other``: the rest of
     its time)."""
@@ -135,7 +135,8 @@ def build_costs(runs_dir: Path, values: dict, total_s: float, *, started: float 
                      "sweep_prompts": values["SWEEP_PROMPTS"]}
             step = {r["question_id"]: r["component_costs_s"] for r in rows
                     if r["mode"] == "baseline" and r["iteration"] == 0}
-            step_by_prompt = {q: step[q]["target_step_s"] + step[q]["draft_step_s"] for q in qids[:COST_PROMPTS]}
+            timed = cost_prompts if cost_prompts and all(q in step for q in cost_prompts) else qids[:COST_PROMPTS]
+            step_by_prompt = {q: step[q]["target_step_s"] + step[q]["draft_step_s"] for q in timed}
     if sizes is None:
         raise ConfigError(f"No main run ({values['SET_NAME']}-bench-*) of these sizes in {runs_dir}.")
     parts["other"] = total_s - measure_s - sum(parts.values())

@@ -200,7 +200,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         from ..bench.prompts import load_prompts
 
         builds = matching(json.loads(ref_text)["builds"], precision(values))
-        own = newest_of(builds, machine())
+        own = newest_of([b for b in builds if b.get("precision") == precision(values)], machine())
         builds = own or builds
         costs = model(builds)
         p = Params.from_namespace({k: v for k, v in values.items() if k not in SIZED}).check()
@@ -221,6 +221,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
                "precision": precision(values), "timed": not own,
+               **({"costed_from": f"{own[0]['date']} at {str(own[0].get('revision'))[:7]}"} if own else {}),
                "references": [f"{b['date']} {b['machine']}" for b in builds],
                "costs": {k: asdict(c) for k, c in costs.items()},
                "predicted_by_part_s": {k: round(predict(c, speed["speed"], *sizes, sweep_prompts=values["SWEEP_PROMPTS"]),
@@ -250,10 +251,11 @@ def precision(values: dict) -> str:
 
 
 def said(plan: dict) -> str:
-    """A plan in one sentence: the sizes, the budget, the measured speed and whether the sample fits."""
+    """A plan in one sentence: the sizes, the budget, what it was costed from (the measured speed, or this machine's
+    recorded build) and whether the sample fits."""
     c = plan["chosen"]
     basis = (f"this machine's steps take {plan['speed']:.2f}x the reference build's" if plan.get("timed", True) else
-             f"costed from this machine's newest recorded build ({plan['references'][0].split()[0]})")
+             f"costed from this machine's newest recorded build ({plan.get('costed_from')})")
     text = (f"{plan['prompts']} prompts x {c['max_new_tokens']} new tokens x {c['iterations']} iteration"
             f"{'s' if c['iterations'] > 1 else ''}, chosen for a {plan['budget_minutes']:g}-minute build: {basis}, "
             f"so the build is predicted to take {c['predicted_s'] / 60:.0f} minutes")
@@ -276,7 +278,8 @@ def record_build(values: dict, total_s: float, started: float, notebooks: list[d
     made_here = datetime.datetime.fromisoformat(plan["planned_at"]).timestamp() >= started
     doc = build_costs(ROOT / values["RUNS_DIR"], values, total_s, started=started,
                       measure_s=plan["measure_s"] if made_here else 0.0,
-                      steps=plan["step_by_prompt_s"] if made_here else None, notebooks=notebooks)
+                      steps=plan["step_by_prompt_s"] if made_here else None, notebooks=notebooks,
+                      cost_prompts=_reference_prompts(values))
     if doc is None:
         return None
     doc.update({"measured": "thesis-lib book (notebooks and rendering; installs and model preparation not included)",
@@ -287,6 +290,15 @@ def record_build(values: dict, total_s: float, started: float, notebooks: list[d
     return out
 
 
+def _reference_prompts(values: dict) -> list[str] | None:
+    """The prompts the cost reference's first build timed its steps on (what a plan on another machine times), so
+    that a build whose plan timed nothing records its step time on the same prompts; None without a reference."""
+    ref = values.get("COST_REFERENCE")
+    if not ref or not (ROOT / ref).is_file():
+        return None
+    return list(json.loads((ROOT / ref).read_text())["builds"][0]["step_by_prompt_s"])
+
+
 def page_said(p) -> str:
     """Chapter 4's sentence on its sample (``p``: the notebook's :class:`~.params.Params`): the newest plan that
     chose these sizes, else that the parameter set fixed them."""
@@ -294,7 +306,7 @@ def page_said(p) -> str:
     sizes = {"per_category": p.per_category, "max_new_tokens": p.max_new_tokens, "iterations": p.iterations}
     plan = _plan_that_chose(plan_path({"RUNS_DIR": p.runs_dir, "SET_NAME": p.set_name}), sizes)
     if plan:
-        return f"{said(plan)}; timed on {plan['key']['machine']}"
+        return f"{said(plan)}; {'timed' if plan.get('timed', True) else 'planned'} on {plan['key']['machine']}"
     n = len(selected_prompts(p))
     return (f"{n} prompts x {p.max_new_tokens} new tokens x {p.iterations} iteration{'s' if p.iterations > 1 else ''}, "
             "as the parameter set fixes them")

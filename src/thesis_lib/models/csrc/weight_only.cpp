@@ -470,7 +470,7 @@ Quantised quantize(const torch::Tensor& x) {
   return r;
 }
 
-// Rows per tile for `left` rows still to do: 6 at most, and never 5 (four and one are faster on AMD EPYC).
+// Rows per tile for `left` rows still to do: 6 at most, and never 5 (GCC's five-row tile ran slower than four and one).
 inline int tile_rows(int64_t left) { return left >= kMaxRowsDyn ? kMaxRowsDyn : left == 5 ? 4 : static_cast<int>(left); }
 
 // Runs tile(group, m, rows, out) over the groups of 32 outputs (split between threads) and the rows in tiles of up
