@@ -197,6 +197,8 @@ def test_on_a_machine_the_reference_knows_its_newest_build_is_the_model(tmp_path
     assert costs == buildcosts.model([newest]) != buildcosts.model([older, newest])
     assert f"costed from this machine's newest recorded build ({newest['date']} at {newest['revision'][:7]})" in \
         sizing.said(plan)
+    older_plan = {k: v for k, v in plan.items() if k != "costed_from"}  # as the committed build's plan was saved
+    assert f"newest recorded build ({newest['date']})" in sizing.said(older_plan)
     p = params.Params.from_namespace(sizing.resolve(_values(tmp_path, BUDGET_MINUTES=60,
                                                             SWEEP_PROMPTS=s["sweep_prompts"]))).check()
     assert sizing.page_said(p).endswith(f"; planned on {newest['machine']}")  # not "timed": nothing was

@@ -255,7 +255,8 @@ def said(plan: dict) -> str:
     recorded build) and whether the sample fits."""
     c = plan["chosen"]
     basis = (f"this machine's steps take {plan['speed']:.2f}x the reference build's" if plan.get("timed", True) else
-             f"costed from this machine's newest recorded build ({plan.get('costed_from')})")
+             f"costed from this machine's newest recorded build "
+             f"({plan.get('costed_from') or plan['references'][0].split()[0]})")  # plans before costed_from: its date
     text = (f"{plan['prompts']} prompts x {c['max_new_tokens']} new tokens x {c['iterations']} iteration"
             f"{'s' if c['iterations'] > 1 else ''}, chosen for a {plan['budget_minutes']:g}-minute build: {basis}, "
             f"so the build is predicted to take {c['predicted_s'] / 60:.0f} minutes")
