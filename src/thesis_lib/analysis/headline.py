@@ -198,8 +198,8 @@ def model_gap(run) -> dict:
     with a block verified for the cost of one step; beside this build's measured speedup (with its interval) and
     the thesis'. ``gap_said`` says which side of the measured interval the prediction here falls."""
     costs, ci_costs = theory.measured_costs(run), theory.cost_intervals(run)
-    k, c = costs["k"], costs.get("c_flash", costs["c_dense"])
     c_name = "c_flash" if "c_flash" in costs else "c_dense"
+    k, c = costs["k"], costs[c_name]
     alpha = theory.alpha_from_emitted(totals(run.of("flash_deferred"))["mean_emitted"], k)
     ci = uncertainty.ratio_interval(run, "flash_deferred", "baseline")
     c_thesis = reference.draft_cost("flash")

@@ -91,6 +91,12 @@ def cost_cells(run) -> tuple[list[str], list]:
     return names, [np.array([[c[k] for k in names] for c in by_it.values()], float) for by_it in units.values()]
 
 
+def _ratio_parts(k: int) -> dict[str, str]:
+    """The cost model's ratios to a target step, each by the component cost it divides by the step's."""
+    return {"c_dense": "draft_step_s", "c_flash": "flash_draft_step_s", "verify_k": f"target_verify_{k}_s",
+            "verify_k1": f"target_verify_{k + 1}_s"}
+
+
 def measured_costs(run) -> dict:
     """From a run's component costs, pooled over its prompts (:func:`cost_cells`; each a mean over prompts): c
     (dense, FlashHead draft step / target step), v (verify K, K+1 / step)."""
@@ -99,14 +105,12 @@ def measured_costs(run) -> dict:
     names, cells = cost_cells(run)
     mean = dict(zip(names, np.concatenate(cells).mean(axis=0)))
     k = run.config["k"]
-    t = mean["target_step_s"]
-    out = {"k": k, "target_step_ms": 1000 * t, "draft_step_ms": 1000 * mean["draft_step_s"],
-           "c_dense": mean["draft_step_s"] / t, "verify_k": mean[f"target_verify_{k}_s"] / t,
-           "verify_k1": mean[f"target_verify_{k + 1}_s"] / t}
+    t = float(mean["target_step_s"])
+    out = {"k": k, "target_step_ms": 1000 * t, "draft_step_ms": 1000 * float(mean["draft_step_s"])}
     if "flash_draft_step_s" in mean:
-        out["flash_draft_step_ms"] = 1000 * mean["flash_draft_step_s"]
-        out["c_flash"] = mean["flash_draft_step_s"] / t
-    return {key: float(v) if isinstance(v, float) else v for key, v in out.items()}
+        out["flash_draft_step_ms"] = 1000 * float(mean["flash_draft_step_s"])
+    out.update({name: float(mean[part]) / t for name, part in _ratio_parts(k).items() if part in mean})
+    return out
 
 
 def cost_intervals(run) -> dict:
@@ -115,12 +119,9 @@ def cost_intervals(run) -> dict:
     from .uncertainty import bootstrap
 
     names, cells = cost_cells(run)
-    k = run.config["k"]
-    parts = {"c_dense": "draft_step_s", "c_flash": "flash_draft_step_s", "verify_k": f"target_verify_{k}_s",
-             "verify_k1": f"target_verify_{k + 1}_s"}
     t = names.index("target_step_s")
     out = {}
-    for name, part in parts.items():
+    for name, part in _ratio_parts(run.config["k"]).items():
         if part in names:
             i = names.index(part)
             ci = bootstrap(cells, lambda v, i=i: v[i] / v[t])

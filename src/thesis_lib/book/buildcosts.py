@@ -166,12 +166,12 @@ def matching(builds: list[dict], precision: str) -> list[dict]:
     return same or list(builds)
 
 
-def newest_of(builds: list[dict], machine: str) -> list[dict]:
-    """The newest of ``builds`` (the last in the list) made on ``machine`` (as :func:`~.sizing.machine` names it),
-    as a list of one; empty where none was. Such a build is the planner's whole model on that machine: a build's time
+def newest_of(builds: list[dict], machine: str, precision: str) -> list[dict]:
+    """The newest of ``builds`` (the last in the list) made on ``machine`` (as :func:`~.sizing.machine` names it) with
+    ``precision`` (as :func:`matching`'s), as a list of one; empty where none was. Such a build is the planner's whole model on that machine: a build's time
     does not follow the step time across revisions of the code (the loop's other modes, the prefills and the
     notebooks' own work change differently or not at all), and the newest build ran the newest code."""
-    return [b for b in builds if b.get("machine") == machine][-1:]
+    return [b for b in builds if (b.get("machine"), b.get("precision")) == (machine, precision)][-1:]
 
 
 def model(builds: list[dict]) -> dict[str, Costs]:

@@ -199,8 +199,9 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
     else:
         from ..bench.prompts import load_prompts
 
-        builds = matching(json.loads(ref_text)["builds"], precision(values))
-        own = newest_of([b for b in builds if b.get("precision") == precision(values)], machine())
+        prec = precision(values)
+        builds = matching(json.loads(ref_text)["builds"], prec)
+        own = newest_of(builds, machine(), prec)
         builds = own or builds
         costs = model(builds)
         p = Params.from_namespace({k: v for k, v in values.items() if k not in SIZED}).check()
@@ -220,7 +221,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         sizes = (len(cats) * chosen["per_category"], chosen["max_new_tokens"], chosen["iterations"])
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
-               "precision": precision(values), "timed": not own,
+               "precision": prec, "timed": not own,
                **({"costed_from": f"{own[0]['date']} at {str(own[0].get('revision'))[:7]}"} if own else {}),
                "references": [f"{b['date']} {b['machine']}" for b in builds],
                "costs": {k: asdict(c) for k, c in costs.items()},
