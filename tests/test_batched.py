@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thesis_lib.bench import batched
+from thesis_studies.serving import heads as batched
 from thesis_lib.errors import ConfigError
 from thesis_lib.heads import clustering as cl
 from thesis_lib.heads.dense import DenseGreedyHead
@@ -108,7 +108,7 @@ def _doc(speeds: dict[int, list[float]]) -> dict:
 
 
 def test_the_batch_table_and_where_the_advantage_goes_follow_the_numbers():
-    from thesis_lib.analysis.batched import advantage_gone, batch_rows, shown
+    from thesis_studies.serving.batch_tables import advantage_gone, batch_rows, shown
 
     rows = batch_rows(_doc({1: [3, 3.2, 2.9, 3.1], 8: [1.5, 1.6, 1.4, 1.5], 32: [0.5, 0.6, 0.4, 0.5]}))
     assert rows["FlashHead value"].tolist() == pytest.approx([3.05, 1.5, 0.5])
@@ -135,7 +135,7 @@ def _decode_doc(times: dict[str, list[float]], groups: int, costs: dict | None =
 def test_the_gpu_batch_sentence_reads_the_gpu_check_part_of_the_saved_document():
     """The saved document nests gpu-check's output under ``gpu_check``; the sentence reads its batch part there, and
     says so where there is none."""
-    from thesis_lib.analysis import batched as ab
+    from thesis_studies.serving import batch_tables as ab
 
     doc = {"gpu_check": {"versions": {"gpu": "Some GPU"}, "batch_heads": _doc({1: [2, 2, 2, 2], 8: [0.5] * 4})}}
     said = ab.gpu_batch_sentence(doc)
@@ -154,7 +154,7 @@ def test_the_gpu_batch_sentence_reads_the_gpu_check_part_of_the_saved_document()
 
 
 def test_batched_decoding_verdicts_follow_the_intervals():
-    from thesis_lib.analysis import batched as ab
+    from thesis_studies.serving import batch_tables as ab
 
     base = [2.0, 2.2, 1.9, 2.1, 2.0, 2.3]
     twice = ab.decode_rows(_decode_doc({"baseline": base, "flash_deferred": [x / 2 for x in base]}, 3))
@@ -176,7 +176,7 @@ def test_the_modelled_speed_reads_the_costs_of_its_schedule_and_draft():
     """Every draft token accepted, a free draft and a verify that costs one step: a round emits K + 1 tokens for
     one step's cost (K + 1 = 5 here); the ordinary schedule pays its append too (2.5); nothing accepted and a dear
     verify: below 1; no costs recorded: no model."""
-    from thesis_lib.analysis import batched as ab
+    from thesis_studies.serving import batch_tables as ab
 
     costs = {"target_1": 100.0, "target_4": 100.0, "target_5": 100.0, "flash_1": 0.0, "dense_1": 50.0}
     assert ab._modelled("flash_deferred", costs, 1.0, 4) == pytest.approx(5.0)
@@ -186,7 +186,7 @@ def test_the_modelled_speed_reads_the_costs_of_its_schedule_and_draft():
 
 
 def test_the_draft_step_table_reads_medians_and_ranges_of_the_step_costs():
-    from thesis_lib.analysis import batched as ab
+    from thesis_studies.serving import batch_tables as ab
 
     costs = {"target_1": 80.0, "dense_1": 40.0, "flash_1": 25.0,
              "times_ms": {"dense_1": [39.0, 40.0, 47.5], "flash_1": [24.0, 25.0, 30.0]}}

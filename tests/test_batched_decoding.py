@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thesis_lib.decoding.batched import BatchState, RaggedCache, batched_greedy, batched_speculative
+from thesis_studies.serving.loops import BatchState, RaggedCache, batched_greedy, batched_speculative
 from thesis_lib.decoding.drafters import ModelDrafter
 from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
 from thesis_lib.decoding.state import ModelState

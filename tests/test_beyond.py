@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from thesis_lib import cli
-from thesis_lib.analysis import codesign
-from thesis_lib.heads import adaptive, clustering, truncated
-from thesis_lib.models import tiny
 from thesis_lib.errors import ConfigError
+from thesis_lib.heads import clustering
+from thesis_lib.models import tiny
+from thesis_studies.beyond import adaptive, codesign, truncated
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.heads.dense import DenseGreedyHead
 from thesis_lib.heads.flashhead import FlashHead
+from thesis_studies.beyond import verdicts as beyond_verdicts
 
 
 def test_truncated_head_scores_only_its_tokens_and_breaks_ties_low():
@@ -144,11 +145,11 @@ def test_pareto_front_keeps_only_undominated_settings():
 def test_sampling_check_fails_fast(tmp_path, capsys):
     out = tmp_path / "done.json"
     out.write_text(json.dumps({"keep": True}))
-    assert cli.main(["sampling-check", "--out", str(out)]) == 2
+    assert cli.main(["studies", "sampling-check", "--out", str(out)]) == 2
     assert json.loads(out.read_text()) == {"keep": True}  # nothing already written is lost
-    assert cli.main(["sampling-check", "--delta", "0"]) == 2
+    assert cli.main(["studies", "sampling-check", "--delta", "0"]) == 2
     assert "error" in capsys.readouterr().err
-    assert cli.main(["sampling-check", "--workers", "0"]) == 2
+    assert cli.main(["studies", "sampling-check", "--workers", "0"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
 
 
@@ -177,7 +178,7 @@ def test_the_walk_count_verdict_reads_the_table_it_checks():
     difference in any mode."""
     import pandas as pd
 
-    from thesis_lib.analysis import beyond, verdicts
+    from thesis_studies.beyond import tables as beyond
 
     def table(*rows):
         return pd.DataFrame([{"Mode": f"m{i}", "Rounds (model / run)": r, "Drafted (model / run)": d,
@@ -185,22 +186,22 @@ def test_the_walk_count_verdict_reads_the_table_it_checks():
 
     same = table(("40 / 40", "160 / 160", "120 / 120"), ("35 / 35", "150 / 150", "118 / 118"))
     assert beyond.walk_parted(same) == {"modes": 2, "rounds": 0, "drafted": 0, "accepted": 0}
-    assert verdicts.walk_counts(*beyond.walk_parted(same).values()) == \
+    assert beyond_verdicts.walk_counts(*beyond.walk_parted(same).values()) == \
         "Rounds, drafted and accepted tokens agree exactly in all 2 modes"
     # rounds equal, drafted and accepted tokens apart (as in the default book): each column's largest gap, any mode
     drafted = table(("40 / 40", "160 / 163", "120 / 120"), ("35 / 35", "150 / 150", "118 / 117"),
                     ("30 / 30", "90 / 77", "80 / 80"))
     assert beyond.walk_parted(drafted) == {"modes": 3, "rounds": 0, "drafted": 13, "accepted": 1}
-    assert verdicts.walk_counts(*beyond.walk_parted(drafted).values()) == (
+    assert beyond_verdicts.walk_counts(*beyond.walk_parted(drafted).values()) == (
         "Rounds agree in all 3 modes; the walk's totals part from the run's in drafted tokens by up to 13, "
         "accepted tokens by up to 1")
     every = table(("40 / 42", "160 / 163", "120 / 119"))
-    assert verdicts.walk_counts(*beyond.walk_parted(every).values()) == (
+    assert beyond_verdicts.walk_counts(*beyond.walk_parted(every).values()) == (
         "The walk's totals part from the run's in rounds by up to 2, drafted tokens by up to 3, accepted tokens by up to 1")
 
 
 def test_tuned_margin_is_the_cheapest_within_tolerance_else_the_widest():
-    from thesis_lib.analysis.beyond import MARGIN_TOLERANCE, tuned_margin
+    from thesis_studies.beyond.tables import MARGIN_TOLERANCE, tuned_margin
 
     def curve(*rows):  # (margin, agreement, mean probes); the first row is the fixed head
         return {"rows": [dict(margin=m, agreement=a, mean_probes=p) for m, a, p in rows]}

@@ -17,6 +17,8 @@ from thesis_lib.analysis import headline, reference, tables, theory
 from thesis_lib.book import browser, build, execute, params
 from thesis_lib.errors import ConfigError
 from thesis_lib.models import specs
+from thesis_studies.beyond import verdicts as beyond_verdicts
+from thesis_studies.gpucheck import verdicts as gpu_verdicts
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
 
@@ -370,7 +372,7 @@ def test_chapter_6_glue(smoke_book):
     assert g["lossless"] == "every greedy sample equals target-only greedy output"
     # the glued margin is a row of the margins document, and no row within the tolerance of the fixed head's
     # agreement probes fewer clusters on average than it (the choice itself is tested on constructed curves)
-    from thesis_lib.analysis.beyond import MARGIN_TOLERANCE
+    from thesis_studies.beyond.tables import MARGIN_TOLERANCE
 
     curve = json.loads(next((smoke_book[2] / "runs").glob("smoke-margins-*.json")).read_text())["rows"]
     chosen = [r for r in curve[1:] if r["margin"] == g["margin"]]
@@ -763,7 +765,7 @@ def _verdicts_hold(set_name: str) -> dict:
     from thesis_lib.analysis import verdicts
 
     seen = {}
-    for nb, rules in verdicts.RULES.items():
+    for nb, rules in verdicts.all_rules().items():
         g = glued(nb, set_name)
         page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
         prose = {"ch2_theory": "theory", "ch3_methods": "methods", "ch4_results": "results",
@@ -856,7 +858,7 @@ def test_the_4bit_verdicts_follow_their_numbers():
     assert verdicts.fastest_setting(200, 130, 80, 64, 45, 55).startswith("target-only decoding with the 4-bit target (45 ms")
     assert verdicts.fastest_setting(200, 130, 80, 64, nan, nan).startswith("FlashHead deferred with the bfloat16 target")
     assert verdicts.fastest_setting(nan, nan, nan, nan, nan, nan) == "was not measured"
-    from thesis_lib.analysis import precision
+    from thesis_studies.precision import tables as precision
 
     assert "at blocks of 5 and 9 tokens" in precision.jumps({1: 1.0, 2: 1.05, 3: 1.2, 4: 1.3, 5: 2.2, 6: 2.2, 9: 3.1,
                                                             8: 2.3, 7: 2.25})
@@ -881,7 +883,9 @@ def test_the_auto_precision_check_reads_both_ways():
     """Chapter 2's check of DTYPE auto on each CPU kind: the pick is called the faster one only when its FlashHead
     deferred ms per token is the smaller; a document without both precisions leaves the pick untested; the CPU is
     named with its vector extensions and bf16 support (older documents without ``cpu_capability`` included)."""
-    from thesis_lib.analysis import precision, verdicts
+    from thesis_lib.bench import environment
+    from thesis_studies.precision import tables as precision
+    from thesis_lib.analysis import verdicts
 
     right = verdicts.auto_pick("float32", 300.0, 450.0)
     assert "picks float32 there, which is the faster" in right and "(bfloat16 1.50 times float32's)" in right
@@ -904,7 +908,7 @@ def test_the_auto_precision_check_reads_both_ways():
     assert precision.machine(avx512)["float32_rows"] == "padded to 5 rows" and avx512["cpu_capability"] == "AVX512"
     assert precision.machine(avx2)["float32_rows"] == "unpadded" and avx2["cpu_capability"] == "AVX2"
     old = {**doc, "fast_bf16": True, "cpu_capability": None}
-    assert precision.capability(old) == "AMD EPYC (AVX-512, native bf16 dot products)"
+    assert environment.capability(old) == "AMD EPYC (AVX-512, native bf16 dot products)"
     assert precision.machine(None)["auto"] == "unknown"
 
 
@@ -915,7 +919,8 @@ def test_the_layout_verdict_reads_both_ways():
     swapped numbers swap the words; a document without both layouts, or without end-to-end runs, says what is
     not measured. The saved AVX2 document: its float32 entries read as the general layout and its FlashHead ms
     per token is the baseline's over the pooled speedup; a document from before layouts were named reads as one-row."""
-    from thesis_lib.analysis import precision, verdicts
+    from thesis_studies.precision import tables as precision
+    from thesis_lib.analysis import verdicts
 
     general_wins = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
     assert "(442 ms) in the general layout and 2.20 (704 ms)" in general_wins
@@ -947,7 +952,8 @@ def test_the_unpadded_float32_verdict_reads_both_ways():
     """Chapter 2's sentence on the CPU where float32 is not padded: a step padded to five rows is called longer only
     where that CPU's block of five costs more than a step; otherwise the rule is called one to revisit; the
     committed AVX2 document reads as the first."""
-    from thesis_lib.analysis import precision, verdicts
+    from thesis_studies.precision import tables as precision
+    from thesis_lib.analysis import verdicts
 
     assert verdicts.unpadded_there(1.35).endswith("costs 1.35 of a one-token step, so a step padded to five rows "
                                                   "would be longer")
@@ -964,7 +970,8 @@ def test_the_padding_verdict_reads_both_ways():
     the words; a missing document or missing end-to-end runs say what is not measured. The committed document's
     padded entries are its bfloat16 ones, its unpadded entries bfloat16-unpadded's, and the summary keeps no
     hyphenated extras."""
-    from thesis_lib.analysis import precision, verdicts
+    from thesis_studies.precision import tables as precision
+    from thesis_lib.analysis import verdicts
 
     helps = verdicts.padding_effect(100.0, 130.0, 120.0, 150.0, 110.0, 120.0)
     assert helps == ("padding makes the target's one-token step 1.30 times as fast, target-only decoding 1.25 times "
@@ -1003,7 +1010,7 @@ def test_the_gpu_document_reads_as_its_numbers_say():
     agreement would read as a miscompile (the 2026-11-23 run's) where the saved run's 63 of 64 does not."""
     import json
 
-    from thesis_lib.analysis import gpucheck, verdicts
+    from thesis_studies.gpucheck import tables as gpucheck
 
     doc = json.loads((params.ROOT / "data/reference/gpu-check-h100-random-weights.json").read_text())
     g = gpucheck.summary(doc)
@@ -1012,15 +1019,15 @@ def test_the_gpu_document_reads_as_its_numbers_say():
     assert g["dense_us"] == 1000 * row["dense_queued_ms"] and g["flash_us"] == 1000 * row["flash_triton_queued_ms"]
     assert g["head_speedup_launch"] == row["dense_captured_ms"] / row["flash_triton_captured_ms"]
     for ratio in (g["head_speedup"], g["head_speedup_launch"]):
-        assert verdicts.gpu_head_target(ratio) == ("meets" if ratio >= 4.32 else "does not meet")
+        assert gpu_verdicts.gpu_head_target(ratio) == ("meets" if ratio >= 4.32 else "does not meet")
     steps = doc["gpu_check"]["draft_step_graphs"]["captured"]
     assert g["step_ceiling"] == steps["dense_ms"] / steps["body_ms"] and g["step_speedup"] < g["step_ceiling"]
-    assert verdicts.step_reach(1.05).startswith("so no head") and verdicts.step_reach(1.2).startswith("so a faster")
-    assert verdicts.gpu_probes_meeting(5, 4.4, 4.0, 3.0) == "at 64 and 128 probes"
-    assert verdicts.gpu_probes_meeting(1, 1, 1, float("nan")) == "at none of the probe counts measured"
+    assert gpu_verdicts.step_reach(1.05).startswith("so no head") and gpu_verdicts.step_reach(1.2).startswith("so a faster")
+    assert gpu_verdicts.gpu_probes_meeting(5, 4.4, 4.0, 3.0) == "at 64 and 128 probes"
+    assert gpu_verdicts.gpu_probes_meeting(1, 1, 1, float("nan")) == "at none of the probe counts measured"
     assert (g["agree_compiled"], g["agree_path"]) == (63, 63)
-    assert "miscompiled" not in verdicts.compiled_sound(g["agree_compiled"], g["agree_path"], g["rows"])
-    assert "miscompiled" in verdicts.compiled_sound(0, 63, 64)
+    assert "miscompiled" not in gpu_verdicts.compiled_sound(g["agree_compiled"], g["agree_path"], g["rows"])
+    assert "miscompiled" in gpu_verdicts.compiled_sound(0, 63, 64)
     table = gpucheck.head_rows(doc)
     assert list(table.Probes) == [64, 128, 256, 593] and table["Same token, torch.compile"].iloc[-1] == "63/64"
     assert gpucheck.summary(None)["head_speedup"] != gpucheck.summary(None)["head_speedup"]  # nan, no document
@@ -1032,22 +1039,22 @@ def test_one_row_scoring_reads_as_each_run_timed_it():
     so the sentence says so; a run the other way, a gain of 5 % or more, and no part read otherwise."""
     import json
 
-    from thesis_lib.analysis import gpucheck, verdicts
+    from thesis_studies.gpucheck import tables as gpucheck
 
     doc = json.loads((params.ROOT / "data/reference/gpu-check-h100-random-weights.json").read_text())
     g = gpucheck.summary(doc)
     got = (g["one_row_before_us"], g["one_row_us"], g["one_row_lo"], g["one_row_hi"], g["one_row_runs"])
     assert got == pytest.approx((25.504, 24.352, 1.0236, 1.0596, 3), abs=0.001)
-    said = verdicts.one_row(*got)
+    said = gpu_verdicts.one_row(*got)
     assert said.startswith("made the head a little faster, by less than the 5 %") and "24.4 µs against 25.5" in said
-    assert verdicts.one_row(25.5, 24.4, 0.98, 1.06, 3).startswith("made no difference one can tell")
-    assert verdicts.one_row(24.0, 24.4, 0.97, 0.99, 3).startswith("made the head a little slower")
-    assert verdicts.one_row(26.0, 24.4, 1.05, 1.08, 3).startswith("made the head faster:")
+    assert gpu_verdicts.one_row(25.5, 24.4, 0.98, 1.06, 3).startswith("made no difference one can tell")
+    assert gpu_verdicts.one_row(24.0, 24.4, 0.97, 0.99, 3).startswith("made the head a little slower")
+    assert gpu_verdicts.one_row(26.0, 24.4, 1.05, 1.08, 3).startswith("made the head faster:")
     part = {"alone_us": {"run1": {"five_kernels": 30.0, "score_count": 20.0}, "what": "not a run"}}
     one = gpucheck.summary({**doc, "head_score_count": part})
     assert (one["one_row_lo"], one["one_row_runs"]) == (1.5, 1)
     bare = gpucheck.summary({k: v for k, v in doc.items() if k != "head_score_count"})
-    assert bare["one_row_us"] != bare["one_row_us"] and verdicts.one_row(*[float("nan")] * 5) == "has not been timed"
+    assert bare["one_row_us"] != bare["one_row_us"] and gpu_verdicts.one_row(*[float("nan")] * 5) == "has not been timed"
 
 
 def test_the_4bit_target_and_the_head_designs_read_from_their_parts():
@@ -1057,8 +1064,8 @@ def test_the_4bit_target_and_the_head_designs_read_from_their_parts():
     reads the saved document; without these parts: nan, not a figure."""
     import json
 
-    from thesis_lib.analysis import gpucheck, verdicts
-    from thesis_lib.bench.gpucheck import text
+    from thesis_studies.gpucheck import tables as gpucheck
+    from thesis_studies.gpucheck.run import text
 
     doc = json.loads((params.ROOT / "data/reference/gpu-check-h100-random-weights.json").read_text())
     g = gpucheck.summary(doc)
@@ -1067,12 +1074,12 @@ def test_the_4bit_target_and_the_head_designs_read_from_their_parts():
     assert (g["int4_layers"], g["int4_group"], g["designs_n"]) == (64, 128, 7)
     # the closest: the threshold read once by the scoring kernel's last program (run 6), against its run's five kernels
     assert (g["designs_five_us"], g["designs_best_us"]) == pytest.approx((25.34, 24.99), abs=0.01)
-    assert "were no faster (the closest took 25.0" in verdicts.fewer_kernels(g["designs_five_us"], g["designs_best_us"])
-    assert verdicts.fewer_kernels(28.96, 31.65).startswith("were slower (the closest took 31.6")
+    assert "were no faster (the closest took 25.0" in gpu_verdicts.fewer_kernels(g["designs_five_us"], g["designs_best_us"])
+    assert gpu_verdicts.fewer_kernels(28.96, 31.65).startswith("were slower (the closest took 31.6")
     chained = (g["chained_us"], g["chained_before_us"], g["chained_dense_us"], g["chained_mid_us"],
                g["chained_mid_before_us"])
     assert chained == pytest.approx((26.08, 28.64, 123.17, 28.43, 28.83), abs=0.01)
-    said = verdicts.chained_gain(before_us=g["chained_before_us"], alone_us=g["chained_us"],
+    said = gpu_verdicts.chained_gain(before_us=g["chained_before_us"], alone_us=g["chained_us"],
                                  mid_before_us=g["chained_mid_before_us"], mid_us=g["chained_mid_us"],
                                  dense_us=g["chained_dense_us"])
     assert said.startswith("made the head faster on one footing only (26.1 µs against 28.6 timed alone, 4.72 times")
@@ -1085,8 +1092,8 @@ def test_the_4bit_target_and_the_head_designs_read_from_their_parts():
                "label": "not a run"}
     d = gpucheck.summary({**doc, "head_designs": designs})
     assert (d["designs_five_us"], d["designs_best_us"], d["designs_n"]) == pytest.approx((30.0, 33.0, 2))
-    assert verdicts.fewer_kernels(29.0, 20.0).startswith("were faster")
-    assert verdicts.fewer_kernels(29.0, 28.5).startswith("were no faster")
+    assert gpu_verdicts.fewer_kernels(29.0, 20.0).startswith("were faster")
+    assert gpu_verdicts.fewer_kernels(29.0, 28.5).startswith("were no faster")
     int_keys = json.loads(json.dumps(doc["gpu_check"]["verify_int4"]))
     int_keys["ms"] = {int(n): x for n, x in int_keys["ms"].items()}
     int_keys["over_step"] = {int(n): x for n, x in int_keys["over_step"].items()}
@@ -1095,11 +1102,11 @@ def test_the_4bit_target_and_the_head_designs_read_from_their_parts():
     bare = {"gpu_check": {k: x for k, x in doc["gpu_check"].items() if k != "verify_int4"}}
     b = gpucheck.summary(bare)
     assert b["int4_c"] != b["int4_c"] and b["designs_n"] != b["designs_n"] and b["chained_us"] != b["chained_us"]
-    assert verdicts.fewer_kernels(b["designs_five_us"], b["designs_best_us"]) == "have not been timed"
-    assert verdicts.draft_regime(g["int4_c"]).startswith("a draft at about a tenth")
-    assert "dearer" in verdicts.draft_regime(0.4) and "cheaper" in verdicts.draft_regime(0.01)
-    assert verdicts.block_rise(1.44, 1.09) == "rises faster than the bfloat16 stack's"
-    assert verdicts.block_rise(1.1, 1.09) == "rises no faster than the bfloat16 stack's"
+    assert gpu_verdicts.fewer_kernels(b["designs_five_us"], b["designs_best_us"]) == "have not been timed"
+    assert gpu_verdicts.draft_regime(g["int4_c"]).startswith("a draft at about a tenth")
+    assert "dearer" in gpu_verdicts.draft_regime(0.4) and "cheaper" in gpu_verdicts.draft_regime(0.01)
+    assert gpu_verdicts.block_rise(1.44, 1.09) == "rises faster than the bfloat16 stack's"
+    assert gpu_verdicts.block_rise(1.1, 1.09) == "rises no faster than the bfloat16 stack's"
 
 
 def test_every_notebook_cell_has_an_id():
@@ -1137,12 +1144,11 @@ def test_the_environment_page_says_whether_block_rows_equal_single_rows():
 
 def test_verdicts_name_the_target_they_were_given():
     """A verdict about reaching a target says that target, not the thesis' default one."""
-    from thesis_lib.analysis import verdicts
 
-    assert verdicts.step_reach(1.2, target=1.25).endswith("1.250x on this body")
-    assert "1.108x" in verdicts.step_reach(1.2)
-    assert "gain 25 %" in verdicts.bound_allows(1.3, target=1.25)
-    assert "room for 10 %" in verdicts.bound_allows(1.05)
+    assert gpu_verdicts.step_reach(1.2, target=1.25).endswith("1.250x on this body")
+    assert "1.108x" in gpu_verdicts.step_reach(1.2)
+    assert "gain 25 %" in beyond_verdicts.bound_allows(1.3, target=1.25)
+    assert "room for 10 %" in beyond_verdicts.bound_allows(1.05)
 
 
 CHAPTER_PAGES = {"2": "theory.md", "3": "methods.md", "4": "results.md", "5": "conclusion.md"}
@@ -1270,9 +1276,9 @@ def test_every_verdict_binds_its_rule_s_parameters_by_name():
     import inspect
 
     from thesis_lib.analysis import verdicts
-    from thesis_lib.analysis.precision import SETTINGS
+    from thesis_studies.precision.tables import SETTINGS
 
-    for nb, rules in verdicts.RULES.items():
+    for nb, rules in verdicts.all_rules().items():
         for key, (rule, inputs) in rules.items():
             params = inspect.signature(rule).parameters.values()
             if isinstance(inputs, dict):
@@ -1322,20 +1328,20 @@ def test_the_remaining_verdict_rules_read_both_ways():
     assert v.flash_gain_where(0.98, 1.03, 1.02, 1.10).startswith("here, as in the thesis")  # the thesis' own pattern
     assert v.flash_gain_where(1.02, 1.10, 0.99, 1.05).endswith("cannot resolve a gain with deferred verification")
     assert v.flash_gain_where(0.95, 1.05, 0.97, 1.04).startswith("here neither schedule")
-    assert (v.cheaper(1.0, 2.0), v.cheaper(2.0, 1.0)) == ("cheaper", "not cheaper here")
+    assert (beyond_verdicts.cheaper(1.0, 2.0), beyond_verdicts.cheaper(2.0, 1.0)) == ("cheaper", "not cheaper here")
     assert (v.target_met(1.10), v.target_met(1.09)) == ("meets", "does not meet")
     assert v.target_met(1.15, lo=0.98, hi=1.30) == "neither clearly meets nor clearly misses"  # the point alone meets it
     assert (v.target_met(1.2, lo=1.11, hi=1.3), v.target_met(1.0, lo=0.9, hi=1.05)) == ("meets", "does not meet")
-    assert (v.gpu_step_target(1.2), v.gpu_step_target(1.05)) == ("meets", "does not meet")
-    assert v.head_side(1.05, 1.08).startswith("The head-side ideas cannot") and "in principle" in v.head_side(1.2, 1.3)
-    assert v.head_side(1.05, 1.12).startswith("Whether the head-side ideas could reach the target cannot be told")
-    assert v.share_of_room(1.02, 1.3) == "only a small part of the room" and v.share_of_room(1.15, 1.3) == "about half of the room"
-    assert v.share_of_room(1.28, 1.3) == "most of the room" and v.share_of_room(0.99, 1.3) == "none of the room"
-    assert v.stop_trade(50).startswith("throws away good tokens about as often") and v.stop_trade(80).endswith("than it saves bad ones")
-    assert v.stop_trade(20).startswith("saves bad tokens more often")
-    assert v.furthest_off(1.3, 1.0, 1.05, 1.0) == "The hybrid" and v.furthest_off(1.0, 1.0, 1.2, 1.0).startswith("The confidence")
+    assert (gpu_verdicts.gpu_step_target(1.2), gpu_verdicts.gpu_step_target(1.05)) == ("meets", "does not meet")
+    assert beyond_verdicts.head_side(1.05, 1.08).startswith("The head-side ideas cannot") and "in principle" in beyond_verdicts.head_side(1.2, 1.3)
+    assert beyond_verdicts.head_side(1.05, 1.12).startswith("Whether the head-side ideas could reach the target cannot be told")
+    assert beyond_verdicts.share_of_room(1.02, 1.3) == "only a small part of the room" and beyond_verdicts.share_of_room(1.15, 1.3) == "about half of the room"
+    assert beyond_verdicts.share_of_room(1.28, 1.3) == "most of the room" and beyond_verdicts.share_of_room(0.99, 1.3) == "none of the room"
+    assert beyond_verdicts.stop_trade(50).startswith("throws away good tokens about as often") and beyond_verdicts.stop_trade(80).endswith("than it saves bad ones")
+    assert beyond_verdicts.stop_trade(20).startswith("saves bad tokens more often")
+    assert beyond_verdicts.furthest_off(1.3, 1.0, 1.05, 1.0) == "The hybrid" and beyond_verdicts.furthest_off(1.0, 1.0, 1.2, 1.0).startswith("The confidence")
     assert v.ceiling_vs_spread(1.02, 0.95, 1.05).startswith("is small") and v.ceiling_vs_spread(1.2, 0.98, 1.02).startswith("is larger")
-    assert v.smaller_here(1.1, 1.05, 1.2).startswith("smaller") and v.smaller_here(1.3, 1.05, 1.2).startswith("not smaller")
+    assert beyond_verdicts.smaller_here(1.1, 1.05, 1.2).startswith("smaller") and beyond_verdicts.smaller_here(1.3, 1.05, 1.2).startswith("not smaller")
     assert "one model" in v.shared_control("the dense draft's own (same model)")
     assert v.shared_control("embedl/Qwen3-0.6B-FlashHead").endswith("(embedl/Qwen3-0.6B-FlashHead)")
 
@@ -1363,7 +1369,7 @@ def _wo_doc(ms: dict, seconds: dict, stream: float = 20.0) -> dict:
 def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
     """The floor is a step's bytes over the read rate; the fastest precision is named only where its interval over
     the next one excludes 1 (every prompt faster), "cannot tell" where prompts disagree."""
-    from thesis_lib.analysis import floor as pa
+    from thesis_studies.precision import floor as pa
 
     clear = _wo_doc({"float32": (300.0, 310.0), "int8-weights": (75.0, 90.0)},
                     {"float32": [9.0, 8.0, 10.0, 9.5], "int8-weights": [4.0, 4.2, 3.9, 4.1]})
@@ -1406,7 +1412,7 @@ def _llama_doc(tps: dict, ours_gb: float = 1.78, llama_gb: float = 0.93) -> dict
 
 def test_the_llama_cpp_verdicts_follow_their_numbers():
     """Our best setting over llama.cpp's, and whether the bytes per step explain the target-only gap."""
-    from thesis_lib.analysis import floor
+    from thesis_studies.precision import floor
 
     doc = _llama_doc({"llama.cpp target-only": 10.0, "llama.cpp speculative": 12.5, "ours target-only": 5.0,
                       "ours FlashHead deferred": 6.0})
@@ -1434,7 +1440,7 @@ def test_a_gguf_step_reads_every_tensor_but_the_token_embedding(tmp_path):
     import numpy as np
     from gguf import GGUFWriter
 
-    from thesis_lib.bench.llama_peer import gguf_bytes_per_step
+    from thesis_studies.peers.llama import gguf_bytes_per_step
 
     w = GGUFWriter(str(tmp_path / "m.gguf"), "llama")
     w.add_tensor("token_embd.weight", np.zeros((64, 16), np.float32))

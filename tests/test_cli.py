@@ -133,7 +133,7 @@ def test_gpu_check_runs_on_a_cpu(tmp_path, capsys):
     """The GPU acceptance command at the thesis' shapes (random weights), shrunk to run here: every part
     reports, the compiled FlashHead path really compiled, and the JSON document is the last line."""
     out = tmp_path / "gpu-check.json"
-    assert cli.main(["gpu-check", "--device", "cpu", "--quick", "--out", str(out)]) == 0
+    assert cli.main(["studies", "gpu-check", "--device", "cpu", "--quick", "--out", str(out)]) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc == json.loads(out.read_text())
     assert "random weights" in doc["note"] and doc["versions"]["device"] == "cpu"
@@ -142,7 +142,7 @@ def test_gpu_check_runs_on_a_cpu(tmp_path, capsys):
     assert doc["head"]["n_clusters"] == 151936 // 16 and doc["draft_step"]["path"] == (
         "kernel" if wo.available() else "compiled")  # "auto" on a CPU
     assert set(doc["verify"]["over_step"]) == {"1", "2", "3", "4", "5"} and doc["verify"]["over_step"]["1"] == 1.0
-    assert cli.main(["gpu-check", "--device", "cuda:0"]) == 2  # no CUDA here: a clear error, nothing measured
+    assert cli.main(["studies", "gpu-check", "--device", "cuda:0"]) == 2  # no CUDA here: a clear error, nothing measured
     assert "no CUDA device" in capsys.readouterr().err
 
 
@@ -155,7 +155,7 @@ def test_gpu_check_s_random_models_have_the_thesis_shapes_and_a_sane_scale():
     from transformers import Qwen3ForCausalLM
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
-    from thesis_lib.bench.gpuverify import qwen3, qwen3_config
+    from thesis_studies.gpucheck.verify import qwen3, qwen3_config
     from thesis_lib.models.specs import QWEN3_CONFIGS
 
     shape = QWEN3_CONFIGS["Qwen3-0.6B"]
@@ -193,7 +193,7 @@ def test_the_4bit_target_has_the_thesis_layers_in_4_bits(monkeypatch):
     from transformers import Qwen3ForCausalLM
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
-    from thesis_lib.bench import gpuverify
+    from thesis_studies.gpucheck import verify as gpuverify
 
     shape = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=64, tie_word_embeddings=False, model_type="qwen3")
@@ -225,26 +225,26 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
     """float32 beside bfloat16 (where the CPU runs it natively): every block timed in both, speculative output
     equal to the same precision's target-only output on every prompt, the document saved once and never
     overwritten; a precision this CPU cannot run natively or an unknown one fails before any model loads."""
-    from thesis_lib.analysis import precision as analysis
+    from thesis_studies.precision import tables as analysis
     from thesis_lib.models.packing import bf16_packing_available, float32_rows_floor
 
-    assert cli.main(["precision-bench", "--precisions", "float16"]) == 2
+    assert cli.main(["studies", "precision-bench", "--precisions", "float16"]) == 2
     assert "Unknown precision" in capsys.readouterr().err
     emulated = not bf16_packing_available()
     if emulated:  # refused unless asked for on purpose; then timed like the native case, and said so
-        assert cli.main(["precision-bench"]) == 2
+        assert cli.main(["studies", "precision-bench"]) == 2
         assert "not native" in capsys.readouterr().err
     out = tmp_path / "precision.json"
-    from thesis_lib.bench.precision import int4_available
+    from thesis_studies.precision.bench import int4_available
 
     precisions = ["float32", "bfloat16"] + (["int4"] if int4_available() else [])
     extra = ["--emulated"] if emulated else []
-    assert cli.main(["precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
+    assert cli.main(["studies", "precision-bench", "--precisions", "int4", "--int4-group", "100", *extra]) == 2
     assert "--int4-group must be" in capsys.readouterr().err
     if not int4_available():  # the optional extra is missing: said before any model loads
-        assert cli.main(["precision-bench", "--precisions", "float32,int4", *extra]) == 2
+        assert cli.main(["studies", "precision-bench", "--precisions", "float32,int4", *extra]) == 2
         assert "needs torchao (not installed)" in capsys.readouterr().err
-    argv = ["precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
+    argv = ["studies", "precision-bench", "--target", "tiny:target", "--draft", "tiny:draft", "--reps", "2", "--max-block", "5",
             "--e2e-prompts", "2", "--max-new-tokens", "8", "-k", "2", "--precisions", ",".join(precisions),
             "--int4-group", "32", "--out", str(out), *extra]
     assert cli.main(argv) == 0
@@ -285,7 +285,7 @@ def test_precision_bench_on_tiny_models(tmp_path, capsys):
 def test_bf16_precisions_are_refused_where_bf16_is_emulated(monkeypatch):
     """bfloat16 and int4 (bf16 activations and draft) run bf16 layers: on a CPU without native bf16 they are refused
     before any model loads unless --emulated asks for the emulation; float32 is never refused for it."""
-    from thesis_lib.bench import precision
+    from thesis_studies.precision import bench as precision
     from thesis_lib.errors import ConfigError
     from thesis_lib.models import packing
 
@@ -307,7 +307,7 @@ def test_llama_bench_without_llama_cpp_fails_before_any_model(monkeypatch, capsy
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
-    assert cli.main(["llama-bench", "--prompts", "2"]) == 2
+    assert cli.main(["studies", "llama-bench", "--prompts", "2"]) == 2
     err = capsys.readouterr().err
     assert "pip install -e '.[llama]'" in err and "Traceback" not in err
 
@@ -325,7 +325,7 @@ def test_serving_bench_decodes_batches_on_tiny_models(tmp_path, tok, capsys, mon
     t = tiny.save_tiny(target, tok, tmp_path / "t")
     d = tiny.save_tiny(tiny.noisy_copy(target, 0.01, seed=3), tok, tmp_path / "d")
     out = tmp_path / "serving.json"
-    args = ["serving-bench", "--target", str(t), "--draft", str(d), "--dtype", "int8-dynamic", "--prompt-file", "demo",
+    args = ["studies", "serving-bench", "--target", str(t), "--draft", str(d), "--dtype", "int8-dynamic", "--prompt-file", "demo",
             "--per-category", "1", "--prompts", "4", "--batches", "1,4", "--max-new-tokens", "6", "--reps", "1",
             "--clusters", "17", "--kmeans-iterations", "4", "--flash-path", "eager", "--parts", "decode,lengths,memory",
             "--lengths", "8,16", "--length-per-category", "1", "--out", str(out)]
@@ -358,5 +358,5 @@ def test_serving_bench_refuses_bad_options_before_any_model(bad, monkeypatch, ca
     from thesis_lib.models import loading
 
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
-    assert cli.main(["serving-bench", *bad]) == 2
+    assert cli.main(["studies", "serving-bench", *bad]) == 2
     assert "Traceback" not in capsys.readouterr().err

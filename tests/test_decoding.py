@@ -371,7 +371,7 @@ def test_the_hybrid_modes_look_up_suffixes_of_two_and_three_tokens(tiny_models):
 
 @pytest.mark.parametrize("policy", ["heuristic", "cost"])
 def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
-    from thesis_lib.decoding import policies
+    from thesis_studies.beyond import policies
 
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     drafter = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB)
@@ -392,7 +392,7 @@ def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
 
 
 def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_high():
-    from thesis_lib.decoding import policies
+    from thesis_studies.beyond import policies
 
     verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
     cheap = policies.CostModelK(4, draft_step_s=0.01, verify_s=verify, k_max=12)
@@ -410,7 +410,7 @@ def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_
 def test_policies_by_name_and_their_errors():
     """make_policy: each name gives its policy; the cost model without measured costs, and an unknown name, fail
     with a message that says what is missing."""
-    from thesis_lib.decoding import policies
+    from thesis_studies.beyond import policies
 
     verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
     fixed = policies.make_policy("fixed", 3)
@@ -474,7 +474,7 @@ def test_confidence_stop_ends_a_block_at_the_first_unsure_token(tiny_models):
 
 
 def test_confidence_stop_needs_a_probability_and_a_head_that_gives_one(tiny_models):
-    from thesis_lib.heads.truncated import TruncatedHead
+    from thesis_studies.beyond.truncated import TruncatedHead
 
     model = tiny_models[("f64", "qwen2", "loose")]
     for bad in (0.0, 1.0, -0.5, 2):
@@ -625,7 +625,7 @@ def test_the_cost_model_counts_a_failure_only_in_rounds_that_reject():
     only when a proposal was rejected (forget = 1: no decay). From the prior (2.4 hits in 4 trials), a full round
     of 4 gives 6.4 / 8, a round accepting 1 of 4 then 7.4 / 10 (seed-6 survivor: a failure counted at full
     acceptance)."""
-    from thesis_lib.decoding import policies
+    from thesis_studies.beyond import policies
 
     verify = {n: 1.0 + 0.02 * n for n in range(1, 14)}
     p = policies.CostModelK(4, draft_step_s=0.1, verify_s=verify, k_max=12, alpha0=0.6, prior=4.0, forget=1.0)

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from thesis_lib.analysis import codesign, lookahead
+from thesis_studies.beyond import codesign, lookahead
 from thesis_lib.bench import modelbench, timing
 from thesis_lib.bench.prompts import Prompt
 from thesis_lib.bench.runner import Runner
@@ -221,7 +221,7 @@ def test_the_profiled_drafter_synchronises_the_draft_s_device_around_each_phase(
 def test_queued_replays_take_every_position_in_turn():
     """The GPU timer's interleaving: over any len(names) consecutive rounds every name runs once in each position
     (alternating the order would leave the middle of three always in the middle)."""
-    from thesis_lib.bench.graphs import rotation
+    from thesis_studies.gpucheck.graphs import rotation
 
     names = ["dense", "new", "old"]
     for start in (0, 5):
@@ -235,7 +235,7 @@ def test_batched_and_tree_decoding_run_on_two_devices_with_the_cpu_result(pair, 
     """The batched loop's ragged cache (rows closed as they finish, their positions kept by an index on the
     cache's device) and the tree loop's masked forward (its mask moved to the model's device) on two virtual
     GPUs give the CPU's tokens."""
-    from thesis_lib.decoding.batched import batched_speculative
+    from thesis_studies.serving.loops import batched_speculative
     from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
 
     target, draft, _ = pair

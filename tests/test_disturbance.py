@@ -92,7 +92,7 @@ def test_a_run_timed_beside_busy_processes_says_so_on_its_page(tmp_path, tok):
     assert rule(**{p: glue.values[k] for p, k in inputs.items()}) == "is slower than"  # what it would have said
     monkeypatched = {"ch4_results": {"ord_db_beats": (rule, inputs)}}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(verdicts, "RULES", monkeypatched)
+        mp.setattr(verdicts, "rules", monkeypatched.get)
         out = glue.verdicts("ch4_results")
     assert out["ord_db_beats"].startswith("not judged, as the machine was busy") and glued["ord_db_beats"] == out[
         "ord_db_beats"]

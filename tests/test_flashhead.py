@@ -508,7 +508,7 @@ def test_embedl_s_head_picks_our_tokens_on_the_same_assets(tiny_models, tiny_clu
     """Embedl's FlashHead built from our clustering: with the same (float32) cluster ranking it picks our token
     on every state but exact ties and rows past the tokenizer (the tiny model's padding rows are random; Embedl's
     head scores them, ours never does), and the comparison classifies every difference."""
-    from thesis_lib.bench import embedl_peer
+    from thesis_studies.peers import embedl as embedl_peer
 
     model = tiny_models[("f32", "qwen2", "target")]
     w = model.get_output_embeddings().weight.detach()
@@ -597,8 +597,8 @@ def test_a_bf16_flashhead_scores_its_candidates_unrounded(path):
 
 
 def test_bf16_adaptive_and_truncated_heads_score_their_candidates_unrounded():
-    from thesis_lib.heads.adaptive import AdaptiveFlashHead
-    from thesis_lib.heads.truncated import TruncatedHead
+    from thesis_studies.beyond.adaptive import AdaptiveFlashHead
+    from thesis_studies.beyond.truncated import TruncatedHead
 
     w, h, clus = _two_near_tokens()
     flash = FlashHead(w, clus, n_probes=2, path="eager")

@@ -1,6 +1,8 @@
-"""The library's architecture, checked from its source: every import points down the layers
-(models <- heads <- decoding <- bench <- analysis <- sweep <- book <- cli; ``errors`` and ``progress`` below all), no module reaches into
-another module's private names, and a module past about 400 lines is one named idea."""
+"""The library's architecture, checked from its source: every import of the core (``thesis_lib``) points down its
+layers (models <- heads <- decoding <- bench <- analysis <- sweep <- book <- cli; ``errors``, ``progress`` and
+``extensions`` below all), the studies (``thesis_studies``) sit above the whole core and the core never imports them,
+no module reaches into another module's private names, a module past about 400 lines is one named idea, and the
+core and the studies stay within their line budgets."""
 
 from __future__ import annotations
 
@@ -9,26 +11,33 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "thesis_lib"
-LAYERS = ("errors", "progress", "models", "heads", "decoding", "bench", "analysis", "sweep", "book", "cli")
+ROOT = Path(__file__).resolve().parents[1] / "src"
+SRC = ROOT / "thesis_lib"
+STUDIES = ROOT / "thesis_studies"
+PACKAGES = ("thesis_lib", "thesis_studies")
+LAYERS = ("errors", "progress", "extensions", "models", "heads", "decoding", "bench", "analysis", "sweep", "book", "cli",
+          "studies")
+#: Code lines (no blank line, comment or docstring: :func:`code_lines`) the core may hold, and core and studies together.
+CORE_BUDGET, TOTAL_BUDGET = 10_000, 15_000
 #: Modules allowed past MAX_LINES, each one idea (none today).
-LONG_MODULES: dict[str, str] = {
-    "analysis/verdicts.py": "every verdict sentence the pages glue, and RULES binding each to its glued inputs",
-}
+LONG_MODULES: dict[str, str] = {}
 MAX_LINES = 400
 
 
-def _modules() -> list[Path]:
-    return sorted(p for p in SRC.rglob("*.py") if "__pycache__" not in p.parts)
+def _modules(*packages: Path) -> list[Path]:
+    return sorted(p for pkg in packages or (SRC, STUDIES) for p in pkg.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _dotted(path: Path) -> list[str]:
-    parts = ["thesis_lib", *path.relative_to(SRC).with_suffix("").parts]
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
 def _layer(dotted: list[str]) -> str | None:
-    """The layer of a ``thesis_lib...`` module path (None for the package root)."""
+    """The layer of a module path: ``studies`` for any study, the core's subpackage for ``thesis_lib...`` (None for
+    the core's package root)."""
+    if dotted[0] == "thesis_studies":
+        return "studies"
     return dotted[1] if len(dotted) > 1 else None
 
 
@@ -45,18 +54,18 @@ def imports(path: Path) -> list[tuple[list[str], str | None, int]]:
                 module = base + (node.module.split(".") if node.module else [])
             else:
                 module = (node.module or "").split(".")
-            if module[0] == "thesis_lib":
+            if module[0] in PACKAGES:
                 out.extend((module, alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "thesis_lib":
+                if alias.name.split(".")[0] in PACKAGES:
                     out.append((alias.name.split("."), None, node.lineno))
     return out
 
 
 def _target(module: list[str], name: str | None) -> list[str]:
     """The module an import binds: ``from thesis_lib.models import specs`` binds the module ``models.specs``."""
-    if name and (SRC.joinpath(*module[1:], name).is_dir() or SRC.joinpath(*module[1:], f"{name}.py").is_file()):
+    if name and (ROOT.joinpath(*module, name).is_dir() or ROOT.joinpath(*module, f"{name}.py").is_file()):
         return module + [name]
     return module
 
@@ -70,7 +79,7 @@ def test_the_helpers_resolve_relative_imports(tmp_path):
     assert _target(["thesis_lib", "models", "specs"], "DEFAULT_TARGET") == ["thesis_lib", "models", "specs"]
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_point_down_the_layers(path):
     source = _layer(_dotted(path))
     if source is None:
@@ -78,7 +87,7 @@ def test_imports_point_down_the_layers(path):
     rank = LAYERS.index(source)
     upward = [f"line {line}: {'.'.join(_target(m, n))}" for m, n, line in imports(path)
               if _layer(_target(m, n)) is not None and LAYERS.index(_layer(_target(m, n))) > rank]
-    assert not upward, f"{path.relative_to(SRC)} ({source}) imports from a higher layer: {upward}"
+    assert not upward, f"{path.relative_to(ROOT)} ({source}) imports from a higher layer: {upward}"
 
 
 def _graph() -> dict[str, set[str]]:
@@ -106,11 +115,13 @@ def test_the_circle_check_sees_a_circle(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("from . import a\n")
     (pkg / "a.py").write_text("from .b import x\nfrom .. import book\n")
     (pkg / "b.py").write_text("def x():\n    from . import a\n")
-    monkeypatch.setitem(globals(), "SRC", tmp_path / "thesis_lib")
+    (tmp_path / "thesis_studies").mkdir()
+    for name, value in (("ROOT", tmp_path), ("SRC", tmp_path / "thesis_lib"), ("STUDIES", tmp_path / "thesis_studies")):
+        monkeypatch.setitem(globals(), name, value)
     assert _circles(_graph()) == [("thesis_lib.book.a", "thesis_lib.book.b")]
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_uses_another_modules_private_names(path):
     here = _dotted(path)
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -129,11 +140,12 @@ def test_no_module_uses_another_modules_private_names(path):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                 and node.attr.startswith("_") and not node.attr.startswith("__")):
             bad.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
-    assert not bad, f"{path.relative_to(SRC)} uses private names of other modules: {bad}"
+    assert not bad, f"{path.relative_to(ROOT)} uses private names of other modules: {bad}"
 
 
 def test_long_modules_are_one_named_idea():
-    lines = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules()}
+    lines = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules(SRC)}
+    lines |= {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules(STUDIES)}
     too_long = {name: n for name, n in lines.items() if n > MAX_LINES and name not in LONG_MODULES}
     assert not too_long, f"split these modules, or name the one idea each holds in LONG_MODULES: {too_long}"
     stale = [name for name in LONG_MODULES if lines.get(name, 0) <= MAX_LINES]
@@ -141,7 +153,7 @@ def test_long_modules_are_one_named_idea():
 
 
 def test_every_module_says_what_it_knows():
-    missing = [str(p.relative_to(SRC)) for p in _modules() if ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None]
+    missing = [str(p.relative_to(ROOT)) for p in _modules() if ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None]
     assert not missing, f"modules without a docstring: {missing}"
 
 
@@ -157,3 +169,58 @@ def test_importing_the_library_does_not_import_the_compiler():
     proc = subprocess.run([sys.executable, "-c", code % names], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "False"
+
+
+def code_lines(source: str) -> int:
+    """The lines of ``source`` that hold code: not blank, not only a comment, not part of a docstring (of the module,
+    a class or a function)."""
+    import io
+    import tokenize
+
+    tree = ast.parse(source)
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                docs.update(range(first.lineno, first.end_lineno + 1))
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    code = {line for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type not in skip
+            for line in range(tok.start[0], tok.end[0] + 1)}
+    return len(code - docs)
+
+
+def test_code_lines_counts_code_and_nothing_else():
+    source = ('"""A module\n\nover three lines."""\n\n# a comment\nimport os\n\n\nclass A:\n    """One."""\n\n'
+              '    def f(self, x):  # trailing\n        """Two\n        lines."""\n        return (x +\n                1)\n'
+              '\n\nTEXT = """not a docstring:\ncode"""\n')
+    assert code_lines(source) == 7  # import, class, def, return over 2 lines, TEXT over 2 lines
+
+
+def test_the_core_and_the_studies_stay_within_their_line_budgets():
+    core = sum(code_lines(p.read_text(encoding="utf-8")) for p in _modules(SRC))
+    studies = sum(code_lines(p.read_text(encoding="utf-8")) for p in _modules(STUDIES))
+    assert core <= CORE_BUDGET, f"the core holds {core} code lines, over its {CORE_BUDGET}"
+    assert core + studies <= TOTAL_BUDGET, f"core and studies hold {core + studies} code lines, over {TOTAL_BUDGET}"
+
+
+def _core_imports_of_studies() -> list[str]:
+    return [f"{p.relative_to(ROOT)} line {line}: {'.'.join(m)}" for p in _modules(SRC)
+            for m, _, line in imports(p) if m[0] == "thesis_studies"]
+
+
+def test_the_core_never_imports_a_study():
+    """The studies import the core and plug into it (:mod:`thesis_lib.extensions`); the core names none of them."""
+    assert not _core_imports_of_studies(), _core_imports_of_studies()
+
+
+def test_the_boundary_check_sees_a_crossing(tmp_path, monkeypatch):
+    """The check above finds a core module that imports a study (inside a function too), and lets a study import the
+    core."""
+    (tmp_path / "thesis_lib" / "book").mkdir(parents=True)
+    (tmp_path / "thesis_lib" / "book" / "x.py").write_text("def f():\n    from thesis_studies.trees import tables\n")
+    (tmp_path / "thesis_studies").mkdir()
+    (tmp_path / "thesis_studies" / "y.py").write_text("from thesis_lib.book import x\n")
+    for name, value in (("ROOT", tmp_path), ("SRC", tmp_path / "thesis_lib"), ("STUDIES", tmp_path / "thesis_studies")):
+        monkeypatch.setitem(globals(), name, value)
+    assert _core_imports_of_studies() == ["thesis_lib/book/x.py line 2: thesis_studies.trees"]

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thesis_lib.analysis import lookahead as la
+from thesis_studies.beyond import lookahead as la
 from thesis_lib.decoding.drafters import HybridDrafter, ModelDrafter
 from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
 from thesis_lib.decoding.state import ModelState

@@ -304,7 +304,7 @@ def test_the_read_probe_imitates_one_layer_of_the_model_it_is_given(tiny_models,
     """precision-bench's plain-sum read (timed beside the steps): one decoder layer's linear shapes, the head's
     excepted, in the asked precision, repeated past ``min_bytes``; a packed model gives the same shapes as its
     dense self."""
-    from thesis_lib.bench.precision import read_probe
+    from thesis_studies.precision.bench import read_probe
 
     dense, packed = tiny_models[("f32", "qwen2", "target")], tiny_models[("f32p", "qwen2", "target")]
     layer = dense.model.layers[0]

@@ -126,7 +126,7 @@ def every_greedy_mode(real_pair):
     ids, the baseline's tokens, each mode's generation and the head."""
     from thesis_lib.bench.modes import ALL_MODES, base_mode
     from thesis_lib.bench.runner import Runner
-    from thesis_lib.heads.adaptive import AdaptiveFlashHead
+    from thesis_studies.beyond.adaptive import AdaptiveFlashHead
     from thesis_lib.heads.for_model import flashhead_for
 
     assert {base_mode(m) for m in GREEDY_MODES} <= set(ALL_MODES)
@@ -187,7 +187,7 @@ def test_batched_speculative_decoding_is_lossless_per_row(real_pair, every_greed
     """Three demo prompts decoded at once (decoding.batched), the FlashHead draft deferred and the dense draft
     ordinary, 12 new tokens, one row ended early by a token of its own output taken as end-of-sequence: every row
     is its prompt's one-row target-only output, and the rows' rounds differ."""
-    from thesis_lib.decoding.batched import batched_greedy, batched_speculative
+    from thesis_studies.serving.loops import batched_greedy, batched_speculative
     from thesis_lib.decoding.stats import cut_at_eos
 
     target, draft = real_pair

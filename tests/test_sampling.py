@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from thesis_lib.analysis import distcheck
+from thesis_studies.sampling import distcheck
 from thesis_lib.decoding import sampling
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
@@ -14,7 +14,7 @@ from thesis_lib.errors import ConfigError
 V = distcheck.VOCAB
 PROMPT = list(distcheck.PROMPT)
 # Default-suite power: an absolute error of DELTA in any sequence's probability is caught with probability
-# >= 0.99 at family-wise level 1e-3 (normal approximation); `thesis-lib sampling-check` runs the 1 % version.
+# >= 0.99 at family-wise level 1e-3 (normal approximation); `thesis-lib studies sampling-check` runs the 1 % version.
 # At 0.07 (1,915 draws for case 0, 1,439 for case 1; 0.05 took twice the draws) two subtle wrong rules, a
 # rejection redrawn from p instead of the residual and a token kept with probability sqrt(p/q), were rejected in
 # each of the eight configurations below, at |z| 8.0 to 12.2 against a critical 4.0-4.1.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thesis_lib.analysis import serving as served
-from thesis_lib.bench import lengths, memory
+from thesis_studies.serving import tables as served
+from thesis_studies.serving import lengths, memory
 from thesis_lib.decoding.stats import DecodeStats
 
 
@@ -130,7 +130,7 @@ def test_the_model_gap_reads_both_ways():
 def test_a_served_batch_takes_the_categories_in_turn():
     from types import SimpleNamespace
 
-    from thesis_lib.bench.serving import mixed
+    from thesis_studies.serving.modes import mixed
 
     prompts = [SimpleNamespace(category=c, question_id=f"{c}{i}") for c in "abc" for i in range(4)]
     got = [p.question_id for p in mixed(prompts, 2, 5)]

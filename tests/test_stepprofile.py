@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thesis_lib.bench import stepprofile as sp
+from thesis_studies.precision import stepprofile as sp
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.models.loading import LoadedModel
 
 from conftest import int8_pair
+from thesis_studies.precision import verdicts as precision_verdicts
 
 
 def test_the_operation_count_counts_dispatched_aten_operations():
@@ -103,7 +104,7 @@ def test_the_appendix_reads_the_profile_as_constructed():
     """On a constructed profile: the draft's step over the target's, its linear layers over their floor, what is
     neither weights nor head (its share of the body, per operation), a block of five over one step and the shares
     of its growth; no document: nan and a table saying none is named."""
-    from thesis_lib.analysis import floor
+    from thesis_studies.precision import floor
 
     draft = {"linear": 10.0, "attention": 3.0, "norms": 1.0, "activation": 0.5, "other": 0.5, "head": 2.0}
     one = {"linear": 50.0, "attention": 6.0, "norms": 2.0, "other": 2.0, "head": 10.0}
@@ -130,16 +131,15 @@ def test_the_appendix_reads_the_profile_as_constructed():
 
 
 def test_the_loop_s_overhead_reads_both_ways():
-    from thesis_lib.analysis import verdicts
 
-    assert verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1.0%" in verdicts.loop_beyond(-0.01)
-    assert verdicts.loop_beyond(-0.06).startswith("spends nothing measurable")  # faster than its step: noise
-    assert verdicts.loop_beyond(0.3) == "spends 30% of each token's time beyond its one-token step and head"
-    assert verdicts.loop_beyond(float("nan")) == "was not timed"
+    assert precision_verdicts.loop_beyond(-0.01).startswith("spends nothing measurable") and "-1.0%" in precision_verdicts.loop_beyond(-0.01)
+    assert precision_verdicts.loop_beyond(-0.06).startswith("spends nothing measurable")  # faster than its step: noise
+    assert precision_verdicts.loop_beyond(0.3) == "spends 30% of each token's time beyond its one-token step and head"
+    assert precision_verdicts.loop_beyond(float("nan")) == "was not timed"
 
 
 def test_the_fused_comparison_reads_each_step_against_its_twin():
-    from thesis_lib.analysis import floor
+    from thesis_studies.precision import floor
 
     steps = {"a": {"bare_ms": [10.0, 11.0, 9.0]}, "a, fused off": {"bare_ms": [12.0, 13.2, 10.8]},
              "b": {"bare_ms": [10.0, 14.0, 6.0]}, "b, fused off": {"bare_ms": [12.0, 8.0, 10.0]}, "c": {"bare_ms": [1.0]}}
@@ -153,13 +153,13 @@ def test_the_fused_comparison_reads_each_step_against_its_twin():
 
 
 def test_the_fused_verdict_follows_its_interval():
-    from thesis_lib.analysis import floor, verdicts
+    from thesis_studies.precision import floor
 
-    assert verdicts.switch_effect(1.1, 1.05, 1.2) == "faster with them (1.100x, 1.050-1.200)"
-    assert verdicts.switch_effect(0.9, 0.8, 0.95).startswith("slower with them")
-    assert verdicts.switch_effect(1.0, 0.95, 1.05).startswith("neither")
-    assert verdicts.switch_effect(1.1, 1.05, 1.2, them="it") == "faster with it (1.100x, 1.050-1.200)"
-    assert verdicts.switch_effect(float("nan"), float("nan"), float("nan")) == "not compared in this profile"
+    assert precision_verdicts.switch_effect(1.1, 1.05, 1.2) == "faster with them (1.100x, 1.050-1.200)"
+    assert precision_verdicts.switch_effect(0.9, 0.8, 0.95).startswith("slower with them")
+    assert precision_verdicts.switch_effect(1.0, 0.95, 1.05).startswith("neither")
+    assert precision_verdicts.switch_effect(1.1, 1.05, 1.2, them="it") == "faster with it (1.100x, 1.050-1.200)"
+    assert precision_verdicts.switch_effect(float("nan"), float("nan"), float("nan")) == "not compared in this profile"
     steps = {"draft, FlashHead": {"bare_ms": [10.0, 10.0]}, "draft, FlashHead, fused off": {"bare_ms": [13.0, 13.0]},
              "target, block of 1": {"bare_ms": [20.0, 20.0]}, "target, block of 1, compact off": {"bare_ms": [25.0, 25.0]}}
     g = floor.switch_glued({"steps": steps}, "fused")

@@ -14,7 +14,9 @@ import pytest
 
 from thesis_lib.bench import protocol
 from thesis_lib.errors import ConfigError
-from thesis_lib.sweep import cluster, driver, grid, ledger, local, slurm, table
+from thesis_lib.sweep import driver, grid, ledger, local, slurm, table
+
+import slurm_cluster as cluster
 
 #: Tiny models, two prompts, two modes: a run takes seconds.
 BASE = {"target": "tiny:target", "draft": "tiny:draft", "modes": ["baseline", "flash_deferred"], "prompts": 2,

@@ -200,7 +200,7 @@ def test_a_shape_reads_back_from_its_text():
 def test_calibration_times_the_draft_over_every_width_a_tree_may_expand(tok):
     """A grown tree of N nodes may expand up to N nodes at one depth: the draft's forward is timed over 1..N tokens
     (as the target's verify over 1..N + 1), so every searched shape has a measured cost."""
-    from thesis_lib.bench import trees as tree_bench
+    from thesis_studies.trees import bench as tree_bench
     from thesis_lib.bench.runner import Runner
     from thesis_lib.models.loading import LoadedModel
 

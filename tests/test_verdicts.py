@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 
 from thesis_lib.analysis import verdicts as v
+from thesis_studies.beyond import verdicts as beyond_verdicts
+from thesis_studies.gpucheck import verdicts as gpu_verdicts
+from thesis_studies.precision import verdicts as precision_verdicts
 
 NAN = float("nan")
 
@@ -257,7 +260,7 @@ def test_flash_gain_where(ord_lo, def_lo, expected):
 ])
 def test_cheaper(a_ms, b_ms, expected):
     """Cheaper only when strictly less."""
-    assert v.cheaper(a_ms, b_ms) == expected
+    assert beyond_verdicts.cheaper(a_ms, b_ms) == expected
 
 
 # --- target_met, gpu_head_target, gpu_step_target --------------------------------------------------------------------
@@ -288,13 +291,13 @@ def test_target_met_other_target(ratio, expected):
 @pytest.mark.parametrize("ratio, expected", [(4.32, "meets"), (4.3199, "does not meet"), (5.0, "meets")])
 def test_gpu_head_target(ratio, expected):
     """The thesis' 4.32x, inclusive."""
-    assert v.gpu_head_target(ratio) == expected
+    assert gpu_verdicts.gpu_head_target(ratio) == expected
 
 
 @pytest.mark.parametrize("ratio, expected", [(1.108, "meets"), (1.1079, "does not meet"), (1.2, "meets")])
 def test_gpu_step_target(ratio, expected):
     """The thesis' 1.108x, inclusive."""
-    assert v.gpu_step_target(ratio) == expected
+    assert gpu_verdicts.gpu_step_target(ratio) == expected
 
 
 # --- gpu_probes_meeting ---------------------------------------------------------------------------------------------
@@ -310,12 +313,12 @@ def test_gpu_step_target(ratio, expected):
 ])
 def test_gpu_probes_meeting(speeds, expected):
     """The probe counts whose ratio reaches 4.32 (inclusive), NaN skipped, listed with commas and a final "and"."""
-    assert v.gpu_probes_meeting(*speeds) == expected
+    assert gpu_verdicts.gpu_probes_meeting(*speeds) == expected
 
 
 def test_gpu_probes_meeting_other_target():
     """The target parameter is the threshold."""
-    assert v.gpu_probes_meeting(2.0, 1.999, 2.5, 1.0, target=2.0) == "at 64 and 256 probes"
+    assert gpu_verdicts.gpu_probes_meeting(2.0, 1.999, 2.5, 1.0, target=2.0) == "at 64 and 256 probes"
 
 
 # --- step_reach -----------------------------------------------------------------------------------------------------
@@ -330,12 +333,12 @@ def test_gpu_probes_meeting_other_target():
 ])
 def test_step_reach(ceiling, target, expected):
     """Reachable where the free-head ceiling reaches the target (inclusive); the target to three decimals."""
-    assert v.step_reach(ceiling, target) == expected
+    assert gpu_verdicts.step_reach(ceiling, target) == expected
 
 
 def test_step_reach_default_target():
     """The default target is the thesis' 1.108x."""
-    assert v.step_reach(1.1079) == "so no head, however fast, can reach the thesis' 1.108x on this body"
+    assert gpu_verdicts.step_reach(1.1079) == "so no head, however fast, can reach the thesis' 1.108x on this body"
 
 
 # --- switch_effect --------------------------------------------------------------------------------------------------
@@ -355,18 +358,18 @@ def test_step_reach_default_target():
 def test_switch_effect(value, lo, hi, them, expected):
     """Faster where lo > 1, slower where hi < 1, with the speedup and its interval to three decimals (more where a
     bound would print as 1.000 from either side)."""
-    assert v.switch_effect(value, lo, hi, them) == expected
+    assert precision_verdicts.switch_effect(value, lo, hi, them) == expected
 
 
 @pytest.mark.parametrize("value, lo, hi", [(NAN, 1.1, 1.2), (1.1, NAN, 1.2), (1.1, 1.0, NAN)])
 def test_switch_effect_not_compared(value, lo, hi):
     """Any NaN among the three numbers: not compared."""
-    assert v.switch_effect(value, lo, hi) == "not compared in this profile"
+    assert precision_verdicts.switch_effect(value, lo, hi) == "not compared in this profile"
 
 
 def test_switch_effect_default_word():
     """The default object of the sentence is "them"."""
-    assert v.switch_effect(1.5, 1.25, 1.75) == "faster with them (1.500x, 1.250-1.750)"
+    assert precision_verdicts.switch_effect(1.5, 1.25, 1.75) == "faster with them (1.500x, 1.250-1.750)"
 
 
 # --- loop_beyond ----------------------------------------------------------------------------------------------------
@@ -382,14 +385,14 @@ def test_switch_effect_default_word():
 def test_loop_beyond(share, expected):
     """Below the 5 % noise (negative too) nothing measurable, signed to a tenth of a percent (so that it never
     prints the threshold itself); from 5 % on, the share in whole percent."""
-    assert v.loop_beyond(share) == expected
+    assert precision_verdicts.loop_beyond(share) == expected
 
 
 def test_loop_beyond_other_noise():
     """The noise parameter is the threshold."""
-    assert v.loop_beyond(0.099, noise=0.1) == \
+    assert precision_verdicts.loop_beyond(0.099, noise=0.1) == \
         "spends nothing measurable beyond its one-token step and head (+9.9% of its time per token)"
-    assert v.loop_beyond(0.1, noise=0.1) == "spends 10% of each token's time beyond its one-token step and head"
+    assert precision_verdicts.loop_beyond(0.1, noise=0.1) == "spends 10% of each token's time beyond its one-token step and head"
 
 
 # --- draft_regime ---------------------------------------------------------------------------------------------------
@@ -412,7 +415,7 @@ TENTH = "a draft at about a tenth of a target step, the regime the thesis studie
 ])
 def test_draft_regime(c, expected):
     """0.05-0.15 inclusive is the thesis' regime, judged on the value as printed (three decimals)."""
-    assert v.draft_regime(c) == expected
+    assert gpu_verdicts.draft_regime(c) == expected
 
 
 # --- block_rise -----------------------------------------------------------------------------------------------------
@@ -427,7 +430,7 @@ def test_draft_regime(c, expected):
 ])
 def test_block_rise(v5_int4, v5_bf16, expected):
     """Rises faster only by more than 0.1 steps."""
-    assert v.block_rise(v5_int4, v5_bf16) == expected
+    assert gpu_verdicts.block_rise(v5_int4, v5_bf16) == expected
 
 
 # --- fewer_kernels --------------------------------------------------------------------------------------------------
@@ -447,7 +450,7 @@ def test_block_rise(v5_int4, v5_bf16, expected):
 ])
 def test_fewer_kernels(kept_us, best_us, expected):
     """Within 5 % either way (best <= 1.05 kept and >= kept / 1.05) a draw; times to one decimal."""
-    assert v.fewer_kernels(kept_us, best_us) == expected
+    assert gpu_verdicts.fewer_kernels(kept_us, best_us) == expected
 
 
 # --- chained_gain ---------------------------------------------------------------------------------------------------
@@ -467,14 +470,14 @@ _CH = ("{a} µs against 100.0 timed alone, {d} times as fast as the dense head; 
 ])
 def test_chained_gain(alone_us, mid_us, expected):
     """Faster on a footing where before / after reaches 1.05 (100 / 95.3 = 1.049 does not); slower is no faster."""
-    assert v.chained_gain(100.0, alone_us, 50.0, mid_us, 400.0) == expected
+    assert gpu_verdicts.chained_gain(100.0, alone_us, 50.0, mid_us, 400.0) == expected
 
 
 @pytest.mark.parametrize("missing", range(5))
 def test_chained_gain_untimed(missing):
     args = [100.0, 95.0, 50.0, 47.0, 400.0]
     args[missing] = NAN
-    assert v.chained_gain(*args) == "has not been timed"
+    assert gpu_verdicts.chained_gain(*args) == "has not been timed"
 
 
 # --- compiled_sound -------------------------------------------------------------------------------------------------
@@ -490,7 +493,7 @@ def test_chained_gain_untimed(missing):
 ])
 def test_compiled_sound(compiled, path, rows, expected):
     """Under half the path's count is a miscompile (half itself is not); counts truncated to integers."""
-    assert v.compiled_sound(compiled, path, rows) == expected
+    assert gpu_verdicts.compiled_sound(compiled, path, rows) == expected
 
 
 # --- head_side ------------------------------------------------------------------------------------------------------
@@ -510,14 +513,14 @@ HEAD_UNTOLD = ("Whether the head-side ideas could reach the target cannot be tol
 ])
 def test_head_side(head_ceiling, ceiling_bound, expected):
     """Bound below 1.10: cannot; else ceiling reaching 1.10 (inclusive): could; else cannot be told."""
-    assert v.head_side(head_ceiling, ceiling_bound) == expected
+    assert beyond_verdicts.head_side(head_ceiling, ceiling_bound) == expected
 
 
 def test_head_side_other_target():
     """The target parameter is the threshold for both numbers."""
-    assert v.head_side(1.2, 1.2499, target=1.25) == HEAD_CANNOT
-    assert v.head_side(1.25, 1.25, target=1.25) == HEAD_COULD
-    assert v.head_side(1.2499, 1.25, target=1.25) == HEAD_UNTOLD
+    assert beyond_verdicts.head_side(1.2, 1.2499, target=1.25) == HEAD_CANNOT
+    assert beyond_verdicts.head_side(1.25, 1.25, target=1.25) == HEAD_COULD
+    assert beyond_verdicts.head_side(1.2499, 1.25, target=1.25) == HEAD_UNTOLD
 
 
 # --- bound_allows ---------------------------------------------------------------------------------------------------
@@ -530,12 +533,12 @@ def test_head_side_other_target():
 ])
 def test_bound_allows(oracle, target, expected):
     """Room where the bound reaches the target (inclusive); the target's gain in whole percent."""
-    assert v.bound_allows(oracle, target) == expected
+    assert beyond_verdicts.bound_allows(oracle, target) == expected
 
 
 def test_bound_allows_default_target():
     """The default target is 1.10."""
-    assert v.bound_allows(1.0999) == "leave no room for 10 % even for a schedule that knew which blocks fail"
+    assert beyond_verdicts.bound_allows(1.0999) == "leave no room for 10 % even for a schedule that knew which blocks fail"
 
 
 # --- share_of_room --------------------------------------------------------------------------------------------------
@@ -556,7 +559,7 @@ def test_bound_allows_default_target():
 ])
 def test_share_of_room(achieved, bound, expected):
     """Thirds of the room to the bound: under 1/3 small, under 2/3 about half, else most; none without room or gain."""
-    assert v.share_of_room(achieved, bound) == expected
+    assert beyond_verdicts.share_of_room(achieved, bound) == expected
 
 
 # --- stop_trade -----------------------------------------------------------------------------------------------------
@@ -571,7 +574,7 @@ SAVES_MORE = "saves bad tokens more often than it throws away good ones"
 ])
 def test_stop_trade(kept, expected):
     """35-65 % kept (inclusive) is about even; above, more good thrown away; below, more bad saved."""
-    assert v.stop_trade(kept) == expected
+    assert beyond_verdicts.stop_trade(kept) == expected
 
 
 # --- furthest_off ---------------------------------------------------------------------------------------------------
@@ -586,7 +589,7 @@ def test_stop_trade(kept, expected):
 ])
 def test_furthest_off(args, expected):
     """The draft whose modelled ratio is further off its run in relative terms; ties name the hybrid."""
-    assert v.furthest_off(*args) == expected
+    assert beyond_verdicts.furthest_off(*args) == expected
 
 
 # --- ceiling_vs_spread ----------------------------------------------------------------------------------------------
@@ -624,7 +627,7 @@ NOT_SMALLER = "not smaller than on the calibration prompts"
 ])
 def test_smaller_here(model_here, run_here, expected):
     """Smaller only where both the model and the run lie strictly below the calibration value (1.2)."""
-    assert v.smaller_here(model_here, run_here, 1.2) == expected
+    assert beyond_verdicts.smaller_here(model_here, run_here, 1.2) == expected
 
 
 # --- shared_control -------------------------------------------------------------------------------------------------
@@ -660,7 +663,7 @@ def test_shared_control(body, expected):
 def test_walk_counts(counts, expected):
     """Exact agreement, else the counts that agree (capitalised) and each gap, in the order rounds, drafted,
     accepted."""
-    assert v.walk_counts(*counts) == expected
+    assert beyond_verdicts.walk_counts(*counts) == expected
 
 
 # --- overlap_effect -------------------------------------------------------------------------------------------------
@@ -918,4 +921,4 @@ def test_rq_interplay_other_tolerance():
                              "timed alone, 0.97 to 0.99 times as fast in each)"),
 ])
 def test_one_row(before_us, after_us, lo, hi, expected):
-    assert v.one_row(before_us, after_us, lo, hi, 3) == expected
+    assert gpu_verdicts.one_row(before_us, after_us, lo, hi, 3) == expected

@@ -43,8 +43,8 @@ def main() -> int:
     ap.add_argument("--set", default="", help="module constants of this revision's heads.gpu_kernels for the whole "
                     "run, so 'new' is that design, e.g. 'SCORE_IN_TRITON=0,CENTROID_BLOCK=32'")
     args = ap.parse_args()
-    from thesis_lib.bench.gpucheck import random_clustering, versions
-    from thesis_lib.bench.graphs import capture_head, queued_times
+    from thesis_studies.gpucheck.run import random_clustering, versions
+    from thesis_studies.gpucheck.graphs import capture_head, queued_times
     from thesis_lib.bench.timing import stats_ms
     from thesis_lib.heads import gpu_kernels
     from thesis_lib.heads.dense import DenseGreedyHead

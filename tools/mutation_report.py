@@ -30,23 +30,27 @@ EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.json"
 KILLERS = ROOT / "tools" / "mutation_killers.json"  # mutant name -> the test added to kill it
 
 #: What `make mutation` mutates: module -> its functions in scope (None: all of it). The decoding package whole
-#: (its loops included: they carry no decorator that would hide them from mutmut), FlashHead, the intervals and the
-#: verdict sentences; pyproject's ``only_mutate`` names the files.
+#: (its loops included: they carry no decorator that would hide them from mutmut) and the studies' loops and
+#: policies, FlashHead, the intervals and the verdict sentences, the core's and the studies'; pyproject's
+#: ``only_mutate`` names the files.
 SCOPE = {
     "thesis_lib.decoding.greedy": None,
     "thesis_lib.decoding.drafters": None,
     "thesis_lib.decoding.stats": None,
     "thesis_lib.decoding.sampling": None,
     "thesis_lib.decoding.trees": None,
-    "thesis_lib.decoding.tree_shapes": None,
-    "thesis_lib.decoding.batched": None,
+    "thesis_studies.trees.shapes": None,
+    "thesis_studies.serving.loops": None,
     "thesis_lib.decoding.state": None,
-    "thesis_lib.decoding.policies": None,
+    "thesis_studies.beyond.policies": None,
     "thesis_lib.decoding.costs": None,
     "thesis_lib.decoding.clocks": None,
     "thesis_lib.heads.flashhead": None,
     "thesis_lib.analysis.uncertainty": None,
     "thesis_lib.analysis.verdicts": None,
+    "thesis_studies.precision.verdicts": None,
+    "thesis_studies.gpucheck.verdicts": None,
+    "thesis_studies.beyond.verdicts": None,
 }
 
 

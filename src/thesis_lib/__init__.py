@@ -1,11 +1,12 @@
 """thesis-companion: speculative decoding with a dense or FlashHead draft, reproducibly.
 
-Subpackages, each a layer that imports only from the layers before it:
+This package is the thesis' core. Subpackages, each a layer that imports only from the layers before it:
 ``models`` (specs, the embedded pair, loading, CPU kernels) <- ``heads`` (dense, FlashHead, clustering) <-
-``decoding`` (cache state, drafters, greedy and sampling loops, K policies, clocks) <- ``bench`` (prompts,
-modes, the protocol, run folders, model-only benchmarks) <- ``analysis`` (theory, the thesis' numbers, tables,
-co-design, lookahead, the sampling check) <- ``book`` (parameter sets, shared results, figures, widgets, the
-build) <- ``cli``. ``errors`` and ``progress`` are shared by all.
+``decoding`` (cache state, drafters, greedy, sampling and tree loops, clocks, the cost model) <- ``bench``
+(prompts, modes, the protocol, run folders, model-only benchmarks) <- ``analysis`` (theory, the thesis' numbers,
+tables, verdicts) <- ``sweep`` <- ``book`` (parameter sets, shared results, figures, widgets, the build) <- ``cli``.
+``errors``, ``progress`` and ``extensions`` (where studies plug in) are shared by all. What the project measures
+beyond the thesis lives beside it in :mod:`thesis_studies`, which imports the core and is never imported by it.
 """
 
 import os as _os

@@ -8,7 +8,7 @@ The kernels are what the head runs on a GPU; here ``TRITON_INTERPRET=1`` execute
 NumPy, so a change that breaks the probe selection, the tie rules or the packed argmax fails without a GPU.
 The reference is written out plainly in this file: rank the clusters by the bfloat16 centroid score (ties to
 the lower cluster index), score every candidate row in float32, take the highest score, ties to the lowest
-token id. Speed is not tested here (``thesis-lib gpu-check`` measures it on a GPU).
+token id. Speed is not tested here (``thesis-lib studies gpu-check`` measures it on a GPU).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .. import extensions
+
 
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     """A GitHub-style Markdown table (no extra dependency); fractions named *share* shown in %."""
@@ -63,13 +65,10 @@ def model_bench_text(doc: dict) -> str:
             st = doc["step"]
             out(f"the dense head's share of the step: {100 * st['head_share_mean']:.1f} % (mean); a free head would "
                   f"give at most {st['head_only_ceiling_mean']:.3f}x (mean), {st['head_only_ceiling_p50']:.3f}x (P50)")
-    if "batch" in doc:
-        from .batched import advantage_gone, batch_rows, shown
-
-        rows = batch_rows(doc["batch"])
-        out("\nthe heads at batch B (ms per call; speedup: the dense head's time over each head's, 95 % interval)")
-        out(shown(rows).round(2).to_string(index=False))
-        out(advantage_gone(rows))
+    extensions.load()
+    for name, part in extensions.MODEL_BENCH_PARTS.items():
+        if name in doc and part.text is not None:
+            out(part.text(doc[name]))
     if "quality" in doc:
         out("\nquality over n_probes (agreement: the fast head's top-1 vs the dense head's)")
         curve = {r["n_probes"]: r for r in doc.get("head_curve", [])}
@@ -80,38 +79,6 @@ def model_bench_text(doc: dict) -> str:
                   f"{100 * r['recall_top5_fast']:>9.2f}{_fmt(c and c['flashhead']['p50_ms'], '.3f'):>9}"
                   f"{_fmt(c and c['speedup_p50'], '.2f'):>9}")
     out("")
-    return "\n".join(lines)
-
-
-def serving_text(doc: dict) -> str:
-    """``thesis-lib serving-bench``'s report: batched decoding (speed: over batched target-only decoding at the
-    same B, 95 % interval over the groups of prompts), longer generations and memory."""
-    lines = [f"\n{doc['target']} with {doc['draft']} ({doc.get('precision') or doc['dtype']}), "
-             f"{len(doc['prompts_used'])} prompts"]
-    if "decode" in doc:
-        from .batched import decode_rows, decode_shown, speculation_gone
-
-        d = doc["decode"]
-        rows = decode_rows(d)
-        lines.append(f"\nbatched greedy decoding, K = {d['k']}, {d['max_new_tokens']} new tokens, {d['reps']} repetitions")
-        lines.append(decode_shown(rows).round(3).to_string(index=False))
-        lines.append(speculation_gone(rows))
-    if "lengths" in doc:
-        from .serving import head_share_rows, length_rows, position_rows
-
-        rows = length_rows(doc["lengths"])
-        lines.append("\nlonger generations (speed: over target-only, 95 % interval over the prompts)")
-        lines.append(rows[[c for c in rows if c not in ("value", "lo", "hi")]].round(3).to_string(index=False))
-        lines.append("\nacceptance by output position")
-        lines.append(position_rows(doc["lengths"]).round(3).to_string(index=False))
-        lines.append("\nthe draft head's share of a step by context length")
-        lines.append(head_share_rows(doc["lengths"]).round(3).to_string(index=False))
-    if "memory" in doc:
-        from .serving import memory_rows
-
-        lines.append("\nmemory")
-        lines.append(memory_rows(doc["memory"]).round(1).to_string(index=False))
-    lines.append("")
     return "\n".join(lines)
 
 

@@ -7,11 +7,12 @@
 - :mod:`~thesis_lib.bench.execute`: the interleaved loop over prompts x iterations x modes, component costs.
 - :mod:`~thesis_lib.bench.metrics`: the per-sample record and the per-mode summary.
 - :mod:`~thesis_lib.bench.protocol`: ``BenchConfig`` (every parameter), cheap checks, ``run()`` into a folder.
-- :mod:`~thesis_lib.bench.drafts`: the draft heads a configuration asks for.
+- :mod:`~thesis_lib.bench.drafts`: the draft heads a configuration asks for (the studies' drafts built by them).
 - :mod:`~thesis_lib.bench.runs` and :mod:`~thesis_lib.bench.environment`: run folders (never overwritten,
   resumable) and what they record about the machine.
 - :mod:`~thesis_lib.bench.modelbench` and :mod:`~thesis_lib.bench.timing`: model-only measurements of the
-  draft (Tables 4.1-4.4) and the one timer behind them.
+  draft (Tables 4.1-4.4) and the one timer behind them; :mod:`~thesis_lib.bench.disturbance`: what else used the
+  machine while something was timed.
 
 This layer measures; turning measurements into the thesis' tables is :mod:`thesis_lib.analysis`'.
 """

@@ -1,80 +1,26 @@
-"""The draft heads a benchmark run needs, built from its configuration: FlashHead (our clustering or
-Embedl's assets), and chapter 6's adaptive-probe and frequency-truncated heads with the token counts behind
-the latter; plus what the run folder records about them.
+"""The draft heads a benchmark run needs, built from its configuration: FlashHead (our clustering or Embedl's
+assets, with an Embedl checkpoint's own body), and the heads of the studies' drafts; plus what the run folder
+records about them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections import Counter
-from pathlib import Path
-
-from ..errors import ConfigError
-from ..heads.adaptive import AdaptiveFlashHead
-from ..heads.assets import clustering_cache_root
+from .. import extensions
 from ..heads.for_model import flashhead_for
-from ..heads.truncated import frequency_head
 from ..models import embedl, loading
 from ..models.auto import draft_precision
 from ..models.loading import check_same_tokenizer
-from .modelbench import collect_hidden_states
-from .prompts import encode
 
 
-def count_tokens(loaded, prompts, *, max_new_tokens: int = 48, cache: str | Path | None = None,
-                 progress: bool = True) -> tuple[Counter, dict]:
-    """Token counts over the prompts' texts (chat-formatted, as the benchmark sends them) and the model's own
-    greedy continuations of them; cached in ``cache`` (a JSON file) keyed by model, prompts and length.
-    Returns the counts and a description of the corpus."""
-    key = {"model": str(loaded.info.get("gguf_sha256") or loaded.spec), "prompts": [p.question_id for p in prompts],
-           "texts": hashlib.sha256(json.dumps([p.text for p in prompts]).encode()).hexdigest(),
-           "max_new_tokens": max_new_tokens}
-    path = Path(cache) if cache else None
-    if path is not None and path.is_file():
-        doc = json.loads(path.read_text())
-        if doc.get("key") == key:
-            return Counter({int(t): c for t, c in doc["counts"].items()}), doc["corpus"]
-    if not prompts:
-        raise ConfigError("No calibration prompts to count tokens on.")
-    counts: Counter = Counter()
-    for p in prompts:
-        counts.update(encode(loaded.tokenizer, p.text, chat=True))
-    hs = collect_hidden_states(loaded, prompts, max_new_tokens=max_new_tokens, progress=progress)
-    counts.update(hs.dense_tokens)
-    corpus = {"prompts": len(prompts), "generated_tokens": len(hs.dense_tokens), "tokens": sum(counts.values()),
-              "distinct": len(counts), "source": "calibration prompts (not measured) and the draft's greedy "
-              "continuations of them"}
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "corpus": corpus, "counts": {str(t): c for t, c in counts.items()}}))
-    return counts, corpus
-
-
-def token_counts(cfg, draft, *, progress: bool = True):
-    """The frequency head's token counts for this configuration (calibration prompts, cached)."""
-    key = json.dumps([cfg.draft, cfg.prompt_file, cfg.freq_calibration, cfg.freq_tokens_generated,
-                      [p.question_id for p in cfg.check_prompts()]])
-    cache = clustering_cache_root().parent / "token-counts" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-    return count_tokens(draft, cfg.calibration_prompts(), max_new_tokens=cfg.freq_tokens_generated, cache=cache,
-                        progress=progress)
-
-
-def beyond_heads(cfg, draft, head, *, progress: bool = True) -> tuple[dict, dict]:
-    """The heads of the ``adaflash`` and ``freq`` drafts the configuration's modes need, and what the run
-    folder should record about them."""
+def study_heads(cfg, draft, head, *, progress: bool = True) -> tuple[dict, dict]:
+    """The heads of the drafts beyond the thesis' that the configuration's modes need, each built by the study that
+    registered it (:data:`thesis_lib.extensions.DRAFT_HEADS`), and what the run folder should record about them."""
+    extensions.load()
     heads, info = {}, {}
     drafts = cfg.drafts()
-    if "adaflash" in drafts:
-        heads["adaflash"] = AdaptiveFlashHead(head, margin=cfg.adaptive_margin, min_probes=cfg.adaptive_min_probes,
-                                              max_probes=cfg.adaptive_max_probes or head.n_probes)
-        info["adaflash"] = {"margin": cfg.adaptive_margin, "min_probes": heads["adaflash"].min_probes,
-                            "max_probes": heads["adaflash"].max_probes}
-    if "freq" in drafts:
-        counts, corpus = token_counts(cfg, draft, progress=progress)
-        n = cfg.freq_tokens or head.n_probes * head.cluster_size
-        heads["freq"] = frequency_head(draft, counts, n, head.special_ids.tolist())
-        info["freq"] = {"tokens": n, "scored": heads["freq"].candidates_per_step(), "corpus": corpus}
+    for name, build in extensions.DRAFT_HEADS.items():
+        if name in drafts:
+            heads[name], info[name] = build(cfg, draft, head, progress=progress)
     return heads, info
 
 

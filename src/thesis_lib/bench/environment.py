@@ -16,16 +16,17 @@ from ..models.cpu import cpu_name
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """A short hash of this library's source (every ``.py`` under ``thesis_lib``, paths included): what a result
-    was measured with, so that a result made by other code can be told apart. Taken once, when this module is
-    first imported (the code a process runs is the code it loaded)."""
+    """A short hash of this library's source and its studies' (every ``.py`` under ``thesis_lib`` and
+    ``thesis_studies``, paths included): what a result was measured with, so that a result made by other code can
+    be told apart. Taken once, when this module is first imported (the code a process runs is the code it loaded)."""
     import hashlib
 
-    src = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
-    for f in sorted(src.rglob("*.py")):
-        h.update(str(f.relative_to(src)).encode())
-        h.update(f.read_bytes())
+    for package in ("thesis_lib", "thesis_studies"):
+        for f in sorted((root / package).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -103,3 +104,13 @@ def measured_when(record: dict, code_note: bool = True) -> str:
 
 
 code_digest()  # the code this process loaded
+
+
+def capability(doc: dict) -> str:
+    """A document's CPU in words: its name and vector extensions (older documents lack ``cpu_capability``; a
+    document that records neither it nor ``fast_bf16``, such as model-bench's, is named by its processor alone)."""
+    if "cpu_capability" not in doc and "fast_bf16" not in doc:
+        return doc["processor"]
+    cap = doc.get("cpu_capability") or ("AVX-512" if doc.get("fast_bf16") else "unknown vector extensions")
+    bf16 = "native bf16 dot products" if doc.get("fast_bf16") else "no native bf16 dot products"
+    return f"{doc['processor']} ({cap}, {bf16})"

@@ -31,12 +31,12 @@ from typing import Sequence
 import torch
 
 from ..decoding.state import ModelState
+from .. import extensions
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..heads.flashhead import check_probes
 from ..progress import note
 from .prompts import Prompt, encode
-from . import embedl_peer
 from .disturbance import Watch, judge_timed
 from .timing import interleaved, stats_ms
 
@@ -168,7 +168,8 @@ def _speedups(stats: dict[str, dict], base: str) -> dict[str, dict]:
             for name, s in stats.items() if name != base}
 
 
-def _say_if_disturbed(part: dict, what: str) -> None:
+def say_if_disturbed(part: dict, what: str) -> None:
+    """A note on the terminal where a timed part's CPU counters say something else ran beside it."""
     said = judge_timed(part)
     if said["disturbed"]:
         note(f"{what} was disturbed: {said['why']}; its timings are not the method's alone")
@@ -235,9 +236,13 @@ def step_latency(model, heads: dict[str, torch.nn.Module | None], contexts: Sequ
 
 
 PARTS = ("quality", "head", "step")
-#: Parts run only when asked for: Embedl's own head beside ours (needs PyPI ``flash-head``, extra ``embedl``);
-#: both heads at batch sizes 1-32 (:mod:`thesis_lib.bench.batched`).
-OPTIONAL_PARTS = ("embedl", "batch")
+
+
+def known_parts() -> tuple[str, ...]:
+    """The thesis' parts and those the studies add (:data:`thesis_lib.extensions.MODEL_BENCH_PARTS`), run only
+    when asked for."""
+    extensions.load()
+    return PARTS + tuple(extensions.MODEL_BENCH_PARTS)
 
 
 def default_probe_list(n_clusters: int) -> list[int]:
@@ -254,12 +259,14 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
     """All model-only measurements on one draft: returns one JSON-able document (the data of Tables 4.1-4.4).
 
     ``parts``: any of "quality" (agreement/recall curves), "head" (Tables 4.1/4.2, plus the latency curve
-    over ``probes``), "step" (Tables 4.3/4.4), "batch" (both heads on B states at once, B = 1 to 32). Hidden
-    states are collected once and shared by all parts.
+    over ``probes``), "step" (Tables 4.3/4.4), or a study's part (:func:`known_parts`). Hidden states are
+    collected once and shared by all parts.
     """
-    unknown = [p for p in parts if p not in PARTS + OPTIONAL_PARTS]
+    known = known_parts()
+    unknown = [p for p in parts if p not in known]
     if unknown:
-        raise ConfigError(f"unknown part(s) {unknown}; use some of {', '.join(PARTS + OPTIONAL_PARTS)}.")
+        raise ConfigError(f"unknown part(s) {unknown}; use some of {', '.join(known)}.")
+    studies = {name: extensions.MODEL_BENCH_PARTS[name] for name in parts if name not in PARTS}
     probes = default_probe_list(flash_head.n_clusters) if probes is None else [check_probes(p, flash_head.n_clusters) for p in probes]
     doc: dict = {"flashhead": {"n_clusters": flash_head.n_clusters, "cluster_size": flash_head.cluster_size,
                                "n_probes": flash_head.n_probes, "candidates": flash_head.candidates_per_step(),
@@ -275,13 +282,14 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
                             "seconds": round(time.perf_counter() - t0, 1), "reused_from_file": reused}
     dense = DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit)
     states = hs.states.to(flash_head.device)  # kept on the CPU between runs; measured where the head lives
-    if "quality" in parts or "embedl" in parts:
+    if "quality" in parts or any(part.needs_weight for part in studies.values()):
         weight = loaded.model.get_output_embeddings().weight.detach()  # a dense copy if the layer is packed: once
         if "quality" in parts:
             doc["quality"] = quality_curve(flash_head, weight, states, probes, categories=hs.categories,
                                            progress=progress)
-        if "embedl" in parts:
-            doc["embedl"] = embedl_peer.compare(flash_head, weight, states, reps=head_reps, progress=progress)
+        for name, part in studies.items():
+            if part.needs_weight:
+                doc[name] = part.run(flash_head, states, dense=dense, weight=weight, reps=head_reps, progress=progress)
         del weight
     if "head" in parts:
         flash_head(states[:1])  # compile before timing
@@ -289,7 +297,7 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
         doc["head"] = head_latency(heads, states, reps=head_reps, progress=progress)
         doc["head"]["flashhead_path"] = flash_head.active_path
         doc["head"]["flashhead_compile_error"] = flash_head.compile_error
-        _say_if_disturbed(doc["head"], "the head latency (Tables 4.1/4.2)")
+        say_if_disturbed(doc["head"], "the head latency (Tables 4.1/4.2)")
         curve = []
         saved = flash_head.n_probes
         try:
@@ -303,22 +311,16 @@ def run(loaded, flash_head, prompts: Sequence[Prompt], *, parts: Sequence[str] =
         finally:
             flash_head.with_probes(saved)
         doc["head_curve"] = curve
-    if "batch" in parts:
-        from .batched import BATCH_SIZES, heads_by_batch
-
-        heads = {"dense": dense, "flashhead": flash_head, "flashhead_shared": flash_head.greedy_shared}
-        sizes = [b for b in BATCH_SIZES if 2 * b <= states.shape[0]]  # two groups of states at least
-        doc["batch"] = heads_by_batch(heads, states, batch_sizes=sizes, reps=head_reps, progress=progress)
-        doc["batch"]["flashhead_path"] = flash_head.active_path
-        for b, part in doc["batch"]["by_batch"].items():
-            _say_if_disturbed(part, f"the heads at batch {b}")
+    for name, part in studies.items():
+        if not part.needs_weight:
+            doc[name] = part.run(flash_head, states, dense=dense, weight=None, reps=head_reps, progress=progress)
     if "step" in parts:
         contexts = [encode(loaded.tokenizer, p.text, chat=chat, thinking=thinking) for p in prompts]
         heads = {"dense": dense, "dense_shared": DenseGreedyHead.from_model(loaded.model, loaded.vocab_limit),
                  "flashhead": flash_head, "body_only": None}
         doc["step"] = step = step_latency(loaded.model, heads, contexts, vocab_limit=loaded.vocab_limit,
                                           reps=step_reps, progress=progress)
-        _say_if_disturbed(step, "the decode step (Tables 4.3/4.4)")
+        say_if_disturbed(step, "the decode step (Tables 4.3/4.4)")
         st = step["stats"]
         # what the head costs inside a step, and the best step speedup any head could give (a free head)
         for key in ("mean_ms", "p50_ms"):

@@ -31,7 +31,7 @@ from ..progress import note
 from ..heads.clustering import check_cluster_count
 from ..heads.flashhead import check_probes, default_probes
 from ..models import embedl, loading, specs
-from .drafts import beyond_heads, flash_body, flash_head, flash_info
+from .drafts import flash_body, flash_head, flash_info, study_heads
 from .disturbance import Watch, judge
 from .environment import environment
 from .execute import execute
@@ -327,7 +327,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
         loading.probe_rows(lm, cfg.largest_block())
     if head is None and cfg.needs_flash:
         head = flash_head(cfg, draft, flash_body(cfg, draft, progress=progress))
-    extra_heads, beyond = beyond_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
+    extra_heads, beyond = study_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
                     tree_width=cfg.tree_width, tree_shape=cfg.tree(),

@@ -17,7 +17,8 @@ from typing import Sequence
 
 import torch
 
-from ..decoding import costs, policies
+from .. import extensions
+from ..decoding import costs
 from ..decoding.clocks import ForwardTimer, PhaseClock
 from ..decoding.drafters import HybridDrafter, ModelDrafter, NgramDrafter, ProfiledDrafter
 from ..decoding.greedy import greedy_generate, speculative_generate
@@ -72,7 +73,7 @@ class Runner:
     stop_below: float | None = None
     #: the tree modes' shape: ``tree_shape`` where given, else K deep and ``tree_width`` wide (a variant: its own K
     #: and width, or its node count), its nodes chosen by ``tree_tables[draft]`` (the measured rank probabilities of
-    #: :mod:`thesis_lib.decoding.tree_shapes`; none: :data:`thesis_lib.decoding.trees.PRIOR`)
+    #: :mod:`thesis_studies.trees.shapes`; none: :data:`thesis_lib.decoding.trees.PRIOR`)
     tree_width: int = 3
     tree_shape: TreeShape | None = None
     tree_tables: dict | None = None
@@ -99,7 +100,7 @@ class Runner:
                                       vocab_limit=limit, name="shared")
         self.drafters["ngram"] = NgramDrafter()
         for name, head in (self.extra_heads or {}).items():
-            model = flash_model if name == "adaflash" else dense_model  # adaptive probes share the FlashHead
+            model = flash_model if getattr(head, "on_flash_body", False) else dense_model
             self.drafters[name] = cls(model, head=head, vocab_limit=limit, name=name)
         if self.flash_head is not None:
             self.drafters["hybrid"] = HybridDrafter(cls(flash_model, head=self.flash_head, vocab_limit=limit,
@@ -208,15 +209,18 @@ class Runner:
         policy = k_policy_of(mode)
         if policy in ("fixed", "confidence"):  # confidence: the drafter ends its blocks itself
             return None
-        if policy == "cost" and self.k_costs is None:  # measured once, at the first prompt that needs it
+        extensions.load()
+        if policy not in extensions.K_POLICIES:
+            raise ConfigError(f"mode {mode}: no study provides the K policy {policy!r}.")
+        spec = extensions.K_POLICIES[policy]
+        if spec.needs_costs and self.k_costs is None:  # measured once, at the first prompt that needs it
             states = {n: getattr(d, "state", None) for n, d in self.drafters.items()
                       if n in ("dense", "flash", "adaflash", "freq")}
             self.k_costs = costs.measure_costs(self.t_state, states, ids, verify_sizes=range(1, self.k_max + 2))
             self.k_costs["draft_step_s"] = self.k_costs.get("dense_step_s", 0.0)
         step_of = {"hybrid": "flash", "ngram": "ngram"}.get(draft, draft)
         measured = dict(self.k_costs or {}, ngram_step_s=0.0)
-        return policies.make_policy(policy, self.k, measured, deferred=schedule == "deferred", draft=step_of,
-                                    k_max=self.k_max)
+        return spec.make(self.k, measured, deferred=schedule == "deferred", draft=step_of, k_max=self.k_max)
 
     def _sample(self, which: str, ids: Sequence[int]) -> Generation:
         """Target-only sampling (``which == "baseline"``) or speculative sampling with the dense or FlashHead

@@ -24,10 +24,10 @@ class Glue:
         return self._glue(name, value, display=display)
 
     def verdicts(self, notebook: str) -> dict[str, str]:
-        """Glue every verdict :data:`thesis_lib.analysis.verdicts.RULES` lists for ``notebook``, each computed
-        from the values this notebook glued under its input names; returns them."""
+        """Glue every verdict :func:`thesis_lib.analysis.verdicts.rules` lists for ``notebook`` (the thesis' and the
+        studies'), each computed from the values this notebook glued under its input names; returns them."""
         out = {}
-        for key, (rule, inputs) in rules.RULES[notebook].items():
+        for key, (rule, inputs) in rules.rules(notebook).items():
             names = inputs.values() if isinstance(inputs, dict) else inputs
             missing = [k for k in names if k not in self.values]
             if missing:

@@ -105,9 +105,9 @@ class Params:
     sampling_check_file: str | None = "data/reference/sampling-check-d0.01.json"
     #: ``thesis-lib model-bench --parts embedl``'s saved output, shown where Embedl's package is not installed
     embedl_peer_file: str | None = None
-    #: a saved ``thesis-lib gpu-check`` document shown in chapter 4 (random weights: GPU cost, not acceptance)
+    #: a saved ``thesis-lib studies gpu-check`` document shown in chapter 4 (random weights: GPU cost, not acceptance)
     gpu_check_file: str | None = None
-    #: a saved ``thesis-lib precision-bench`` document shown in chapter 2 (float32 vs bfloat16 on this CPU kind)
+    #: a saved ``thesis-lib studies precision-bench`` document shown in chapter 2 (float32 vs bfloat16 on this CPU kind)
     precision_file: str | None = None
     #: the same from a CPU without native bf16 (``precision-bench --emulated``): DTYPE auto's pick checked there
     precision_file_no_bf16: str | None = None
@@ -116,11 +116,11 @@ class Params:
     #: saved documents timing the weight-only formats beside float32 (``precision-bench --precisions
     #: float32,...,int8-weights``): the byte floor table of chapter 2
     precision_files_weight_only: list = field(default_factory=list)
-    #: a saved ``thesis-lib llama-bench`` document: llama.cpp beside this project in chapter 2
+    #: a saved ``thesis-lib studies llama-bench`` document: llama.cpp beside this project in chapter 2
     llama_file: str | None = None
-    #: a saved ``thesis-lib step-profile`` document: where a decode step's time goes, in chapter 2's appendix
+    #: a saved ``thesis-lib studies step-profile`` document: where a decode step's time goes, in chapter 2's appendix
     step_profile_file: str | None = None
-    #: chapter 7: a saved ``thesis-lib serving-bench`` document (batched decoding, longer generations, memory);
+    #: chapter 7: a saved ``thesis-lib studies serving-bench`` document (batched decoding, longer generations, memory);
     #: None: the chapter measures them itself at the SERVING_* sizes below
     serving_file: str | None = None
     serving_batches: list = field(default_factory=lambda: [1, 4])
@@ -132,7 +132,7 @@ class Params:
     #: chapter 7: a saved ``thesis-lib model-bench --parts batch`` document (both heads on 1-32 real states at
     #: once); None: measured here
     batch_heads_file: str | None = None
-    #: chapter 8: a saved ``thesis-lib tree-bench`` document (token trees); None: the chapter measures it itself
+    #: chapter 8: a saved ``thesis-lib studies tree-bench`` document (token trees); None: the chapter measures it itself
     #: with the TREE_* sizes below (measured prompts per category, held-out calibration prompts per category and
     #: their tokens, new tokens per measured generation, timed repetitions)
     tree_file: str | None = None

@@ -5,18 +5,25 @@ Runs that need a notebook's result (model bench, chapter 6's calibration and wha
 
 from __future__ import annotations
 
+from .. import extensions
 from ..errors import ConfigError
 from ..sweep import driver, grid, ledger
-from . import experiments, shared
+from . import shared
 from .params import ROOT, Params
 from .sizing import values_of
 
 
 def planned_runs(p: Params) -> list:
-    """The configurations of the runs that depend on no other result, in the order the chapters need them."""
+    """The configurations of the runs that depend on no other result, in the order the chapters need them: the
+    thesis' chapters', then the studies' (:data:`thesis_lib.extensions.BOOK_RUNS`)."""
+    extensions.load()
     configs = [shared.main_config(p), shared.profile_config(p), shared.pipelined_config(p), shared.grid_config(p),
-               experiments.k_sweep_config(p)]
+               *(cfg for runs in extensions.BOOK_RUNS for cfg in _listed(runs(p)))]
     return list({c.name: c for c in configs}.values())
+
+
+def _listed(runs) -> list:
+    return list(runs) if isinstance(runs, (list, tuple)) else [runs]
 
 
 def book_sweep(set_name: str, overrides: dict | None = None) -> grid.Sweep:

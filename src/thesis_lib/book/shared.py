@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from ..bench import drafts, embedl_peer, modelbench, protocol
-from ..bench.environment import environment, measured_when, provenance
+from .. import extensions
+from ..bench import drafts, modelbench, protocol
+from ..bench.environment import capability, environment, measured_when, provenance
 from ..bench.modes import variant
 from ..errors import ConfigError
 from ..progress import note
@@ -222,14 +223,15 @@ def model_bench(p: Params) -> dict:
                "state_tokens": p.state_tokens, "head_reps": p.head_reps, "step_reps": p.step_reps,
                "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "flash_path": p.flash_path,
                "kmeans_iterations": p.kmeans_iterations}
-    peer = embedl_peer.available()
-    if peer:  # Embedl's head beside ours, where its package is installed
-        doc_key["embedl"] = peer
+    extensions.load()  # a study's part that needs an optional package runs wherever it is installed
+    auto = {name: v for name, part in extensions.MODEL_BENCH_PARTS.items()
+            if part.available is not None and (v := part.available())}
+    doc_key.update(auto)
 
     def compute():
         _, draft, head = pair(p)
         probes = sorted(set(modelbench.default_probe_list(head.n_clusters)) | {head.n_probes})
-        parts = modelbench.PARTS + (("embedl",) if peer else ())
+        parts = modelbench.PARTS + tuple(auto)
         doc = modelbench.run(draft, head, prompts, parts=parts, probes=probes, state_tokens=p.state_tokens,
                              head_reps=p.head_reps,
                              step_reps=p.step_reps, progress=p.progress, thinking=p.thinking)
@@ -237,17 +239,6 @@ def model_bench(p: Params) -> dict:
         return doc
 
     return cached_document(p, "model-bench", doc_key, compute)
-
-
-def embedl_comparison(p: Params, mb: dict) -> tuple[dict | None, str]:
-    """Embedl's head beside ours (:mod:`thesis_lib.bench.embedl_peer`) and its source: this model bench if the package
-    is installed, else the document ``EMBEDL_PEER_FILE`` names, else none."""
-    if (mb.get("embedl") or {}).get("installed"):
-        return mb["embedl"], "this run's model bench"
-    if p.embedl_peer_file and (ROOT / p.embedl_peer_file).is_file():
-        doc = json.loads((ROOT / p.embedl_peer_file).read_text(encoding="utf-8"))
-        return doc["embedl"], f"thesis-lib model-bench --parts embedl, saved in {p.embedl_peer_file}"
-    return None, "not measured: Embedl's flash-head is not installed (pip install -e '.[embedl]')"
 
 
 def gpu_check(p: Params) -> tuple[dict | None, str]:
@@ -260,8 +251,8 @@ def gpu_check(p: Params) -> tuple[dict | None, str]:
 
 
 def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
-    """The saved measurement document the parameter ``name`` names (``thesis-lib precision-bench``'s:
-    ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``; ``thesis-lib llama-bench``'s:
+    """The saved measurement document the parameter ``name`` names (``thesis-lib studies precision-bench``'s:
+    ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``; ``thesis-lib studies llama-bench``'s:
     ``LLAMA_FILE``), and a label: what, when and where it was measured."""
     return saved_document(getattr(p, name.lower()), name)
 
@@ -288,8 +279,6 @@ def saved_or_measured(p: Params, name: str, kind: str, key: dict, compute) -> tu
 
 def saved_document(path: str | None, name: str) -> tuple[dict | None, str]:
     """A saved measurement document under the project root and its label (None, and why, where it is missing)."""
-    from ..analysis.precision import capability
-
     if not path or not (ROOT / path).is_file():
         return None, f"no precision document named ({name})"
     doc = json.loads((ROOT / path).read_text(encoding="utf-8"))

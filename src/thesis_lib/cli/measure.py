@@ -1,38 +1,30 @@
-"""Commands that measure and tabulate: ``model-bench`` (Tables 4.1-4.4), ``bench`` and ``profile`` (the benchmark
-protocol into a run folder), ``table`` (the thesis' tables from a run folder), ``precision-bench`` (the precisions
-side by side on the CPU), ``step-profile`` (where a step's time goes), ``llama-bench`` (llama.cpp beside this
-project) and ``sampling-check`` (speculative sampling proved lossless)."""
+"""Commands that measure and tabulate: ``model-bench`` (Tables 4.1-4.4, and the parts studies add), ``bench`` and
+``profile`` (the benchmark protocol into a run folder), ``table`` (the thesis' tables from a run folder) and
+``results`` (the thesis' main ratios beside a build's)."""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
-import time
-from pathlib import Path
 
 from ..errors import ConfigError
-from ..models import specs
 from . import options
 
 
 def cmd_model_bench(args) -> int:
+    from .. import extensions
     from ..analysis import formatting
-    from ..bench import embedl_peer, modelbench
-    import torch
-
+    from ..bench import modelbench
     from ..models import loading
-    from ..models.cpu import cpu_name, fast_bf16
 
     parts = tuple(args.parts.split(","))
-    known = modelbench.PARTS + modelbench.OPTIONAL_PARTS
+    known = modelbench.known_parts()
     bad = [p for p in parts if p not in known]
     if bad:
         raise ConfigError(f"Unknown part(s) {', '.join(bad)}; use some of {', '.join(known)}.")
-    if "embedl" in parts and not embedl_peer.available():
-        raise ConfigError("--parts embedl compares with Embedl's own head, which needs its PyPI package: "
-                          "pip install -e '.[embedl]' (flash-head 0.1.10).")
+    for name in parts:
+        part = extensions.MODEL_BENCH_PARTS.get(name)
+        if part is not None and part.available is not None and not part.available():
+            raise ConfigError(part.missing)
     options.check_flash(args, args.draft)
     probes = [int(x) for x in args.probe_list.split(",")] if args.probe_list else None
     if probes and min(probes) < 1:
@@ -51,9 +43,7 @@ def cmd_model_bench(args) -> int:
                          thinking=options.thinking(args), states_file=args.states)
     doc.update(measured=measured, command=options.command_line(files=("--out", "--states")),
                draft=args.draft, device=args.device, dtype=loaded.dtype, cpu_kernels=loaded.info.get("cpu_kernels"),
-               machine=platform.machine(), processor=cpu_name(), threads=options.threads(),
-               prompts_used=[p.question_id for p in prompts], torch=torch.__version__, fast_bf16=fast_bf16(),
-               cpu_capability=torch.backends.cpu.get_cpu_capability())
+               prompts_used=[p.question_id for p in prompts], **options.machine_record())
     return options.emit(doc, formatting.model_bench_text(doc), out_path)
 
 
@@ -141,121 +131,6 @@ def cmd_results(args) -> int:
     return 0
 
 
-def cmd_precision_bench(args) -> int:
-    from ..bench import precision
-
-    precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
-    precision.check(precisions, args.max_block, args.reps, args.int4_group, emulated=args.emulated)
-    if args.k < 1 or args.max_new_tokens < 1 or args.e2e_prompts < 0:
-        raise ConfigError("-k and --max-new-tokens must be >= 1 and --e2e-prompts >= 0.")
-    specs.check_available(args.target)
-    specs.check_available(args.draft)
-    out_path = options.new_out_path(args)
-    doc = precision.run(args.target, args.draft, precisions=precisions, max_block=args.max_block, reps=args.reps,
-                        e2e_prompts=args.e2e_prompts, max_new_tokens=args.max_new_tokens, k=args.k,
-                        int4_group=args.int4_group, emulated=args.emulated)
-    from ..models.weight_only import FORCED_PATH_ENV
-
-    forced = os.environ.get(FORCED_PATH_ENV)
-    doc["command"] = ((f"{FORCED_PATH_ENV}={forced} " if forced else "") + f"thesis-lib precision-bench --target {args.target} --draft {args.draft} --precisions "
-                      f"{','.join(precisions)} --max-block {args.max_block} --reps {args.reps} --e2e-prompts "
-                      f"{args.e2e_prompts} --max-new-tokens {args.max_new_tokens} -k {args.k}"
-                      + (f" --int4-group {args.int4_group}" if "int4" in precisions else "")
-                      + (" --emulated" if args.emulated else ""))
-    return options.emit(doc, precision.text(doc), out_path)
-
-
-def _embedded_pair(args, also=()):
-    """The embedded pair in ``--dtype`` after the cheap checks, and the draft again in each precision of ``also``:
-    ``(--out's new path, provenance, target, draft, {precision: draft})``."""
-    from ..bench.environment import provenance
-    from ..models import loading
-    for spec in (specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT):
-        specs.check_available(spec)
-    for d in also:  # an unknown precision fails before any model loads
-        loading.resolved_dtype(d)
-    out_path, measured = options.new_out_path(args), provenance()
-    target, draft = loading.load_pair(dtype=args.dtype)
-    others = {d: loading.load_model(specs.DEFAULT_DRAFT, dtype=d, tokenizer=draft.tokenizer) for d in also}
-    return out_path, measured, target, draft, others
-
-
-def cmd_llama_bench(args) -> int:
-    from ..bench import llama_peer
-    from ..bench.prompts import demo_prompts, encode
-
-    llama_peer.check()  # before any model loads
-    if args.prompts < 1 or args.max_new_tokens < 1 or args.k < 1:
-        raise ConfigError("--prompts, --max-new-tokens and -k must be >= 1.")
-    out_path, measured, target, draft, _ = _embedded_pair(args)
-    prompts = demo_prompts()[: args.prompts]
-    ids = [encode(target.tokenizer, p.text) for p in prompts]
-    doc = llama_peer.run(target, draft, ids, k=args.k, max_new_tokens=args.max_new_tokens)
-    import torch
-
-    from ..models.cpu import cpu_name, fast_bf16
-
-    doc.update(measured=measured, processor=cpu_name(), torch=torch.__version__, fast_bf16=fast_bf16(),
-               cpu_capability=torch.backends.cpu.get_cpu_capability(),
-               command=f"thesis-lib llama-bench --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "
-                       f"-k {args.k} --dtype {args.dtype}")
-    return options.emit(doc, llama_peer.text(doc), out_path)
-
-
-def cmd_step_profile(args) -> int:
-    from ..bench import stepprofile
-    from ..bench.prompts import demo_prompts, encode
-    from ..heads.for_model import flashhead_for
-
-    if args.reps < 3 or args.max_block < 1 or args.new_tokens < 2:
-        raise ConfigError("--reps must be >= 3, --max-block >= 1 and --new-tokens >= 2.")
-    out_path, measured, target, draft, others = _embedded_pair(args, args.also_draft)
-    doc = stepprofile.run(target, draft, flashhead_for(draft), encode(target.tokenizer, demo_prompts()[0].text),
-                          blocks=tuple(range(1, args.max_block + 1)), reps=args.reps, new_tokens=args.new_tokens,
-                          compare=tuple(args.compare), other_drafts={d: (m, flashhead_for(m)) for d, m in others.items()})
-    doc.update(measured=measured, command=f"thesis-lib step-profile --dtype {args.dtype} --max-block {args.max_block} "
-               f"--reps {args.reps} --new-tokens {args.new_tokens}" + "".join(f" --compare {c}" for c in args.compare)
-               + "".join(f" --also-draft {d}" for d in args.also_draft))
-    return options.emit(doc, stepprofile.text(doc), out_path)
-
-
-def cmd_sampling_check(args) -> int:
-    from ..analysis import distcheck
-    from ..bench.environment import provenance
-    from ..bench.protocol import available_cores
-
-    if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
-        raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1 (got {args.workers}).")
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists():
-        raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
-    measured = provenance()  # taken before the hour of draws: the code and revision that make them
-    pair, t0 = distcheck.tiny_pair(), time.perf_counter()
-
-    def report(r):
-        print(f"case {r['case']} {r['draft']:5s} {r['schedule']:8s}: {r['draws']} draws, {r['cells']} cells, "
-              f"max |z| {r['max_abs_z']:.2f} vs {r['critical_z']:.2f}, power {r['power']:.4f}, "
-              f"acceptance {r['acceptance']:.3f} -> {'ok' if r['ok'] else 'FAIL'}", flush=True)
-
-    result = distcheck.run_all(pair, delta=args.delta, alpha=args.alpha, power=args.power, workers=args.workers,
-                               progress=True, on_row=report)
-    control, ok = result["negative_control"], result["ok"]
-    print(f"negative control (always accept): max |z| {control['max_abs_z']:.1f} vs {control['critical_z']:.2f} "
-          f"-> {'rejected, as it must be' if not control['ok'] else 'NOT REJECTED: the check is too weak'}")
-    doc = {"delta": args.delta, "alpha": args.alpha, "power": args.power, "chunk": distcheck.CHUNK,
-           "workers": args.workers or available_cores(), "configurations": result["configurations"],
-           "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
-           "environment": {"python": platform.python_version(), "machine": platform.machine(),
-                           "processor": platform.processor()}, "measured": measured}
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in doc.items() if k not in ("configurations", "negative_control")}))
-    return 0 if ok else 1
-
-
 def _add_protocol_parser(sub, name: str, helptext: str, func) -> None:
     from ..bench.modes import ALL_MODES, THESIS_MODES
 
@@ -340,61 +215,3 @@ def add_parsers(sub) -> None:
     p.add_argument("--data", default=None, help="a build's run folder (default: the committed default build's, "
                    "data/reference/book-cpu-embedded)")
     p.set_defaults(func=cmd_results)
-
-    p = sub.add_parser("precision-bench", help="float32, bfloat16 and int4 on the CPU side by side: step and verify "
-                       "cost, end-to-end speedup",
-                       description="Per precision: target's and draft's forwards over 1..--max-block tokens after a "
-                       "prompt, precisions interleaved; --e2e-prompts prompts decoded target-only, by transformers' "
-                       "generate() and FlashHead deferred. One JSON document as the last line.")
-    p.add_argument("--target", default=specs.DEFAULT_TARGET, help="target model spec (default: %(default)s)")
-    p.add_argument("--draft", default=specs.DEFAULT_DRAFT, help="draft model spec (default: %(default)s)")
-    p.add_argument("--precisions", default="float32,bfloat16", help="comma-separated, of float32, bfloat16, "
-                   "bfloat16-weights and int8-weights (float32 products over bf16 or int8 weights: the project's "
-                   "kernel), int8-dynamic (int8 weights by int8 activations rounded per block of 32), int4 (the target's body 4-bit, head and draft bf16) (default: %(default)s)")
-    p.add_argument("--int4-group", type=int, default=128, help="int4 weights per scale (default: %(default)s)")
-    p.add_argument("--max-block", type=int, default=13, help="largest block timed (default: %(default)s)")
-    p.add_argument("--reps", type=int, default=15, help="timed repetitions per block (default: %(default)s)")
-    p.add_argument("--e2e-prompts", type=int, default=3, help="demo prompts decoded end to end (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
-    p.add_argument("-k", type=int, default=4, help="block length of the speculative run (default: %(default)s)")
-    p.add_argument("--emulated", action="store_true", help="on a CPU without native bf16 dot products, time "
-                   "bfloat16 and int4 anyway (stock bf16 layers): the precisions DTYPE auto declines there")
-    options.out(p)
-    p.set_defaults(func=cmd_precision_bench)
-
-    p = sub.add_parser("step-profile", help="where a decode step's time goes: each part beside its byte floor",
-                       description="Each step of the draft (dense head, FlashHead) and of the target (blocks of "
-                       "1..--max-block) split by hooks into parts beside their bytes at the stream rate; the target-only "
-                       "loop's time per token. One JSON document as the last line.")
-    p.add_argument("--dtype", default="auto", help="the pair's precision (default: %(default)s)")
-    p.add_argument("--max-block", type=int, default=8, help="the target's largest block (default: %(default)s)")
-    p.add_argument("--reps", type=int, default=15, help="timed repetitions of each step (default: %(default)s)")
-    p.add_argument("--new-tokens", type=int, default=32, help="tokens per timed target-only generation (default: %(default)s)")
-    p.add_argument("--compare", action="append", default=[], choices=("fused", "compact", "native", "head-kernel"),
-                   help="every step also with this off: fused operations, compact step, its layers in one call, FlashHead's kernel")
-    p.add_argument("--also-draft", action="append", default=[], help="the draft also in this --dtype (e.g. int8-dynamic)")
-    options.out(p)
-    p.set_defaults(func=cmd_step_profile)
-
-    p = sub.add_parser("llama-bench", help="llama.cpp beside this project on the embedded pair's own GGUF files",
-                       description="Times llama.cpp's greedy target-only and speculative decoding (the 0.5B GGUF as "
-                       "its draft) beside this project's target-only and FlashHead deferred decoding, interleaved per "
-                       "demo prompt, same threads and new tokens; bytes per step of each; where the texts part. Needs "
-                       "the optional extra llama (pip install -e '.[llama]'). One JSON document as the last line.")
-    p.add_argument("--prompts", type=int, default=5, help="demo prompts (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
-    p.add_argument("-k", type=int, default=4, help="draft tokens per round, both engines (default: %(default)s)")
-    p.add_argument("--dtype", default="auto", help="this project's precision (default: %(default)s)")
-    options.out(p)
-    p.set_defaults(func=cmd_llama_bench)
-
-    p = sub.add_parser("sampling-check", help="prove speculative sampling lossless on tiny models (exact test)",
-                       description="Speculative sampling (dense and FlashHead drafts, ordinary and deferred) against "
-                       "target-only sampling's exact distribution of the first tokens (tiny models, 8 tokens), draws "
-                       "enough to catch an error of --delta with probability --power; a wrong rule must fail.")
-    p.add_argument("--delta", type=float, default=0.01, help="absolute error to catch (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=1e-3, help="family-wise level per configuration (default: %(default)s)")
-    p.add_argument("--power", type=float, default=0.99, help="power against --delta (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=None, help="processes making the draws (default: one per core; any number: the same draws)")
-    options.out(p, "write the results as JSON to this new file")
-    p.set_defaults(func=cmd_sampling_check)

@@ -177,6 +177,19 @@ def command_line(files: tuple[str, ...] = ("--out",)) -> str:
     return "thesis-lib " + " ".join(shlex.quote(a) for a in kept)
 
 
+def machine_record() -> dict:
+    """What a command's document records about the machine it ran on: architecture, processor, threads, torch, and
+    the CPU's vector extensions and native bf16 support."""
+    import platform
+
+    import torch
+
+    from ..models.cpu import cpu_name, fast_bf16
+
+    return {"machine": platform.machine(), "processor": cpu_name(), "threads": threads(), "torch": torch.__version__,
+            "fast_bf16": fast_bf16(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def threads() -> int:
     import torch
 
@@ -224,3 +237,18 @@ def make_executor(args, workdir: Path | None = None):
     resources = slurm.Resources(partition=args.partition, gpus=args.gpus, cpus=args.cpus, mem=args.mem,
                                 time=args.time, account=args.account, extra=list(args.sbatch_arg))
     return slurm.SlurmExecutor(resources, workdir=workdir)
+
+
+def embedded_pair(args, also=()):
+    """The embedded pair in ``--dtype`` after the cheap checks, and the draft again in each precision of ``also``:
+    ``(--out's new path, provenance, target, draft, {precision: draft})``."""
+    from ..bench.environment import provenance
+    from ..models import loading
+    for spec in (specs.DEFAULT_TARGET, specs.DEFAULT_DRAFT):
+        specs.check_available(spec)
+    for d in also:  # an unknown precision fails before any model loads
+        loading.resolved_dtype(d)
+    out_path, measured = new_out_path(args), provenance()
+    target, draft = loading.load_pair(dtype=args.dtype)
+    others = {d: loading.load_model(specs.DEFAULT_DRAFT, dtype=d, tokenizer=draft.tokenizer) for d in also}
+    return out_path, measured, target, draft, others

@@ -8,8 +8,11 @@
 - :mod:`~thesis_lib.decoding.greedy`: target-only greedy and greedy speculative decoding (ordinary,
   deferred and pipelined schedules).
 - :mod:`~thesis_lib.decoding.sampling`: lossless speculative sampling (beyond the thesis).
-- :mod:`~thesis_lib.decoding.policies`: block-length policies (fixed, heuristic, cost model).
+- :mod:`~thesis_lib.decoding.trees`: token trees drafted and verified in one forward (beyond the thesis).
+- :mod:`~thesis_lib.decoding.costs`: the cost model of a round and the one timer of its inputs.
 - :mod:`~thesis_lib.decoding.clocks`: phase clocks and forward timers (CUDA-synchronised on GPU).
+
+Block-length policies beyond the fixed K are a study's (:mod:`thesis_studies.beyond.policies`).
 
 This layer knows models and heads; it knows nothing about prompts, benchmarks or the book.
 """

@@ -75,7 +75,7 @@ def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Seque
                          k_policy=None) -> Generation:
     """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or
     pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``.
-    ``k_policy`` (see :mod:`thesis_lib.decoding.policies`) chooses each round's block length; without it every
+    ``k_policy`` (see :mod:`thesis_studies.beyond.policies`) chooses each round's block length; without it every
     round drafts ``k`` tokens. Either way the output is target-only greedy's.
 
     Invariant at the start of a round:

@@ -4,7 +4,7 @@ forward (beyond the thesis; SpecInfer's token-tree verification, Medusa's and EA
 **Shape.** A :class:`TreeShape` is a fixed set of *rank paths*: the node ``(0, 2)`` is the draft's third-best
 candidate after its best one at depth 1. Nodes are kept breadth first, a parent before its children; a chain of K
 is the shape ``(0,), (0, 0), ...``. Which nodes to keep comes from a table of the probability that the target's
-token is the draft's rank-r candidate at depth d (:mod:`thesis_lib.decoding.tree_shapes` measures it and grows
+token is the draft's rank-r candidate at depth d (:mod:`thesis_studies.trees.shapes` measures it and grows
 shapes from it).
 
 **Drafting** (:class:`TreeDrafter`). The draft's cache holds the tree as it grows: the tokens it has not seen (the

@@ -10,8 +10,9 @@
 - :mod:`~thesis_lib.heads.for_model`: a FlashHead for a loaded model: assets, an Embedl checkpoint's settings,
   the always-scored tokens.
 - :mod:`~thesis_lib.heads.draws`: seeded draws whose generator lives on another device.
-- :mod:`~thesis_lib.heads.adaptive`: FlashHead whose probe count follows the cluster ranking (beyond the thesis).
-- :mod:`~thesis_lib.heads.truncated`: the frequency-truncated rival head (FR-Spec's idea).
+
+The heads beyond the thesis (adaptive probes, the frequency-truncated rival) are a study's
+(:mod:`thesis_studies.beyond`).
 
 Every greedy head maps ``h: [S, D]`` to token ids ``[S]`` with no host sync, so a drafter swaps one for another
 without touching the transformer body. This layer knows models, not decoding loops.

@@ -310,7 +310,7 @@ class FlashHead(nn.Module):
         return fn(*args)
 
     #: the fast path's greedy head as a plain function of ``(hidden, *fast_arguments())``, for callers that
-    #: compile it together with more (a whole draft step in one CUDA graph, :mod:`thesis_lib.bench.gpucheck`)
+    #: compile it together with more (a whole draft step in one CUDA graph, :mod:`thesis_studies.gpucheck.run`)
     greedy_function = staticmethod(_greedy_fused)
 
     def fast_arguments(self) -> tuple:

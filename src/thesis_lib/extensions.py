@@ -1,0 +1,83 @@
+"""Where studies plug into the core. A study package (this project's ``thesis_studies``, or any package that names a
+module in the entry-point group ``thesis_lib.studies``) imports the core and adds to the registries below; the core
+never imports a study by name, and reads these registries only after :func:`load` has imported every declared one.
+
+- :data:`COMMANDS`: functions ``add_parsers(sub)`` that add commands under ``thesis-lib studies``;
+- :data:`MODEL_BENCH_PARTS`: parts of ``model-bench`` beyond the thesis' (``embedl``, ``batch``), each a
+  :class:`Part`;
+- :data:`VERDICT_RULES`: a notebook's glued verdicts computed by a study's rules (as
+  :data:`thesis_lib.analysis.verdicts.RULES`);
+- :data:`BOOK_RUNS`: functions ``params -> [BenchConfig]``: runs a study's chapter needs that follow from the
+  parameters alone (a scheduled book build runs them with the thesis' own);
+- :data:`DRAFT_HEADS`: drafts beyond the thesis' whose head a study builds for a run, each a function
+  ``(cfg, draft, flash_head, progress=...) -> (head, what the run folder records)``;
+- :data:`K_POLICIES`: block-length policies beyond the thesis' fixed K, each a :class:`KPolicy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Callable
+
+GROUP = "thesis_lib.studies"
+
+COMMANDS: list[Callable] = []
+VERDICT_RULES: dict[str, dict] = {}
+BOOK_RUNS: list[Callable] = []
+
+
+@dataclass(frozen=True)
+class Part:
+    """A model-bench part: ``run(flash_head, states, dense=..., weight=..., reps=..., progress=...)`` returns the
+    part's document; ``needs_weight``: it reads the dense output embedding. A part with ``available`` needs an
+    optional package: ``available()`` says what is installed (falsy: nothing, and asking for the part is an error
+    that says ``missing``), and the book's model bench runs it wherever it is, adding that to its key. ``text(doc)``:
+    the part's lines in ``model-bench``'s report."""
+
+    run: Callable
+    needs_weight: bool = False
+    available: Callable[[], object] | None = None
+    missing: str = ""
+    text: Callable[[dict], str] | None = None
+
+
+MODEL_BENCH_PARTS: dict[str, Part] = {}
+DRAFT_HEADS: dict[str, Callable] = {}
+
+
+@dataclass(frozen=True)
+class KPolicy:
+    """``make(k, measured, deferred=..., draft=..., k_max=...)``: the policy object a speculative loop asks for each
+    round's K (``first()``, then ``update(accepted, drafted)``); ``needs_costs``: ``measured`` must hold the
+    machine's step costs (:func:`thesis_lib.decoding.costs.measure_costs`)."""
+
+    make: Callable
+    needs_costs: bool = False
+
+
+K_POLICIES: dict[str, KPolicy] = {}
+
+_loaded = False
+
+
+def load() -> None:
+    """Import every study declared in the entry-point group (once); each registers itself on import."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for ep in entry_points(group=GROUP):
+        ep.load()
+
+
+def add_rules(rules: dict[str, dict]) -> None:
+    """A study's verdict rules, per notebook (as :data:`thesis_lib.analysis.verdicts.RULES`)."""
+    for notebook, by_key in rules.items():
+        VERDICT_RULES.setdefault(notebook, {}).update(by_key)
+
+
+def rules(notebook: str) -> dict:
+    """The study rules registered for ``notebook``'s glued verdicts."""
+    load()
+    return VERDICT_RULES.get(notebook, {})

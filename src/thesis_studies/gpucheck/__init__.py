@@ -1,0 +1,10 @@
+"""The GPU acceptance run at the thesis' shapes with random weights (``thesis-lib studies gpu-check``, :mod:`.cli`):
+the heads (:mod:`.run`), the draft's step (:mod:`.step`), the target's verify cost (:mod:`.verify`), the tables
+the book shows (:mod:`.tables`) and chapter 4's GPU verdicts (:mod:`.verdicts`)."""
+
+from thesis_lib import extensions
+
+from . import cli, verdicts
+
+extensions.add_rules(verdicts.RULES)
+extensions.COMMANDS.append(cli.add_parsers)
