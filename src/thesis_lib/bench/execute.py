@@ -22,6 +22,7 @@ from .metrics import predicted_tokens_per_s, sample_record
 from .modes import DEFAULT_MODES, SAMPLE_MODES, check_modes
 from .prompts import Prompt, encode, prompt_text
 from .runner import Runner
+from .timing import alternating
 
 
 def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
@@ -73,7 +74,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
         for n, (it, i) in enumerate(todo):
             prompt, ids = prompts[i], encoded[i]
             sample = it * len(prompts) + i  # the order alternates by position in the measured set
-            order = list(modes) if sample % 2 == 0 else list(reversed(modes))
+            order = alternating(modes, sample)
             gens: dict[str, Generation] = {}
             for mode in order:
                 if (it, prompt.question_id, mode) in done:

@@ -2,7 +2,7 @@
 benchmarks (thesis sections 4.3, Tables 4.1-4.4), and the thesis' latency statistics.
 
 :func:`interleaved` times ``fn(i)`` for every item and every named function, the functions interleaved per
-item with their order alternating, after untimed warm-up calls (which also compile). :func:`head_ms` is the
+item with their order alternating (:func:`alternating`), after untimed warm-up calls (which also compile). :func:`head_ms` is the
 common case of one head on real hidden states, with the token ids read back each call. :func:`stats_ms` turns
 seconds into the thesis' statistics (mean, P50, P95, tokens/s) plus the median.
 """
@@ -26,6 +26,14 @@ def stats_ms(xs: Sequence[float]) -> dict:
             "tokens_per_s": 1e3 / mean}
 
 
+def alternating(names: Sequence, position: int) -> list:
+    """The order of ``names`` at one position of a side-by-side measurement: as given at an even position, reversed
+    at an odd one, so that on a machine that drifts none of them always runs first. Every measurement of the
+    project that runs several things side by side orders them by this."""
+    names = list(names)
+    return names if position % 2 == 0 else names[::-1]
+
+
 def interleaved(fns: dict[str, Callable[[int], object]], n_items: int, *, reps: int, warmup: int,
                 desc: str, progress: bool, device="cpu") -> dict[str, list[float]]:
     """Time ``fn(i)`` for every item and mode, modes interleaved per item with the order alternating, on
@@ -40,8 +48,7 @@ def interleaved(fns: dict[str, Callable[[int], object]], n_items: int, *, reps: 
     with tqdm(total=reps * n_items, desc=desc, disable=not progress, unit="item") as bar:
         for r in range(reps):
             for i in range(n_items):
-                order = names if (r * n_items + i) % 2 == 0 else names[::-1]
-                for name in order:
+                for name in alternating(names, r * n_items + i):
                     watches[name].time(fns[name], i)
                 bar.update()
     return {n: w.seconds() for n, w in watches.items()}

@@ -25,6 +25,7 @@ import statistics
 import time
 from typing import Sequence
 
+from thesis_lib.bench.timing import alternating
 from thesis_lib.errors import ConfigError
 
 INSTALL = ("pip install -e '.[llama]' (llama-cpp-python 0.3.36, compiled from its source distribution: "
@@ -132,7 +133,7 @@ def run(target_lm, draft_lm, prompts: list[list[int]], *, k: int = 4, max_new_to
               unit="run") as bar:
         for i, ids in enumerate(prompts):
             row = {"prompt": i, "prompt_tokens": len(ids)}
-            for name in (list(settings) if i % 2 == 0 else list(settings)[::-1]):
+            for name in alternating(settings, i):
                 tokens, secs = settings[name](ids)
                 row[name] = {"seconds": secs, "tokens": tokens}
                 bar.update()

@@ -35,6 +35,7 @@ from typing import Sequence
 
 import torch
 
+from thesis_lib.bench.timing import alternating
 from thesis_lib.errors import ConfigError
 from thesis_lib.models.weight_only import FORMATS, kernel
 
@@ -113,8 +114,7 @@ def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block
         with tqdm(total=(reps + 1) * max_block, desc=desc, disable=not progress, unit="block") as bar:
             for r in range(reps + 1):  # repetition 0 warms up and is dropped
                 for n in range(1, max_block + 1):
-                    order = names if (r + n) % 2 == 0 else names[::-1]
-                    for name in order:
+                    for name in alternating(names, r + n):
                         s = states[name]
                         dt = s.timed_forward(block[:n])  # body + head, tokens read back; cache restored
                         if r:
@@ -144,8 +144,8 @@ def end_to_end(runners: dict[str, object], prompts: list[list[int]], *, progress
     with tqdm(total=len(prompts) * len(names), desc="end to end", disable=not progress, unit="run") as bar:
         for i, ids in enumerate(prompts):
             row = {"prompt": i, "prompt_tokens": len(ids)}
-            for name in (names if i % 2 == 0 else names[::-1]):
-                for mode in (modes if i % 2 == 0 else modes[::-1]):
+            for name in alternating(names, i):
+                for mode in alternating(modes, i):
                     g = runners[name].run(mode, ids)
                     row[f"{name}/{mode}"] = {"seconds": g.stats.ttft_s + g.stats.decode_s, "tokens": g.tokens,
                                              "rounds": g.stats.rounds, "emitted": sum(g.stats.emitted)}
@@ -318,7 +318,7 @@ def run(target: str, draft: str, *, precisions: Sequence[str] = ("float32", "bfl
     read_rates = {p: [] for p in probes}
 
     def read_all(r: int) -> None:  # beside the one-token steps, order alternating like theirs
-        for p in (list(probes) if r % 2 else list(probes)[::-1]):
+        for p in alternating(list(probes)[::-1], r):
             nbytes, secs = probes[p]()
             read_rates[p].append(nbytes / secs / 1e9)
 

@@ -30,6 +30,7 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from thesis_lib.bench.timing import alternating
 from thesis_lib.heads import cpu_kernels
 from thesis_lib.models import compact, fused
 from thesis_lib.models.packing import PackedLinear
@@ -218,7 +219,7 @@ def loop_overhead(runner, case: StepCase, ids: list[int], *, reps: int) -> dict:
     runner.run("baseline", ids)
     tpot, step = [], []
     for r in range(reps):
-        for loop_first in ((True, False) if r % 2 else (False, True)):
+        for loop_first in alternating((False, True), r):
             if loop_first:
                 tpot.append(runner.run("baseline", ids).stats.tpot_s)
             else:
@@ -272,8 +273,8 @@ def run(target, draft, flash, ids: list[int], *, blocks=(1, 2, 3, 4, 5, 6, 7, 8)
             steps[name] = StepCase(state, ids, n, off=off)
         names, readings = list(steps), []
         for r in tqdm(range(3 + reps), desc="step profile", disable=not progress):
-            for name in (names if r % 2 else names[::-1]):
-                for hooked in ((True, False) if r % 2 else (False, True)):
+            for name in alternating(names[::-1], r):
+                for hooked in alternating((False, True), r):
                     steps[name].once(hooked, record=r >= 3)
             if r >= 3:  # the read rate drifts on a shared machine: read beside the steps, every repetition
                 readings.append(stream_gbps(gib=0.5, reps=3))

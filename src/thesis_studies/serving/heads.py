@@ -24,7 +24,7 @@ import torch
 
 from thesis_lib.errors import ConfigError
 from thesis_lib.bench.disturbance import Watch
-from thesis_lib.bench.timing import interleaved, stats_ms
+from thesis_lib.bench.timing import alternating, interleaved, stats_ms
 
 #: the batch sizes measured by default: heads, and whole decoding
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -125,7 +125,7 @@ def decode_by_batch(pair, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
                                       disable=not progress) as bar:
             for r in range(reps):
                 for g, group in enumerate(groups):
-                    order = list(modes) if (r * len(groups) + g) % 2 == 0 else list(modes)[::-1]
+                    order = alternating(modes, r * len(groups) + g)
                     got = {m: run(m, group, max_new_tokens) for m in order}
                     ref = refs[g * b:(g + 1) * b]
                     part["rows"] += len(group)

@@ -22,6 +22,7 @@ import torch
 
 from thesis_lib.errors import ConfigError
 from thesis_lib.bench.disturbance import Watch
+from thesis_lib.bench.timing import alternating
 
 #: new tokens per generation measured by default
 LENGTHS = (32, 64, 128, 256)
@@ -54,7 +55,7 @@ def by_length(run, prompts: Sequence[Sequence[int]], *, lengths: Sequence[int] =
                                   disable=not progress) as bar:
         for i, ids in enumerate(prompts):
             for j, n in enumerate(lengths):
-                order = list(modes) if (i + j) % 2 == 0 else list(modes)[::-1]
+                order = alternating(modes, i + j)
                 got = {m: run(m, ids, n) for m in order}
                 part = out[str(n)]
                 for m in modes:
