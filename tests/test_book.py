@@ -18,6 +18,7 @@ from thesis_lib.book import browser, build, execute, params
 from thesis_lib.errors import ConfigError
 from thesis_lib.models import specs
 from thesis_studies.beyond import verdicts as beyond_verdicts
+from thesis_studies.precision import tables as precision_tables
 from thesis_studies.gpucheck import verdicts as gpu_verdicts
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
@@ -846,18 +847,17 @@ def test_auto_precision_names_its_runs_and_documents_by_what_it_resolved_to(monk
 def test_the_4bit_verdicts_follow_their_numbers():
     """Chapter 2's and the conclusion's sentences on the 4-bit target: dearer or cheaper blocks, a smaller or
     larger speedup (below 1 said so), the fastest setting by ms per token with unmeasured ones left out."""
-    from thesis_lib.analysis import verdicts
 
-    got = verdicts.int4_effect(2.2, 1.0, 0.8, 1.3)
+    got = precision_tables.int4_effect(2.2, 1.0, 0.8, 1.3)
     assert got.startswith("verification is dearer") and "is smaller (below 1" in got
-    got = verdicts.int4_effect(1.0, 1.2, 1.5, 1.3)
+    got = precision_tables.int4_effect(1.0, 1.2, 1.5, 1.3)
     assert got.startswith("verification is cheaper") and got.endswith("is larger")
-    assert "about as many" in verdicts.int4_effect(1.02, 1.0, 1.3, 1.302)
-    assert verdicts.int4_effect(float("nan"), 1.0, 1.0, 1.0) == "was not measured"
+    assert "about as many" in precision_tables.int4_effect(1.02, 1.0, 1.3, 1.302)
+    assert precision_tables.int4_effect(float("nan"), 1.0, 1.0, 1.0) == "was not measured"
     nan = float("nan")
-    assert verdicts.fastest_setting(200, 130, 80, 64, 45, 55).startswith("target-only decoding with the 4-bit target (45 ms")
-    assert verdicts.fastest_setting(200, 130, 80, 64, nan, nan).startswith("FlashHead deferred with the bfloat16 target")
-    assert verdicts.fastest_setting(nan, nan, nan, nan, nan, nan) == "was not measured"
+    assert precision_tables.fastest_setting(200, 130, 80, 64, 45, 55).startswith("target-only decoding with the 4-bit target (45 ms")
+    assert precision_tables.fastest_setting(200, 130, 80, 64, nan, nan).startswith("FlashHead deferred with the bfloat16 target")
+    assert precision_tables.fastest_setting(nan, nan, nan, nan, nan, nan) == "was not measured"
     from thesis_studies.precision import tables as precision
 
     assert "at blocks of 5 and 9 tokens" in precision.jumps({1: 1.0, 2: 1.05, 3: 1.2, 4: 1.3, 5: 2.2, 6: 2.2, 9: 3.1,
@@ -869,14 +869,13 @@ def test_the_memory_verdict_follows_the_streaming_share():
     """A float32 step at 80 % or more of the rate a plain read of the same shapes gets is memory-bound, below it not;
     the cap for bfloat16 reads off the numbers: 2x the bytes at bf16's full read rate over float32's step rate
     (float32 at 38 of 40 GB/s: about 2.1x, 2.5x out of reach; at 30 of 40: 2.7x, within reach)."""
-    from thesis_lib.analysis import verdicts
 
-    bound = verdicts.memory_bound(38.0, 40.0, 36.0, 40.0, 2.0)
+    bound = precision_tables.memory_bound(38.0, 40.0, 36.0, 40.0, 2.0)
     assert "95 % of that rate (bound by memory)" in bound and "bfloat16 at 90 %" in bound
     assert "2.1 times" in bound and "out of reach" in bound
-    loose = verdicts.memory_bound(30.0, 40.0, 36.0, 40.0, 2.0)
+    loose = precision_tables.memory_bound(30.0, 40.0, 36.0, 40.0, 2.0)
     assert "(not bound by memory)" in loose and "2.7 times" in loose and "within reach" in loose
-    assert verdicts.memory_bound(float("nan"), 40.0, 36.0, 40.0, 2.0) == "was not measured"
+    assert precision_tables.memory_bound(float("nan"), 40.0, 36.0, 40.0, 2.0) == "was not measured"
 
 
 def test_the_auto_precision_check_reads_both_ways():
@@ -885,14 +884,13 @@ def test_the_auto_precision_check_reads_both_ways():
     named with its vector extensions and bf16 support (older documents without ``cpu_capability`` included)."""
     from thesis_lib.bench import environment
     from thesis_studies.precision import tables as precision
-    from thesis_lib.analysis import verdicts
 
-    right = verdicts.auto_pick("float32", 300.0, 450.0)
+    right = precision_tables.auto_pick("float32", 300.0, 450.0)
     assert "picks float32 there, which is the faster" in right and "(bfloat16 1.50 times float32's)" in right
-    wrong = verdicts.auto_pick("float32", 300.0, 200.0)
+    wrong = precision_tables.auto_pick("float32", 300.0, 200.0)
     assert "which is not the faster" in wrong and "(float32 1.50 times bfloat16's)" in wrong
-    assert "which is the faster" in verdicts.auto_pick("bfloat16", 300.0, 200.0)
-    assert "untested" in verdicts.auto_pick("bfloat16", float("nan"), 200.0)
+    assert "which is the faster" in precision_tables.auto_pick("bfloat16", 300.0, 200.0)
+    assert "untested" in precision_tables.auto_pick("bfloat16", float("nan"), 200.0)
     doc = {"processor": "AMD EPYC", "fast_bf16": False, "cpu_capability": "AVX2",
            "auto": {"dtype": "float32", "reason": "float32: no bf16"}}
     assert precision.machine(doc) == {"auto": "float32", "auto_reason": "float32: no bf16",
@@ -920,9 +918,8 @@ def test_the_layout_verdict_reads_both_ways():
     not measured. The saved AVX2 document: its float32 entries read as the general layout and its FlashHead ms
     per token is the baseline's over the pooled speedup; a document from before layouts were named reads as one-row."""
     from thesis_studies.precision import tables as precision
-    from thesis_lib.analysis import verdicts
 
-    general_wins = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
+    general_wins = precision_tables.layout_effect(340.0, 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
     assert "(442 ms) in the general layout and 2.20 (704 ms)" in general_wins
     assert "cheaper in the general layout" in general_wins and "1.06 times as long in the general" in general_wins
     assert "pays (1.20x) over target-only decoding in the general layout and does not pay (0.90x)" in general_wins
@@ -930,11 +927,11 @@ def test_the_layout_verdict_reads_both_ways():
                                  "layout here")
     # fewer steps per block but a step so much longer that the block costs more; a larger speedup over a slower
     # baseline but more milliseconds per token: the milliseconds decide both
-    slow_steps = verdicts.layout_effect(500.0, 200.0, 1.2, 2.0, 1.3, 1.1, 380.0, 300.0)
+    slow_steps = precision_tables.layout_effect(500.0, 200.0, 1.2, 2.0, 1.3, 1.1, 380.0, 300.0)
     assert "cheaper in the one-row layout" in slow_steps and "2.50 times as long" in slow_steps
     assert slow_steps.endswith("so speculative decoding is faster in the one-row layout here")
-    assert "not measured" in verdicts.layout_effect(float("nan"), 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
-    no_e2e = verdicts.layout_effect(340.0, 320.0, 1.3, 2.2, *[float("nan")] * 4)
+    assert "not measured" in precision_tables.layout_effect(float("nan"), 320.0, 1.3, 2.2, 1.2, 0.9, 320.0, 430.0)
+    no_e2e = precision_tables.layout_effect(340.0, 320.0, 1.3, 2.2, *[float("nan")] * 4)
     assert "cheaper in the general layout" in no_e2e and "decoded nothing end to end" in no_e2e
     doc = json.loads((DATA / "precision-bench-float32-layouts-no-bf16.json").read_text())
     got = precision.layouts(doc)
@@ -953,15 +950,14 @@ def test_the_unpadded_float32_verdict_reads_both_ways():
     where that CPU's block of five costs more than a step; otherwise the rule is called one to revisit; the
     committed AVX2 document reads as the first."""
     from thesis_studies.precision import tables as precision
-    from thesis_lib.analysis import verdicts
 
-    assert verdicts.unpadded_there(1.35).endswith("costs 1.35 of a one-token step, so a step padded to five rows "
+    assert precision_tables.unpadded_there(1.35).endswith("costs 1.35 of a one-token step, so a step padded to five rows "
                                                   "would be longer")
-    assert "might pay on that CPU too" in verdicts.unpadded_there(0.9)
-    assert "not known" in verdicts.unpadded_there(float("nan"))
+    assert "might pay on that CPU too" in precision_tables.unpadded_there(0.9)
+    assert "not known" in precision_tables.unpadded_there(float("nan"))
     avx2 = json.loads((DATA / "precision-bench-cpu-embedded-no-bf16.json").read_text())
     v5 = precision.glued(avx2, 0.5, "nobf16_")["nobf16_verify5_float32"]
-    assert v5 > 1 and "would be longer" in verdicts.unpadded_there(v5)
+    assert v5 > 1 and "would be longer" in precision_tables.unpadded_there(v5)
 
 
 def test_the_padding_verdict_reads_both_ways():
@@ -971,19 +967,18 @@ def test_the_padding_verdict_reads_both_ways():
     padded entries are its bfloat16 ones, its unpadded entries bfloat16-unpadded's, and the summary keeps no
     hyphenated extras."""
     from thesis_studies.precision import tables as precision
-    from thesis_lib.analysis import verdicts
 
-    helps = verdicts.padding_effect(100.0, 130.0, 120.0, 150.0, 110.0, 120.0)
+    helps = precision_tables.padding_effect(100.0, 130.0, 120.0, 150.0, 110.0, 120.0)
     assert helps == ("padding makes the target's one-token step 1.30 times as fast, target-only decoding 1.25 times "
                      "as fast per token (120 against 150 ms) and FlashHead deferred 1.09 times as fast (110 against "
                      "120 ms): target-only decoding gains more, so FlashHead deferred's ratio over it falls")
-    flash_gains = verdicts.padding_effect(100.0, 130.0, 140.0, 150.0, 100.0, 120.0)
+    flash_gains = precision_tables.padding_effect(100.0, 130.0, 140.0, 150.0, 100.0, 120.0)
     assert flash_gains.endswith("FlashHead deferred gains at least as much, so its ratio over target-only does not fall")
-    hurts = verdicts.padding_effect(140.0, 130.0, 150.0, 150.0, 125.0, 120.0)
+    hurts = precision_tables.padding_effect(140.0, 130.0, 150.0, 150.0, 125.0, 120.0)
     assert "step slower (140 against 130 ms)" in hurts and "target-only decoding the same either way" in hurts
     assert "FlashHead deferred slower (125 against 120 ms)" in hurts
-    assert "not measured here" in verdicts.padding_effect(float("nan"), 130.0, 120.0, 150.0, 110.0, 120.0)
-    assert "decoded nothing end to end" in verdicts.padding_effect(100.0, 130.0, 120.0, 150.0, float("nan"), 120.0)
+    assert "not measured here" in precision_tables.padding_effect(float("nan"), 130.0, 120.0, 150.0, 110.0, 120.0)
+    assert "decoded nothing end to end" in precision_tables.padding_effect(100.0, 130.0, 120.0, 150.0, float("nan"), 120.0)
     doc = json.loads((DATA / "precision-bench-cpu-embedded.json").read_text())
     got = precision.padding(doc)
     assert "bfloat16-unpadded" in doc["precisions"]
