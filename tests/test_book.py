@@ -42,6 +42,16 @@ def glued(name: str, set_name: str = "smoke") -> dict:
     return out
 
 
+def _static_external_urls(html_dir: str | Path) -> list[str]:
+    """``http(s)`` URLs in ``<script src>`` or ``<link href>`` of any built page (must be empty)."""
+    pat = re.compile(r"<(?:script[^>]+src|link[^>]+href)=[\"'](https?://[^\"']+)", re.I)
+    hits = []
+    for f in Path(html_dir).rglob("*.html"):
+        for url in pat.findall(f.read_text(encoding="utf-8", errors="replace")):
+            hits.append(f"{f.relative_to(html_dir)}: {url}")
+    return hits
+
+
 #: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both) and
 #: writes the notebooks' fates and the HTML folder to argv[3].
 _CHILD = """
@@ -490,7 +500,7 @@ def test_chapter_8_glue(smoke_book):
 def test_book_builds_offline_and_a_real_browser_sees_every_page(smoke_book, tmp_path):
     _, html, _ = smoke_book
     assert (html / "index.html").is_file()
-    assert browser.static_external_urls(html) == []
+    assert _static_external_urls(html) == []
     if browser.chromium_path() is None:
         pytest.skip("no Chromium on this machine (make test installs Debian's chromium where it can)")
     out = params.ROOT / "build" / "smoke" / "screenshots"
@@ -766,7 +776,7 @@ def _verdicts_hold(set_name: str) -> dict:
     from thesis_lib.analysis import verdicts
 
     seen = {}
-    for nb, rules in verdicts.all_rules().items():
+    for nb, rules in {nb: verdicts.rules(nb) for nb in execute.NOTEBOOKS}.items():
         g = glued(nb, set_name)
         page = (execute.build_dir(set_name) / "_build" / "html" / "notebooks" / f"{nb}.html").read_text()
         prose = {"ch2_theory": "theory", "ch3_methods": "methods", "ch4_results": "results",
@@ -1273,7 +1283,7 @@ def test_every_verdict_binds_its_rule_s_parameters_by_name():
     from thesis_lib.analysis import verdicts
     from thesis_studies.precision.tables import SETTINGS
 
-    for nb, rules in verdicts.all_rules().items():
+    for nb, rules in {nb: verdicts.rules(nb) for nb in execute.NOTEBOOKS}.items():
         for key, (rule, inputs) in rules.items():
             params = inspect.signature(rule).parameters.values()
             if isinstance(inputs, dict):

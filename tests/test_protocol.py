@@ -677,3 +677,23 @@ def test_the_draft_s_default_precision_names_a_run_as_before():
     auto, absent = protocol.BenchConfig(draft_dtype="auto"), protocol.BenchConfig()
     assert auto.identity() == absent.identity() and "draft_dtype" not in auto.identity()
     assert protocol.BenchConfig(draft_dtype="same").identity()["draft_dtype"] == "same"
+
+
+def test_the_core_lists_the_thesis_modes_and_the_studies_declare_theirs(monkeypatch):
+    """The core's mode list is the thesis' (target-only, three drafts in three schedules) and transformers' peers;
+    the studies' modes (more drafts, block-length policies, sampling, trees) exist only as the studies declare
+    them, with the same grammar."""
+    from thesis_lib import extensions
+
+    assert len(modes.CORE_MODES) <= 15 and "flash_deferred" in modes.CORE_MODES and "shared_pipelined" in modes.CORE_MODES
+    studies = set(modes.all_modes()) - set(modes.CORE_MODES)
+    assert {"flash_tree", "sample_flash", "flash_deferred_ck", "hybrid_deferred_sk", "ngram_deferred"} <= studies
+    assert modes.k_policy_of("flash_deferred_ck") == "cost" and modes.needs_flash_head("freq_deferred")
+    monkeypatch.setattr(extensions, "MODES", [])  # no study declares anything
+    assert modes.all_modes() == modes.CORE_MODES
+    for name in ("flash_tree", "sample_flash", "flash_deferred_ck"):
+        with pytest.raises(ConfigError, match="Unknown mode"):
+            modes.check_modes([name])
+    assert modes.k_policy_of("flash_deferred_ck") == "fixed"  # an unknown name names no policy
+    with pytest.raises(ConfigError, match="tree modes"):
+        modes.variant_of("flash_deferred@w2")

@@ -124,12 +124,12 @@ def every_greedy_mode(real_pair):
     """One real prompt (the code prompt, 16 new tokens, K = 4) through the benchmark's runner: target-only
     greedy decoding and every greedy mode, with the FlashHead draft at its default probes. Returns the prompt's
     ids, the baseline's tokens, each mode's generation and the head."""
-    from thesis_lib.bench.modes import ALL_MODES, base_mode
+    from thesis_lib.bench.modes import all_modes, base_mode
     from thesis_lib.bench.runner import Runner
     from thesis_studies.beyond.adaptive import AdaptiveFlashHead
     from thesis_lib.heads.for_model import flashhead_for
 
-    assert {base_mode(m) for m in GREEDY_MODES} <= set(ALL_MODES)
+    assert {base_mode(m) for m in GREEDY_MODES} <= set(all_modes())
     target, draft = real_pair
     head = flashhead_for(draft, progress=False)
     runner = Runner(target, draft, k=4, max_new_tokens=16, flash_head=head, k_max=8, stop_below=0.6,

@@ -11,7 +11,8 @@ never imports a study by name, and reads these registries only after :func:`load
   parameters alone (a scheduled book build runs them with the thesis' own);
 - :data:`DRAFT_HEADS`: drafts beyond the thesis' whose head a study builds for a run, each a function
   ``(cfg, draft, flash_head, progress=...) -> (head, what the run folder records)``;
-- :data:`K_POLICIES`: block-length policies beyond the thesis' fixed K, each a :class:`KPolicy`.
+- :data:`K_POLICIES`: block-length policies beyond the thesis' fixed K, each a :class:`KPolicy`;
+- :data:`MODES`: the modes a study adds to the core's (:mod:`thesis_lib.bench.modes`), each a :class:`Modes`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,24 @@ class KPolicy:
 
 K_POLICIES: dict[str, KPolicy] = {}
 
+
+@dataclass(frozen=True)
+class Modes:
+    """Mode names a study adds, by the grammar of :mod:`thesis_lib.bench.modes`: ``names``; ``flash_drafts``: drafts
+    among them that need the run's FlashHead head; ``probe_drafts``: drafts whose probe count a variant may set;
+    ``confidence_drafts``: drafts whose head gives a confidence; ``k_suffixes``: ``(suffix, policy)`` pairs, a name's
+    suffix naming a block-length policy; ``shaped``: modes whose variants may name a width or a node count."""
+
+    names: tuple[str, ...]
+    flash_drafts: tuple[str, ...] = ()
+    probe_drafts: tuple[str, ...] = ()
+    confidence_drafts: tuple[str, ...] = ()
+    k_suffixes: tuple[tuple[str, str], ...] = ()
+    shaped: tuple[str, ...] = ()
+
+
+MODES: list[Modes] = []
+
 _loaded = False
 
 
@@ -75,9 +94,3 @@ def add_rules(rules: dict[str, dict]) -> None:
     """A study's verdict rules, per notebook (as :data:`thesis_lib.analysis.verdicts.RULES`)."""
     for notebook, by_key in rules.items():
         VERDICT_RULES.setdefault(notebook, {}).update(by_key)
-
-
-def rules(notebook: str) -> dict:
-    """The study rules registered for ``notebook``'s glued verdicts."""
-    load()
-    return VERDICT_RULES.get(notebook, {})

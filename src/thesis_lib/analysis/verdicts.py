@@ -348,12 +348,5 @@ def rules(notebook: str) -> dict:
     """Every rule of ``notebook``'s glued verdicts: the thesis' (:data:`RULES`) and the studies'."""
     from .. import extensions
 
-    return {**RULES.get(notebook, {}), **extensions.rules(notebook)}
-
-
-def all_rules() -> dict[str, dict]:
-    """:func:`rules` of every notebook that has any."""
-    from .. import extensions
-
     extensions.load()
-    return {nb: rules(nb) for nb in sorted(set(RULES) | set(extensions.VERDICT_RULES))}
+    return {**RULES.get(notebook, {}), **extensions.VERDICT_RULES.get(notebook, {})}

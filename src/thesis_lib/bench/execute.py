@@ -19,7 +19,7 @@ from ..decoding.costs import measure_costs
 from ..decoding.stats import Generation
 from ..errors import ConfigError
 from .metrics import predicted_tokens_per_s, sample_record
-from .modes import DEFAULT_MODES, SAMPLE_MODES, check_modes
+from .modes import DEFAULT_MODES, check_modes, is_sampled
 from .prompts import Prompt, encode, prompt_text
 from .runner import Runner
 from .timing import alternating
@@ -42,7 +42,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     modes = check_modes(modes)
     if "baseline" not in modes:
         modes = ("baseline", *modes)  # every ratio is taken against it
-    if any(m in SAMPLE_MODES for m in modes) and "sample_baseline" not in modes:
+    if any(is_sampled(m) for m in modes) and "sample_baseline" not in modes:
         modes = (*modes, "sample_baseline")  # the sampling modes' ratios are taken against it
     if not prompts:
         raise ConfigError("No prompts selected.")
@@ -89,7 +89,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
             for mode in modes:
                 if mode not in gens:
                     continue
-                rec = sample_record(prompt, mode, gens[mode], sampling_ref if mode in SAMPLE_MODES else ref, iteration=it)
+                rec = sample_record(prompt, mode, gens[mode], sampling_ref if is_sampled(mode) else ref, iteration=it)
                 rec["run_order"] = order.index(mode)  # position of this mode in the sample's (alternated) order
                 if prompt_costs:
                     rec["component_costs_s"] = prompt_costs
@@ -115,9 +115,9 @@ def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dic
     step, one target step and a target verify forward over K and K + 1 tokens (the draft's prefill of the prompt
     is timed with the target's, in TTFT, so it is no decode cost); with a FlashHead draft also its step
     (``flash_draft_step_s``)."""
-    states = {"draft": runner.drafter.state}
-    if runner.flash_drafter is not None:
-        states["flash_draft"] = runner.flash_drafter.state
+    states = {"draft": runner.drafters["dense"].state}
+    if "flash" in runner.drafters:
+        states["flash_draft"] = runner.drafters["flash"].state
     measured = measure_costs(runner.t_state, states, ids, verify_sizes=(1, runner.k, runner.k + 1), reps=reps)
     verify = measured.pop("verify_s")
     out = {"target_step_s": verify[1], **measured}

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from ..decoding.costs import round_cost
 from ..decoding.stats import Generation
-from .modes import SAMPLE_MODES, base_mode, baseline_of, k_policy_of, split_mode
+from .modes import base_mode, baseline_of, is_sampled, k_policy_of, split_mode
 from .prompts import Prompt
 
 
@@ -94,7 +94,7 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
             # pooled over all rounds of all samples; per-sample values are in the records
             "acceptance": (sum(r.get("accepted", 0) for r in rs) / drafted) if drafted else None,
             "mean_emitted": (sum(r["emitted"] for r in rs) / sum(r["rounds"] for r in rs)) if drafted else None,
-            "matches_baseline": (None if mode in SAMPLE_MODES else sum(bool(r["matches_baseline"]) for r in rs)),
+            "matches_baseline": (None if is_sampled(mode) else sum(bool(r["matches_baseline"]) for r in rs)),
             "predicted_over_measured": median(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] for r in rs
                                                if r.get("predicted_tokens_per_s") and r["decode_tokens_per_s"]),
         }
@@ -108,7 +108,7 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     draft feeds after a fully accepted block are left out; both prefills lie in TTFT, outside the decode phase."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
-    if (rec["mode"] in SAMPLE_MODES or k_policy_of(rec["mode"]) != "fixed"
+    if (is_sampled(rec["mode"]) or k_policy_of(rec["mode"]) != "fixed"
             or split_mode(rec["mode"])[0] not in ("dense", "flash", "shared") or split_mode(rec["mode"])[1] == "tree"):
         return None  # the model below knows one fixed K (a chain) and the dense/FlashHead step costs only
     mode, k = base_mode(rec["mode"]), rec["k"]

@@ -1,34 +1,30 @@
 """The benchmark's modes: every way this library can decode a prompt, by name (thesis sections 3.3-3.7).
 
-A mode is ``baseline`` (this library's target-only greedy loop), ``<draft>_<schedule>`` for greedy
-speculative decoding, optionally with a block-length suffix (:data:`SPEC_MODES` lists which), a ``sample_*``
-mode, or a peer from transformers:
+The core's modes are the thesis': ``baseline`` (this library's target-only greedy loop) and ``<draft>_<schedule>``
+for greedy speculative decoding, with
 
-- drafts: ``dense`` (the draft model with its dense head), ``flash`` (the same body with a FlashHead head),
-  ``shared`` (the thesis' "dense shared" control: the FlashHead draft's body with the dense head, run through
-  its own drafter; where the FlashHead draft reuses the dense draft's body, as on the embedded pair, it runs
-  the same body and head as ``dense`` and cannot differ from it but by code path and noise), and beyond the thesis ``ngram`` (prompt lookup), ``adaflash``
-  (adaptive probes), ``freq`` (the frequency-truncated head) and ``hybrid`` (lookup + FlashHead draft);
-- schedules: ``ordinary`` (section 3.3), ``deferred`` (deferred final-token verification, section 3.6.2),
+- drafts ``dense`` (the draft model with its dense head), ``flash`` (the same body with a FlashHead head) and
+  ``shared`` (the thesis' "dense shared" control: the FlashHead draft's body with the dense head, run through its
+  own drafter; where the FlashHead draft reuses the dense draft's body, as on the embedded pair, it runs the same
+  body and head as ``dense`` and cannot differ from it but by code path and noise);
+- schedules ``ordinary`` (section 3.3), ``deferred`` (deferred final-token verification, section 3.6.2) and
   ``pipelined`` (the target's append overlapping the draft's next proposal, section 3.6.1);
-- suffixes ``_hk`` / ``_ck`` / ``_sk``: transformers' +2/-1 heuristic, the cost-model K, or a block that ends
-  at the draft's first unsure token;
-- ``sample_baseline`` / ``sample_dense`` / ``sample_flash``: target-only and speculative sampling;
-- ``dense_tree`` / ``flash_tree`` (beyond the thesis): token trees drafted from the draft head's ranked candidates
-  and verified in one target forward, deferred schedule (:mod:`thesis_lib.decoding.trees`); K is the tree's
-  depth, the run's ``tree_width`` its most nodes per depth (or ``tree_shape`` names every node);
-- ``hf_greedy``: transformers' ``generate()``, greedy, the peer of ``baseline``; ``hf_assisted``:
-  ``generate(assistant_model=...)`` with the same draft and a constant K (its adaptive schedule and
-  confidence threshold off), the peer of ``dense_ordinary``; ``hf_assisted_defaults``: the same call at
-  transformers' own settings (20 draft tokens at most, a block ending where the draft's confidence falls below a
-  threshold that adapts as it goes where scikit-learn is installed).
+
+and transformers' peers: ``hf_greedy`` (``generate()``, greedy, the peer of ``baseline``), ``hf_assisted``
+(``generate(assistant_model=...)`` with the same draft and a constant K, its adaptive schedule and confidence
+threshold off, the peer of ``dense_ordinary``) and ``hf_assisted_defaults`` (the same call at transformers' own
+settings: 20 draft tokens at most, a block ending where the draft's confidence falls below a threshold that adapts
+as it goes where scikit-learn is installed).
+
+The studies add theirs (:data:`thesis_lib.extensions.MODES`), named by the same grammar: more drafts
+(``<draft>_deferred``), block-length policies as a suffix (``flash_deferred_ck``), speculative sampling
+(``sample_<draft>``, beside ``sample_baseline``) and token trees (``<draft>_tree``).
 
 A greedy speculative mode with the fixed K may name its own K and, with a FlashHead draft, its own probe count:
 ``flash_deferred@k6``, ``flash_deferred@p148``, ``flash_deferred@k6p148`` (a *variant*); a tree mode also its
-width, ``flash_tree@k5w3`` (a beam, :meth:`~thesis_lib.decoding.trees.TreeShape.beam`), or its node count,
-``flash_tree@n12`` (the grown tree of that size, at most K deep with ``@k``, :meth:`~thesis_lib.decoding.trees.TreeShape.grown`). A K sweep or a probe grid
-is then one run whose every setting is timed beside the same target-only baseline, interleaved, instead of a run
-per setting each timing its own baseline.
+width, ``flash_tree@k5w3``, or its node count, ``flash_tree@n12``. A K sweep or a probe grid is then one run whose
+every setting is timed beside the same target-only baseline, interleaved, instead of a run per setting each timing
+its own baseline.
 """
 
 from __future__ import annotations
@@ -36,36 +32,19 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from .. import extensions
 from ..decoding.greedy import SCHEDULES
 from ..errors import ConfigError
 
-#: ngram: prompt lookup, no draft model; adaflash: FlashHead with adaptive probes; freq: the frequency-truncated
-#: head; hybrid: prompt lookup where the text repeats, the FlashHead draft elsewhere.
-DRAFTS = ("dense", "flash", "shared", "ngram", "adaflash", "freq", "hybrid")
-#: Block-length policies other than the fixed K, as mode suffixes (``flash_deferred_ck``). ``sk``: the draft
-#: stops its block at its first token below the confidence threshold ``stop_below``, at most ``k_max``
-#: tokens (lookup blocks of the hybrid: what matched, up to ``k_max``).
-K_SUFFIXES = {"hk": "heuristic", "ck": "cost", "sk": "confidence"}
-#: Drafts whose head gives a confidence (``sk`` modes).
-CONFIDENCE_DRAFTS = ("dense", "flash", "hybrid")
+#: The thesis' drafts.
+DRAFTS = ("dense", "flash", "shared")
+#: The thesis' greedy speculative modes: its drafts in its three schedules.
+SPEC_MODES = tuple(f"{d}_{s}" for d in DRAFTS for s in SCHEDULES)
 PEER_MODES = ("hf_greedy", "hf_assisted")
-#: transformers' assisted generation at its own settings: a peer of the tree modes, not of the thesis' tables.
+#: transformers' assisted generation at its own settings: a peer of the studies' token trees, not of the thesis' tables.
 DEFAULTS_PEER = "hf_assisted_defaults"
-#: Token trees (deferred schedule): K their depth, a width per run or per variant.
-TREE_MODES = ("dense_tree", "flash_tree")
-#: The greedy speculative modes: the thesis' drafts (dense, FlashHead, and the dense-shared control) in its three
-#: schedules; the drafts beyond the thesis deferred; the block-length policies on the dense and FlashHead drafts,
-#: ordinary and deferred; the confidence stop on the hybrid too.
-SPEC_MODES = (tuple(f"{d}_{s}" for d in ("dense", "flash", "shared") for s in SCHEDULES)
-              + tuple(f"{d}_deferred" for d in ("ngram", "adaflash", "freq", "hybrid"))
-              + tuple(f"{d}_{s}_{x}" for d in ("dense", "flash") for s in ("ordinary", "deferred") for x in K_SUFFIXES)
-              + ("hybrid_deferred_sk",) + TREE_MODES)
-#: Speculative *sampling* (deferred schedule) and its reference, target-only sampling.
-SAMPLE_MODES = ("sample_baseline", "sample_dense", "sample_flash")
-ALL_MODES = ("baseline",) + SPEC_MODES + SAMPLE_MODES + PEER_MODES + (DEFAULTS_PEER,)
-#: Drafts that need the FlashHead head (their own, or for their candidate count).
-FLASH_DRAFTS = ("flash", "adaflash", "freq", "hybrid")
-FLASH_MODES = tuple(m for m in SPEC_MODES if m.split("_")[0] in FLASH_DRAFTS) + ("sample_flash",)
+#: The core's modes: target-only, the thesis' nine, transformers' three.
+CORE_MODES = ("baseline",) + SPEC_MODES + PEER_MODES + (DEFAULTS_PEER,)
 #: ``thesis-lib compare``'s default: no FlashHead (needs a clustering) and no pipelining.
 DEFAULT_MODES = ("baseline", "dense_ordinary", "dense_deferred") + PEER_MODES
 #: Every mode of the thesis' chapter 4 plus the peers: the benchmark protocol's default.
@@ -73,11 +52,53 @@ THESIS_MODES = ("baseline", "dense_ordinary", "flash_ordinary", "dense_deferred"
                 "dense_pipelined", "flash_pipelined") + PEER_MODES
 #: The profiled run's modes (Table 4.7): dense draft, dense-shared control, FlashHead draft.
 PROFILE_DRAFTS = ("dense", "shared", "flash")
-
-
-#: Drafts whose probe count a variant may set (their head is the run's FlashHead head).
-PROBE_DRAFTS = ("flash", "hybrid")
 _VARIANT = re.compile(r"^(?P<base>[a-z_]+)@(?:k(?P<k>[0-9]+))?(?:p(?P<p>[0-9]+))?(?:w(?P<w>[0-9]+))?(?:n(?P<n>[0-9]+))?$")
+
+
+def _studies(attr: str) -> tuple:
+    extensions.load()
+    return tuple(x for m in extensions.MODES for x in getattr(m, attr))
+
+
+def all_modes() -> tuple[str, ...]:
+    """The core's modes, then every study's."""
+    return CORE_MODES + _studies("names")
+
+
+def flash_drafts() -> tuple[str, ...]:
+    """Drafts that need the run's FlashHead head (their own, or for their candidate count)."""
+    return ("flash",) + _studies("flash_drafts")
+
+
+def probe_drafts() -> tuple[str, ...]:
+    """Drafts whose probe count a variant may set (their head is the run's FlashHead head)."""
+    return ("flash",) + _studies("probe_drafts")
+
+
+def confidence_drafts() -> tuple[str, ...]:
+    """Drafts whose head gives a confidence (a block that stops at the first unsure token)."""
+    return _studies("confidence_drafts")
+
+
+def shaped_modes() -> tuple[str, ...]:
+    """Modes whose variants may name a width or a node count (token trees)."""
+    return _studies("shaped")
+
+
+def k_suffixes() -> dict[str, str]:
+    """A mode name's suffix -> the block-length policy it names (``flash_deferred_ck``: ``cost``)."""
+    extensions.load()
+    return {s: policy for m in extensions.MODES for s, policy in m.k_suffixes}
+
+
+def is_speculative(mode: str) -> bool:
+    """Whether a mode (or a variant) is greedy speculative decoding of ours (a draft proposes, the target verifies)."""
+    return split_mode(mode)[0] not in ("baseline", "hf", "sample")
+
+
+def is_sampled(mode: str) -> bool:
+    """Whether a mode samples (its text is random: compared with target-only sampling's speed, not with greedy text)."""
+    return split_mode(mode)[0] == "sample"
 
 
 def variant_of(mode: str) -> tuple[str, int | None, int | None]:
@@ -90,17 +111,17 @@ def variant_of(mode: str) -> tuple[str, int | None, int | None]:
         raise ConfigError(f"Malformed mode variant {mode!r}: write <mode>@k<K>, <mode>@p<probes> or "
                           "<mode>@k<K>p<probes>, e.g. flash_deferred@k6p148 (a tree mode also w<width> or "
                           "n<nodes>: flash_tree@k5w3, flash_tree@n12).")
-    if (m["w"] or m["n"]) and (m["base"] not in TREE_MODES or int(m["w"] or m["n"]) < 1 or (m["w"] and m["n"])):
+    if (m["w"] or m["n"]) and (m["base"] not in shaped_modes() or int(m["w"] or m["n"]) < 1 or (m["w"] and m["n"])):
         raise ConfigError(f"{mode}: a width w >= 1 or a node count n >= 1 (not both) applies to the tree modes "
-                          f"{', '.join(TREE_MODES)} only.")
+                          f"{', '.join(shaped_modes()) or '(none: no study declares one)'} only.")
     base, k, p = m["base"], int(m["k"]) if m["k"] else None, int(m["p"]) if m["p"] else None
-    if base not in SPEC_MODES or k_policy_of(base) != "fixed":
+    if base not in all_modes() or not is_speculative(base) or k_policy_of(base) != "fixed":
         raise ConfigError(f"{mode}: only greedy speculative modes with the fixed K take a variant "
                           f"(e.g. flash_deferred@k6); {base} is not one.")
     if k is not None and k < 1:
         raise ConfigError(f"{mode}: K must be >= 1.")
-    if p is not None and (p < 1 or base.split("_")[0] not in PROBE_DRAFTS):
-        raise ConfigError(f"{mode}: a probe count >= 1 applies to the drafts {', '.join(PROBE_DRAFTS)} only.")
+    if p is not None and (p < 1 or base.split("_")[0] not in probe_drafts()):
+        raise ConfigError(f"{mode}: a probe count >= 1 applies to the drafts {', '.join(probe_drafts())} only.")
     return base, k, p
 
 
@@ -129,41 +150,46 @@ def variant(mode: str, k: int | None = None, probes: int | None = None, width: i
 
 
 def needs_flash_head(mode: str) -> bool:
-    """Whether a mode (or a variant) drafts with the run's FlashHead head."""
-    return base_mode(mode) in FLASH_MODES
+    """Whether a mode (or a variant) drafts with the run's FlashHead head (``sample_flash`` too)."""
+    if base_mode(mode) not in all_modes():
+        return False
+    draft, schedule = split_mode(mode)
+    return (schedule if draft == "sample" else draft) in flash_drafts()
 
 
 def split_mode(mode: str) -> tuple[str, str]:
-    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")`` and ``("hf", ...)`` for the rest; a
-    variant as its base mode."""
+    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")``, ``("sample", <draft or baseline>)`` and
+    ``("hf", ...)`` for the rest; a variant as its base mode."""
     mode = base_mode(mode)
-    if mode not in ALL_MODES:
-        raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(ALL_MODES)}.")
-    if mode in SPEC_MODES:
-        d, s = mode.split("_")[:2]
-        return d, s
-    if mode in SAMPLE_MODES:
-        return "sample", mode[len("sample_"):]
-    return ("baseline", "") if mode == "baseline" else ("hf", mode[3:])
+    if mode not in all_modes():
+        raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(all_modes())}.")
+    if mode == "baseline":
+        return "baseline", ""
+    if mode.startswith(("sample_", "hf_")):
+        kind, rest = mode.split("_", 1)
+        return kind, rest
+    d, s = mode.split("_")[:2]
+    return d, s
 
 
 def k_policy_of(mode: str) -> str:
-    """``fixed``, or the block-length policy a mode's suffix names (``heuristic``, ``cost``)."""
+    """``fixed``, or the block-length policy a mode's suffix names (a study's: ``heuristic``, ``cost``, ...)."""
     mode = base_mode(mode)
-    return K_SUFFIXES.get(mode.rsplit("_", 1)[-1], "fixed") if mode in SPEC_MODES else "fixed"
+    if mode not in all_modes() or not is_speculative(mode):
+        return "fixed"
+    return k_suffixes().get(mode.rsplit("_", 1)[-1], "fixed")
 
 
 def baseline_of(mode: str) -> str:
     """The mode a mode's speed is compared with: target-only sampling for sampling modes, else greedy."""
-    mode = base_mode(mode)
-    return "sample_baseline" if mode in SAMPLE_MODES else "baseline"
+    return "sample_baseline" if is_sampled(mode) else "baseline"
 
 
 def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
     modes = tuple(modes)
-    unknown = [m for m in modes if base_mode(m) not in ALL_MODES]
+    unknown = [m for m in modes if base_mode(m) not in all_modes()]
     if unknown:
-        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(ALL_MODES)}.")
+        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(all_modes())}.")
     if not modes:
         raise ConfigError("No modes selected.")
     if len(set(modes)) != len(modes):

@@ -36,7 +36,7 @@ from .disturbance import Watch, judge
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
-from .modes import (SAMPLE_MODES, SPEC_MODES, THESIS_MODES, TREE_MODES, base_mode, check_modes, k_policy_of,
+from .modes import (THESIS_MODES, base_mode, check_modes, is_sampled, is_speculative, k_policy_of, shaped_modes,
                     needs_flash_head, profile_modes, split_mode, tree_of, variant_of)
 from .prompts import TURNS, Prompt, load_prompts, select
 from .runner import Runner
@@ -161,12 +161,13 @@ class BenchConfig:
         """The most tokens one verify forward of this run can score: the largest K of any mode (``k_max`` for the
         block-length policies and the confidence stop, which the runner bounds by it) plus the deferred schedule's
         carried token; 1 (one decoded token) for a run of no mode of ours that verifies blocks."""
+        shaped = shaped_modes()
         ks = [self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k
-              for m in self.modes if base_mode(m) in SPEC_MODES + SAMPLE_MODES and base_mode(m) != "sample_baseline"
-              and base_mode(m) not in TREE_MODES]
+              for m in self.modes if (is_speculative(m) or is_sampled(m)) and base_mode(m) != "sample_baseline"
+              and base_mode(m) not in shaped]
         trees = [self.tree().size if self.tree_shape and "@" not in m else
                  tree_of(m)[1] or (variant_of(m)[1] or self.k) * (tree_of(m)[0] or self.tree_width)
-                 for m in self.modes if base_mode(m) in TREE_MODES]
+                 for m in self.modes if base_mode(m) in shaped]
         return max(ks + trees, default=0) + 1
 
     def tree(self) -> TreeShape | None:

@@ -29,7 +29,7 @@ from ..decoding.trees import PRIOR, TreeDrafter, TreeShape, tree_generate
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..models.loading import LoadedModel, output_rows
-from .modes import CONFIDENCE_DRAFTS, DEFAULTS_PEER, k_policy_of, split_mode, tree_of, variant_of
+from .modes import DEFAULTS_PEER, confidence_drafts, k_policy_of, split_mode, tree_of, variant_of
 
 
 class _Stamps:
@@ -125,14 +125,6 @@ class Runner:
                 self.sample_drafters["flash"] = SamplingModelDrafter(flash_model, self.sampler,
                                                                      flash_head=self.flash_head, vocab_limit=limit)
 
-    @property
-    def drafter(self) -> ModelDrafter:
-        return self.drafters["dense"]
-
-    @property
-    def flash_drafter(self) -> ModelDrafter | None:
-        return self.drafters.get("flash")
-
     def run(self, mode: str, ids: Sequence[int]) -> Generation:
         """One generation of ``mode`` (a variant at its own K and probe count: the runner's K and the FlashHead
         head's probes are set for this call and restored after it)."""
@@ -189,7 +181,7 @@ class Runner:
             if drafter is None:
                 raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...))" +
                                   (f" and a confidence threshold (stop_below) with a draft of "
-                                   f"{', '.join(CONFIDENCE_DRAFTS)}." if confident else "."))
+                                   f"{', '.join(confidence_drafts())}." if confident else "."))
             state = getattr(drafter, "state", None)  # a prompt-lookup drafter has no model
             clock = PhaseClock([self.t_state.device, state.device if state is not None else self.t_state.device])
             if self.profile:

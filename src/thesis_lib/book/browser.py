@@ -164,18 +164,6 @@ def _drive_static_explorer(page) -> list[dict]:
     return seen
 
 
-def static_external_urls(html_dir: str | Path) -> list[str]:
-    """``http(s)`` URLs in ``<script src>`` or ``<link href>`` of any built page (must be empty)."""
-    import re
-
-    pat = re.compile(r"<(?:script[^>]+src|link[^>]+href)=[\"'](https?://[^\"']+)", re.I)
-    hits = []
-    for f in Path(html_dir).rglob("*.html"):
-        for url in pat.findall(f.read_text(encoding="utf-8", errors="replace")):
-            hits.append(f"{f.relative_to(html_dir)}: {url}")
-    return hits
-
-
 def drive_live_app(notebook: str | Path, out_dir: str | Path, *, timeout_ms: int = 180000) -> dict:
     """Serve the live explorer's ``notebook`` with Voila, move the K and probe sliders one step by keyboard and pick
     dense deferred, each time waiting for the result; returns the states seen, timings and off-localhost requests."""

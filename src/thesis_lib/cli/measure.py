@@ -132,13 +132,13 @@ def cmd_results(args) -> int:
 
 
 def _add_protocol_parser(sub, name: str, helptext: str, func) -> None:
-    from ..bench.modes import ALL_MODES, THESIS_MODES
+    from ..bench.modes import THESIS_MODES, all_modes
 
     p = sub.add_parser(name, help=helptext, description=helptext)
     options.pair(p, max_new_tokens=32)
     if name == "bench":
         p.add_argument("--modes", default=",".join(THESIS_MODES),
-                       help=f"comma-separated modes, of: {', '.join(ALL_MODES)}; a greedy mode with the fixed K may "
+                       help=f"comma-separated modes, of: {', '.join(all_modes())}; a greedy mode with the fixed K may "
                             "take its own K and FlashHead probe count, e.g. flash_deferred@k6p148, timed "
                             "beside the same baseline (default: %(default)s)")
     else:

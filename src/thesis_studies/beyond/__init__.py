@@ -13,6 +13,12 @@ from . import experiments, heads, policies, verdicts
 
 extensions.add_rules(verdicts.RULES)
 extensions.BOOK_RUNS.append(experiments.k_sweep_config)
+extensions.MODES.append(extensions.Modes(
+    names=(tuple(f"{d}_deferred" for d in ("ngram", "adaflash", "freq", "hybrid"))
+           + tuple(f"{d}_{s}_{x}" for d in ("dense", "flash") for s in ("ordinary", "deferred") for x in ("hk", "ck", "sk"))
+           + ("hybrid_deferred_sk",)),
+    flash_drafts=("adaflash", "freq", "hybrid"), probe_drafts=("hybrid",), confidence_drafts=("dense", "flash", "hybrid"),
+    k_suffixes=(("hk", "heuristic"), ("ck", "cost"), ("sk", "confidence"))))
 extensions.DRAFT_HEADS.update(adaflash=heads.adaptive_head, freq=heads.truncated_head)
 extensions.K_POLICIES.update(heuristic=extensions.KPolicy(partial(policies.make_policy, "heuristic")),
                              cost=extensions.KPolicy(partial(policies.make_policy, "cost"), needs_costs=True))

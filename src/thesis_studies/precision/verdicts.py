@@ -44,6 +44,14 @@ def loop_beyond(share: float, noise: float = 0.05) -> str:
     return f"spends {share:.0%} of each token's time beyond its one-token step and head"
 
 
+#: the 4-bit target's effect and the fastest setting, glued in chapter 2 and in chapter 5's summary
+_BOTH = {
+    "prec_int4_effect": (int4_effect, dict(verify5_int4="prec_verify5_int4", verify5_bfloat16="prec_verify5_bfloat16",
+                                           speedup_int4="prec_measured_int4",
+                                           speedup_bfloat16="prec_measured_bfloat16")),
+    "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
+                                            for m in ("base", "flash"))),
+}
 #: glued verdict key -> (function, {parameter: glued key}), per notebook (:data:`thesis_lib.analysis.verdicts.RULES`)
 RULES = {
     "ch2_theory": {
@@ -55,10 +63,6 @@ RULES = {
                                                  speedup_bfloat16="prec_model_bfloat16")),
         "prec_measured_best": (best_precision, dict(speedup_float32="prec_measured_float32",
                                                     speedup_bfloat16="prec_measured_bfloat16")),
-        "prec_int4_effect": (int4_effect, dict(verify5_int4="prec_verify5_int4",
-                                               verify5_bfloat16="prec_verify5_bfloat16",
-                                               speedup_int4="prec_measured_int4",
-                                               speedup_bfloat16="prec_measured_bfloat16")),
         "prec_memory_bound": (memory_bound, dict(step_gbps_float32="prec_step_gbps_float32",
                                                  read_gbps_float32="prec_read_gbps_float32",
                                                  step_gbps_bfloat16="prec_step_gbps_bfloat16",
@@ -85,15 +89,7 @@ RULES = {
            for switch, s in SWITCH_KEYS.items()
            for fn in [switch_effect if switch == "fused" else _with_it]
            for step in (("draft",) if switch == "head-kernel" else STEPS)},  # FlashHead's kernel: its step only
-        "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
-                                                for m in ("base", "flash"))),
+        **_BOTH,
     },
-    "ch5_conclusion": {
-        "prec_int4_effect": (int4_effect, dict(verify5_int4="prec_verify5_int4",
-                                               verify5_bfloat16="prec_verify5_bfloat16",
-                                               speedup_int4="prec_measured_int4",
-                                               speedup_bfloat16="prec_measured_bfloat16")),
-        "prec_fastest": (fastest_setting, tuple(f"prec_{m}_ms_token_{p}" for p in ("float32", "bfloat16", "int4")
-                                                for m in ("base", "flash"))),
-    },
+    "ch5_conclusion": _BOTH,
 }

@@ -6,3 +6,4 @@ from thesis_lib import extensions
 from . import cli
 
 extensions.COMMANDS.append(cli.add_parsers)
+extensions.MODES.append(extensions.Modes(names=("sample_baseline", "sample_dense", "sample_flash")))

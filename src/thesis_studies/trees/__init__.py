@@ -8,3 +8,4 @@ from . import cli, tables
 
 extensions.add_rules(tables.RULES)
 extensions.COMMANDS.append(cli.add_parsers)
+extensions.MODES.append(extensions.Modes(names=("dense_tree", "flash_tree"), shaped=("dense_tree", "flash_tree")))
