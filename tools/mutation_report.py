@@ -76,8 +76,42 @@ SAMPLE = ROOT / "mutants" / "sample.json"
 HISTORY = ROOT / "data" / "reference" / "mutation-samples.json"
 
 
+#: Modules that moved since earlier samples were checked (issue 63: the studies left the core), old prefix -> new,
+#: and the verdict functions that left ``analysis.verdicts`` for a study's; mutmut numbers a mutant within its
+#: function, so a moved function's mutants keep their numbers.
+MOVED = {"thesis_lib.decoding.batched.": "thesis_studies.serving.loops.",
+         "thesis_lib.decoding.policies.": "thesis_studies.beyond.policies.",
+         "thesis_lib.decoding.tree_shapes.": "thesis_studies.trees.shapes."}
+MOVED_VERDICTS = {
+    "thesis_studies.precision.verdicts": ("switch_effect", "_with_it", "loop_beyond"),
+    "thesis_studies.gpucheck.verdicts": ("gpu_head_target", "gpu_step_target", "gpu_probes_meeting", "step_reach",
+                                         "draft_regime", "block_rise", "fewer_kernels", "chained_gain", "one_row",
+                                         "compiled_sound"),
+    "thesis_studies.beyond.verdicts": ("cheaper", "head_side", "bound_allows", "share_of_room", "stop_trade",
+                                       "smaller_here", "furthest_off", "walk_counts"),
+}
+
+
+def current(name: str) -> str:
+    """A mutant's name today, for a name recorded before its module or function moved."""
+    for old, new in MOVED.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    prefix = "thesis_lib.analysis.verdicts.x_"
+    if name.startswith(prefix):
+        function = name[len(prefix):].rsplit("__mutmut_", 1)[0]
+        for module, functions in MOVED_VERDICTS.items():
+            if function in functions:
+                return f"{module}.x_{name[len(prefix):]}"
+    return name
+
+
 def history() -> dict:
-    return json.loads(HISTORY.read_text(encoding="utf-8")) if HISTORY.is_file() else {"samples": []}
+    """The recorded samples, each mutant under its name today (:func:`current`)."""
+    doc = json.loads(HISTORY.read_text(encoding="utf-8")) if HISTORY.is_file() else {"samples": []}
+    for past in doc["samples"]:
+        past["status"] = {current(n): st for n, st in past["status"].items()}
+    return doc
 
 
 def sample(n: int, seed: int = 0) -> list[str]:

@@ -85,9 +85,9 @@ def load() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    for ep in entry_points(group=GROUP):
+    for ep in entry_points(group=GROUP):  # a study that fails to import fails every call, not just the first
         ep.load()
+    _loaded = True
 
 
 def add_rules(rules: dict[str, dict]) -> None:

@@ -97,8 +97,9 @@ def is_speculative(mode: str) -> bool:
 
 
 def is_sampled(mode: str) -> bool:
-    """Whether a mode samples (its text is random: compared with target-only sampling's speed, not with greedy text)."""
-    return split_mode(mode)[0] == "sample"
+    """Whether a mode samples (its text is random: compared with target-only sampling's speed, not with greedy text);
+    a name no study declares does not."""
+    return base_mode(mode) in all_modes() and split_mode(mode)[0] == "sample"
 
 
 def variant_of(mode: str) -> tuple[str, int | None, int | None]:

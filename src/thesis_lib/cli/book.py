@@ -1,6 +1,5 @@
-"""Commands around the book: ``book`` (the chapter notebooks through papermill, then the Jupyter Book),
-``explore`` (the live explorer on localhost) and ``gpu-check`` (the GPU acceptance run at the thesis' shapes,
-optionally with the rehearsal book on the device)."""
+"""Commands around the book: ``book`` (the chapter notebooks through papermill, then the Jupyter Book) and
+``explore`` (the live explorer on localhost)."""
 
 from __future__ import annotations
 

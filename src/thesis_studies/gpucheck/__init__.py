@@ -1,5 +1,6 @@
 """The GPU acceptance run at the thesis' shapes with random weights (``thesis-lib studies gpu-check``, :mod:`.cli`):
-the heads (:mod:`.run`), the draft's step (:mod:`.step`), the target's verify cost (:mod:`.verify`), the tables
+the heads (:mod:`.run`), the draft's step (:mod:`.step`), the target's verify cost (:mod:`.verify`), CUDA graphs
+captured by hand and timed on the device (:mod:`.graphs`), the tables
 the book shows (:mod:`.tables`) and chapter 4's GPU verdicts (:mod:`.verdicts`)."""
 
 from thesis_lib import extensions

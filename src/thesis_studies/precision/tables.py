@@ -210,7 +210,7 @@ def padding(doc: dict | None) -> dict:
     return _side_by_side(doc, PADDING_KEYS, "pad", (("padded", "bfloat16"), ("unpadded", "bfloat16-unpadded")))
 
 
-# The precision appendix's verdict sentences (registered in analysis.verdicts.RULES with their glued inputs).
+# The precision appendix's verdict sentences (their rules, binding each to its glued inputs, in .verdicts).
 
 #: The settings :func:`fastest_setting` names, in its arguments' order.
 SETTINGS = tuple(f"{m} with the {p} target" for p in ("float32", "bfloat16", "4-bit") for m in
