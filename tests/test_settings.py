@@ -74,3 +74,27 @@ def test_every_notebook_parameter_is_a_params_field_and_every_field_is_declared(
             declared.setdefault(key, []).append(name)
     assert not {k: v for k, v in declared.items() if k not in known | PLANNER_KEYS}, "parameters Params does not know"
     assert known - set(declared) == {f.upper() for f in BUILD_FIELDS}, "Params fields no notebook declares"
+
+
+#: Labels that name the command a saved document was made with, as it was called then (glued beside its numbers).
+AS_RUN_THEN = {("src/thesis_lib/book/shared.py", "thesis-lib precision-bench"),
+               ("src/thesis_studies/beyond/experiments.py", "thesis-lib sampling-check")}
+
+
+def test_no_help_text_or_page_names_a_command_that_does_not_exist():
+    """Every ``thesis-lib <command>`` (or ``thesis-lib studies <command>``) the code, the README, the usage guide,
+    the book's pages, the parameter sets and the notebooks name is a command of the CLI."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    core = set(sub.choices)
+    studies = set(next(a for a in sub.choices["studies"]._actions
+                       if a.__class__.__name__ == "_SubParsersAction").choices)
+    files = [*(root / "src").rglob("*.py"), root / "README.md", root / "docs" / "usage.md", root / "Makefile",
+             *(root / "book").glob("*.md"), *(root / "params").glob("*.yaml"), *(root / "notebooks").glob("*.ipynb")]
+    named = {(str(f.relative_to(root)), m[0]) for f in files
+             for m in re.finditer(r"thesis-lib (studies )?([a-z][a-z-]+)", f.read_text(encoding="utf-8"))
+             if m[2] not in (studies if m[1] else core)}
+    assert named == AS_RUN_THEN

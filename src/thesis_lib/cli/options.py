@@ -45,7 +45,7 @@ def decoding(p: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
     g.add_argument("--tree-width", type=int, default=3, help="*_tree modes: most nodes per depth of a K-deep token "
                    "tree (default: %(default)s)")
     g.add_argument("--tree-shape", default=None, help="*_tree modes: every node's rank path instead, e.g. "
-                   "'0 1 0.0 0.1 0.0.0' (thesis-lib tree-shapes chooses one)")
+                   "'0 1 0.0 0.1 0.0.0' (thesis-lib studies tree-bench picks them from measured costs)")
     chat(g)
 
 
