@@ -7,7 +7,7 @@ never imports a study by name, and reads these registries only after :func:`load
   :class:`Part`;
 - :data:`VERDICT_RULES`: a notebook's glued verdicts computed by a study's rules (as
   :data:`thesis_lib.analysis.verdicts.RULES`);
-- :data:`BOOK_RUNS`: functions ``params -> [BenchConfig]``: runs a study's chapter needs that follow from the
+- :data:`BOOK_RUNS`: functions ``params -> BenchConfig``: a run a study's chapter needs that follows from the
   parameters alone (a scheduled book build runs them with the thesis' own);
 - :data:`DRAFT_HEADS`: drafts beyond the thesis' whose head a study builds for a run, each a function
   ``(cfg, draft, flash_head, progress=...) -> (head, what the run folder records)``;

@@ -6,6 +6,7 @@ The precision appendix's rules live with its tables in :mod:`~thesis_studies.pre
 
 from __future__ import annotations
 
+from .. import extensions
 from . import uncertainty
 
 
@@ -346,7 +347,5 @@ RULES = {
 
 def rules(notebook: str) -> dict:
     """Every rule of ``notebook``'s glued verdicts: the thesis' (:data:`RULES`) and the studies'."""
-    from .. import extensions
-
     extensions.load()
     return {**RULES.get(notebook, {}), **extensions.VERDICT_RULES.get(notebook, {})}

@@ -18,12 +18,8 @@ def planned_runs(p: Params) -> list:
     thesis' chapters', then the studies' (:data:`thesis_lib.extensions.BOOK_RUNS`)."""
     extensions.load()
     configs = [shared.main_config(p), shared.profile_config(p), shared.pipelined_config(p), shared.grid_config(p),
-               *(cfg for runs in extensions.BOOK_RUNS for cfg in _listed(runs(p)))]
+               *(run(p) for run in extensions.BOOK_RUNS)]
     return list({c.name: c for c in configs}.values())
-
-
-def _listed(runs) -> list:
-    return list(runs) if isinstance(runs, (list, tuple)) else [runs]
 
 
 def book_sweep(set_name: str, overrides: dict | None = None) -> grid.Sweep:
