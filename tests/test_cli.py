@@ -17,6 +17,8 @@ from thesis_lib.models import weight_only as wo
     (["compare", "--modes", "baseline,warp"], "Unknown mode"),
     (["compare", "--categories", "poetry"], "Unknown category"),
     (["compare", "--target", "embedded:nope"], "Unknown model"),
+    (["generate", "hi", "--mode", "flash_tree", "--tree-width", "0"], "tree_width must be an integer >= 1"),
+    (["compare", "--modes", "dense_tree", "--tree-shape", "0.0"], "without) its parent"),
 ])
 def test_bad_parameters_fail_fast(argv, message, capsys):
     assert cli.main(argv) == 2

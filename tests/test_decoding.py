@@ -7,7 +7,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from thesis_lib.decoding.drafters import HybridDrafter, ModelDrafter, NgramDrafter
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_studies.beyond.lookup import HybridDrafter, NgramDrafter
 from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
@@ -593,7 +594,6 @@ def test_a_16_bit_dense_head_keeps_a_maximum_logit_of_zero():
 def test_prompt_lookup_takes_no_ngram_shorter_than_its_least_and_begins_with_nothing_pending():
     """With min_ngram 2, a repeated single token is no match (the block is the last token repeated); a
     generation's begin drops a proposal the last one left pending, so accepting from it is an error."""
-    from thesis_lib.decoding.drafters import NgramDrafter
 
     d = NgramDrafter(max_ngram=3, min_ngram=2)
     d.begin([5, 7, 9, 5])

@@ -13,7 +13,7 @@ from thesis_studies.beyond import codesign, lookahead
 from thesis_lib.bench import modelbench, timing
 from thesis_lib.bench.prompts import Prompt
 from thesis_lib.bench.runner import Runner
-from thesis_lib.decoding import sampling
+from thesis_studies.sampling import loop as sampling
 from thesis_lib.decoding.clocks import ForwardTimer
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.heads.clustering import spherical_kmeans
@@ -236,7 +236,7 @@ def test_batched_and_tree_decoding_run_on_two_devices_with_the_cpu_result(pair, 
     cache's device) and the tree loop's masked forward (its mask moved to the model's device) on two virtual
     GPUs give the CPU's tokens."""
     from thesis_studies.serving.loops import batched_speculative
-    from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
+    from thesis_studies.trees.loop import TreeDrafter, TreeShape, tree_generate
 
     target, draft, _ = pair
     prompts = [PROMPT, [9, 8, 7], [4, 4]]

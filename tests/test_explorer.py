@@ -10,6 +10,8 @@ import pytest
 from thesis_lib.book import browser, live, params, widgets
 from thesis_lib.errors import ConfigError
 
+import live_browser
+
 
 def _smoke_params():
     values = {**params.load_parameters("smoke"), "SET_NAME": "smoke"}
@@ -120,7 +122,7 @@ def test_the_live_app_in_a_real_browser():
     if browser.chromium_path() is None:
         pytest.skip("no Chromium on this machine (make test installs Debian's chromium where it can)")
     shots = params.ROOT / "build" / "smoke" / "screenshots-live"
-    report = browser.drive_live_app(live.prepare("smoke"), shots)
+    report = live_browser.drive_live_app(live.prepare("smoke"), shots)
     assert report["external_requests"] == [] and report["server_stopped"]
     states = report["states"]
     assert [s["k"] for s in states] == ["3", "4", "4", "4"]

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from thesis_studies.beyond import lookahead as la
-from thesis_lib.decoding.drafters import HybridDrafter, ModelDrafter
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_studies.beyond.lookup import HybridDrafter
 from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
@@ -62,7 +63,7 @@ def test_recorded_continuations_are_the_drafts_from_scratch(tiny_models, rows):
 
 
 def test_the_lookup_proposal_is_recorded(tiny_models, rows):
-    from thesis_lib.decoding.drafters import NgramDrafter
+    from thesis_studies.beyond.lookup import NgramDrafter
 
     # the third prompt repeats itself: its last three tokens (45, 200, 17) occurred before, followed by them
     assert rows[2]["lookup"][0] == [45, 200, 17]

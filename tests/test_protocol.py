@@ -245,7 +245,7 @@ def test_a_summary_pools_tokens_and_times_and_takes_the_median_ratio_per_prompt(
 def test_a_profiled_hybrid_charges_its_model_rounds_to_the_generation_s_clock(tiny_models):
     """The clock set on a hybrid drafter is the one its profiled model drafter charges (before, only the hybrid
     object held it, and the model's phases went to the clock it was built with)."""
-    from thesis_lib.decoding.drafters import HybridDrafter
+    from thesis_studies.beyond.lookup import HybridDrafter
 
     model = tiny_models[("f32", "qwen3", "close")]
     target = ModelState(tiny_models[("f32", "qwen3", "target")])

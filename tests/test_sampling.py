@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from thesis_studies.sampling import distcheck
-from thesis_lib.decoding import sampling
+from thesis_studies.sampling import loop as sampling
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.errors import ConfigError
 

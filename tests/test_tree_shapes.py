@@ -9,7 +9,7 @@ import pytest
 
 from thesis_studies.trees import tables as at
 from thesis_studies.trees.shapes import MISS, accepted, evaluate, gate_study, gated, independent_nodes, rank_table, round_seconds, search
-from thesis_lib.decoding.trees import TreeShape
+from thesis_studies.trees.loop import TreeShape
 from thesis_lib.errors import ConfigError
 
 

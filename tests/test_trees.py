@@ -1,4 +1,4 @@
-"""Token trees (decoding.trees): shapes, the tree drafter's cache, exact tree verification; greedy output equals
+"""Token trees (thesis_studies.trees.loop): shapes, the tree drafter's cache, exact tree verification; greedy output equals
 target-only output for random shapes, prompts and budgets."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from thesis_lib.decoding.drafters import ModelDrafter
 from thesis_lib.decoding.greedy import greedy_generate, speculative_generate
 from thesis_lib.decoding.state import ModelState
-from thesis_lib.decoding.trees import TreeDrafter, TreeShape, tree_generate
+from thesis_studies.trees.loop import TreeDrafter, TreeShape, tree_generate
 from thesis_lib.errors import ConfigError
 from thesis_lib.heads import clustering as cl
 from thesis_lib.heads.flashhead import FlashHead
@@ -262,3 +262,26 @@ def test_a_tree_round_s_verify_waits_for_the_target_alone(pair):
                         shape=TreeShape(((0,), (1,), (0, 0))), max_new_tokens=8, clock=Recording())
     verifies = [devices for name, devices in opened if name == VERIFY]
     assert len(verifies) == gen.stats.verify_calls > 0 and set(verifies) == {(target.device,)}
+
+
+def test_the_runner_grows_each_tree_mode_s_own_tree_through_the_study_s_loop(tok):
+    """The tree modes reach the study's loop through the runner's hook: a plain mode grows the runner's beam (K deep,
+    ``tree_width`` wide, its likeliest paths), a variant its own K and width (the runner's K restored after it), a node-count variant the
+    tree grown from its draft's measured rank table (here one whose second candidate wins: the FlashHead draft's tree
+    follows it, the dense draft's, without a table, the prior); each equals target-only greedy output."""
+    from thesis_lib.bench.runner import Runner
+    from thesis_lib.models.loading import LoadedModel
+
+    target, draft, flash = int8_pair()
+    pair = [LoadedModel(spec=f"tiny:{n}", model=m, tokenizer=tok, path=None, device="cpu", dtype="int8-dynamic")
+            for n, m in (("target", target), ("draft", draft))]
+    runner = Runner(*pair, k=3, max_new_tokens=10, flash_head=flash, tree_width=2,
+                    tree_tables={"flash": [[0.2, 0.7, 0.1]] * 4})
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    ref = runner.run("baseline", ids).tokens
+    trees = {mode: runner.run(mode, ids) for mode in ("flash_tree", "dense_tree@k2w3", "flash_tree@n3", "dense_tree@n3")}
+    assert runner.k == 3 and all(g.tokens == ref for g in trees.values())
+    assert {m: g.extra["tree"] for m, g in trees.items()} == {
+        # a beam keeps each depth's likeliest paths under its draft's table: the FlashHead draft's favours rank 1
+        "flash_tree": "0 1 0.1 1.1 0.1.1 1.1.1", "dense_tree@k2w3": "0 1 2 0.0 0.1 1.0",
+        "flash_tree@n3": "1 1.1 1.1.1", "dense_tree@n3": "0 0.0 0.0.0"}

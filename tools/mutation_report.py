@@ -37,8 +37,9 @@ SCOPE = {
     "thesis_lib.decoding.greedy": None,
     "thesis_lib.decoding.drafters": None,
     "thesis_lib.decoding.stats": None,
-    "thesis_lib.decoding.sampling": None,
-    "thesis_lib.decoding.trees": None,
+    "thesis_studies.sampling.loop": None,
+    "thesis_studies.trees.loop": None,
+    "thesis_studies.beyond.lookup": None,
     "thesis_studies.trees.shapes": None,
     "thesis_studies.serving.loops": None,
     "thesis_lib.decoding.state": None,
@@ -81,7 +82,11 @@ HISTORY = ROOT / "data" / "reference" / "mutation-samples.json"
 #: function, so a moved function's mutants keep their numbers.
 MOVED = {"thesis_lib.decoding.batched.": "thesis_studies.serving.loops.",
          "thesis_lib.decoding.policies.": "thesis_studies.beyond.policies.",
-         "thesis_lib.decoding.tree_shapes.": "thesis_studies.trees.shapes."}
+         "thesis_lib.decoding.tree_shapes.": "thesis_studies.trees.shapes.",
+         "thesis_lib.decoding.sampling.": "thesis_studies.sampling.loop.",
+         "thesis_lib.decoding.trees.": "thesis_studies.trees.loop.",
+         **{f"thesis_lib.decoding.drafters.{f}": f"thesis_studies.beyond.lookup.{f}"
+            for f in ("xǁNgramDrafterǁ", "xǁHybridDrafterǁ", "x__padded__")}}
 MOVED_VERDICTS = {
     "thesis_studies.precision.verdicts": ("switch_effect", "_with_it", "loop_beyond"),
     "thesis_studies.gpucheck.verdicts": ("gpu_head_target", "gpu_step_target", "gpu_probes_meeting", "step_reach",

@@ -38,10 +38,10 @@ def _token_zero(orig):
 #: (test node id, "module:attribute", what replaces it, factory: original -> replacement)
 CASES = [
     ("tests/test_sampling.py::test_accept_or_resample_matches_the_rule",
-     "thesis_lib.decoding.sampling:accept_or_resample", "constant: always keep the draft's token",
+     "thesis_studies.sampling.loop:accept_or_resample", "constant: always keep the draft's token",
      lambda orig: lambda *a, **k: None),
     ("tests/test_sampling.py::test_warp_applies_temperature_top_k_and_top_p",
-     "thesis_lib.decoding.sampling:Sampler.probs", "constant: the uniform distribution",
+     "thesis_studies.sampling.loop:Sampler.probs", "constant: the uniform distribution",
      lambda orig: _uniform),
     ("tests/test_costs.py::test_best_k_is_the_block_with_the_most_simulated_tokens_per_second",
      "thesis_lib.decoding.costs:best_k", "constant: K = 1", lambda orig: lambda *a, **k: 1),

@@ -12,6 +12,9 @@ never imports a study by name, and reads these registries only after :func:`load
 - :data:`DRAFT_HEADS`: drafts beyond the thesis' whose head a study builds for a run, each a function
   ``(cfg, draft, flash_head, progress=...) -> (head, what the run folder records)``;
 - :data:`K_POLICIES`: block-length policies beyond the thesis' fixed K, each a :class:`KPolicy`;
+- :data:`DRAFTERS`: drafters beyond the thesis' that its chain loop runs, each a function ``(runner, stop_below) ->
+  {name: drafter}`` (``stop_below``: the confidence-stopped ones; None: the plain ones);
+- :data:`LOOPS`: mode families a study decodes with its own loop, each a :class:`Loop`;
 - :data:`MODES`: the modes a study adds to the core's (:mod:`thesis_lib.bench.modes`), each a :class:`Modes`.
 """
 
@@ -76,6 +79,25 @@ class Modes:
 
 
 MODES: list[Modes] = []
+DRAFTERS: list[Callable] = []
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A family of modes a study decodes with its own loop: ``claims(draft, schedule)``: a mode is the family's;
+    ``drafters(runner)``: its drafters for a runner (built when the runner is, kept in ``runner.loop_drafters``
+    under the family's name); ``run(runner, mode, ids, clock)``: one generation (``mode`` as asked, a variant
+    included, the runner's K and probes set for it; ``clock`` None: the loop's own); ``options(settings, modes)``:
+    the runner's keyword arguments the family takes from a run's settings (a ``BenchConfig`` or a command's
+    arguments), checked (a bad one is a ``ConfigError``)."""
+
+    claims: Callable
+    drafters: Callable
+    run: Callable
+    options: Callable = lambda settings, modes: {}
+
+
+LOOPS: dict[str, Loop] = {}
 
 _loaded = False
 
@@ -94,3 +116,9 @@ def add_rules(rules: dict[str, dict]) -> None:
     """A study's verdict rules, per notebook (as :data:`thesis_lib.analysis.verdicts.RULES`)."""
     for notebook, by_key in rules.items():
         VERDICT_RULES.setdefault(notebook, {}).update(by_key)
+
+
+def runner_options(settings, modes) -> dict:
+    """Every study loop's runner keyword arguments from ``settings`` for ``modes`` (:attr:`Loop.options`), checked."""
+    load()
+    return {key: value for loop in LOOPS.values() for key, value in loop.options(settings, modes).items()}

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..decoding.sampling import Sampler
-from ..decoding.trees import TreeShape
+from .. import extensions
 from ..errors import ConfigError
 from ..progress import note
 from ..heads.clustering import check_cluster_count
@@ -165,17 +164,10 @@ class BenchConfig:
         ks = [self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k
               for m in self.modes if (is_speculative(m) or is_sampled(m)) and base_mode(m) != "sample_baseline"
               and base_mode(m) not in shaped]
-        trees = [self.tree().size if self.tree_shape and "@" not in m else
+        trees = [len(self.tree_shape.split()) if self.tree_shape and "@" not in m else
                  tree_of(m)[1] or (variant_of(m)[1] or self.k) * (tree_of(m)[0] or self.tree_width)
                  for m in self.modes if base_mode(m) in shaped]
         return max(ks + trees, default=0) + 1
-
-    def tree(self) -> TreeShape | None:
-        """The tree modes' shape where ``tree_shape`` names one (checked)."""
-        return TreeShape.parse(self.tree_shape) if self.tree_shape else None
-
-    def sampler(self) -> Sampler:
-        return Sampler(self.temperature, self.top_k, self.top_p)
 
     def calibration_prompts(self) -> list[Prompt]:
         """The frequency head's counting prompts: per category, the first ``freq_calibration`` prompts of the
@@ -215,9 +207,7 @@ class BenchConfig:
         if self.turns not in TURNS:
             raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
         check_modes(self.modes)
-        if not isinstance(self.tree_width, int) or self.tree_width < 1:
-            raise ConfigError(f"tree_width must be an integer >= 1 (got {self.tree_width!r}).")
-        self.tree()
+        extensions.runner_options(self, self.modes)  # the study loops' settings (a tree's shape, a warp), checked
         if self.profile:
             bad = [m for m in self.modes if split_mode(m)[0] == "hf"]
             if bad:
@@ -290,8 +280,6 @@ def check_beyond(cfg) -> None:
             raise ConfigError("freq_calibration and freq_tokens_generated must be >= 1.")
         if not cfg.calibration_prompts():
             raise ConfigError("No calibration prompts are left for the frequency head: the run measures them all.")
-    if "sample" in drafts:
-        cfg.sampler().check()
     confident = [m for m in cfg.modes if k_policy_of(m) == "confidence"]
     if confident:
         if cfg.stop_below is None or not 0 < cfg.stop_below < 1:
@@ -331,8 +319,7 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     extra_heads, beyond = study_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
-                    tree_width=cfg.tree_width, tree_shape=cfg.tree(),
-                    sampler=cfg.sampler() if "sample" in cfg.drafts() else None)
+                    **extensions.runner_options(cfg, cfg.modes))
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}
     if head is not None:

@@ -11,13 +11,12 @@ import time
 
 import torch
 
-from ..bench.modes import split_mode
+from ..bench.modes import split_mode, variant
 from ..bench.prompts import encode
 from ..bench.runner import Runner
 from ..bench.timing import head_ms
 from ..decoding.clocks import PhaseClock
-from ..decoding.greedy import greedy_generate, speculative_generate
-from ..decoding.trees import TreeShape, tree_generate
+from ..decoding.greedy import greedy_generate
 from . import figures
 
 #: What the panel offers: target-only decoding, the thesis' four speculative modes, chapter 6's prompt lookup
@@ -37,7 +36,7 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
     """One generation of ``mode``: tokens and their origins, speed, acceptance, head latency, whether it equals
     target-only output (``baseline``: one to reuse). ``runner``: one to reuse (K is this call's). ``warmup``: run it
     untimed first, so the head's compilations for a new probe count (one per input shape) are not timed. A tree
-    mode grows a tree K deep and ``width`` nodes wide (:meth:`~thesis_lib.decoding.trees.TreeShape.beam`)."""
+    mode grows a tree K deep and ``width`` nodes wide (the variant ``<mode>@k<K>w<width>``)."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
@@ -51,19 +50,13 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
         if kind == "baseline":
             gen, clock, drafter = baseline, None, None
         else:
-            tree = schedule == "tree"
-            drafter = (runner.tree_drafters if tree else runner.drafters)[kind]
-
-            def generate(clock=None):
-                common = dict(max_new_tokens=max_new_tokens, eos_ids=runner.eos, clock=clock)
-                if tree:
-                    return tree_generate(runner.t_state, drafter, ids, shape=TreeShape.beam(k, width), **common)
-                return speculative_generate(runner.t_state, drafter, ids, k=k, schedule=schedule, **common)
+            name = variant(mode, k, width=width if schedule == "tree" else None)
+            drafter = runner.drafters[kind]  # the chain drafter of that draft: its head is the one timed below
             if warmup:
-                generate()
+                runner.run(name, ids)
             clock = PhaseClock([runner.t_state.device] + ([drafter.state.device] if hasattr(drafter, "state") else []),
                                trace=trace)
-            gen = generate(clock)
+            gen = runner.run(name, ids, clock=clock)
     head_ms_ = None
     model_drafter = drafter if hasattr(drafter, "state") else getattr(drafter, "model", None)
     if model_drafter is not None and hasattr(model_drafter, "state"):

@@ -9,6 +9,7 @@ import statistics
 import time
 from pathlib import Path
 
+from .. import extensions
 from ..errors import ConfigError
 from ..models import specs
 from . import options
@@ -70,8 +71,8 @@ def _runner(args, modes):
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
                                       dtype=args.dtype, pack=options.pack(args), draft_dtype=args.draft_dtype)
     return Runner(target, draft, k=args.k, max_new_tokens=args.max_new_tokens,
-                  flash_head=options.flash_head(args, draft) if flash else None, tree_width=args.tree_width,
-                  tree_shape=options.tree_shape(args))
+                  flash_head=options.flash_head(args, draft) if flash else None,
+                  **extensions.runner_options(args, modes))
 
 
 def cmd_generate(args) -> int:

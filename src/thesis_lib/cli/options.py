@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from .. import extensions
 from ..errors import ConfigError
 from ..models import specs
 
@@ -95,17 +96,7 @@ def check_decoding(args) -> None:
         raise ConfigError(f"--k must be >= 1 (got {args.k}).")
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens}).")
-    if getattr(args, "tree_width", 1) < 1:
-        raise ConfigError(f"--tree-width must be >= 1 (got {args.tree_width}).")
-    tree_shape(args)
-
-
-def tree_shape(args):
-    """The ``--tree-shape`` argument as a :class:`~thesis_lib.decoding.trees.TreeShape` (checked), or None."""
-    from ..decoding.trees import TreeShape
-
-    text = getattr(args, "tree_shape", None)
-    return TreeShape.parse(text) if text else None
+    extensions.runner_options(args, [])  # the study loops' settings (a tree's width and shape), checked
 
 
 class FlashArgs:

@@ -15,8 +15,8 @@ Vocabulary (one word per concept, as in the thesis):
 - target-only decoding counts each decode-phase forward as an append (as the thesis' Table 4.9 does).
 
 The helpers (:func:`check_request`, :func:`opening`, :func:`accepted_prefix`, :func:`emit_round`, :func:`finish`)
-are shared by the greedy loops (:mod:`~thesis_lib.decoding.greedy`, :mod:`~thesis_lib.decoding.trees`) and the
-sampling loops (:mod:`~thesis_lib.decoding.sampling`).
+are shared by the greedy loops (:mod:`~thesis_lib.decoding.greedy`, the studies' :mod:`thesis_studies.trees.loop`) and
+the sampling loops (:mod:`thesis_studies.sampling.loop`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ swap heads. The dense head takes the argmax over the first ``vocab_limit`` rows 
 to the lowest id. ``greedy_confidence(hidden) -> (tokens, probs)`` adds each greedy token's softmax probability
 (:func:`top_probability`), for :class:`thesis_lib.decoding.drafters.ModelDrafter`'s ``stop_below``; ``top(hidden,
 r) -> (tokens [S, r], log-probabilities [S, r])`` the ``r`` best candidates, the greedy token first
-(:func:`ranked`), for the token trees of :mod:`thesis_lib.decoding.trees`.
+(:func:`ranked`), for the token trees of :mod:`thesis_studies.trees.loop`.
 """
 
 from __future__ import annotations

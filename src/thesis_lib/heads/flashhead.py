@@ -365,7 +365,7 @@ class FlashHead(nn.Module):
     def sample(self, hidden: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None,
                sampler=None) -> FlashHeadSample:
         """Sample one token for one position (``hidden: [D]`` or ``[1, D]``); see the module docstring.
-        With a :class:`thesis_lib.decoding.sampling.Sampler` its temperature, top-k and top-p shape the distribution
+        With a :class:`thesis_studies.sampling.loop.Sampler` its temperature, top-k and top-p shape the distribution
         over the candidates (and its temperature the cluster draw)."""
         if sampler is not None:
             temperature = sampler.temperature

@@ -33,7 +33,7 @@ def exact_attention(module: Any, query, key, value, attention_mask, *args, **kwa
 
     Where a boolean mask says which keys each query sees (a causal block after a cache; the ragged rows of
     :mod:`thesis_studies.serving.loops`, one prefix per row and position; a token tree of
-    :mod:`thesis_lib.decoding.trees`, the prefix plus the query's ancestors), each query goes through SDPA alone
+    :mod:`thesis_studies.trees.loop`, the prefix plus the query's ancestors), each query goes through SDPA alone
     with exactly those keys, in cache order, and no mask: a one-token step's call over the same keys, bit for bit
     (a query that sees no key gets zeros). A prefix is a slice of the cache; any other set is gathered. Any other
     mask (additive floats) is passed on."""

@@ -3,13 +3,13 @@ head and lookahead, measured on held-out calibration prompts and judged on the b
 (:mod:`.experiments`); :mod:`.tables` and :mod:`.verdicts` read them, :mod:`.figures` draws them;
 :mod:`.codesign` and :mod:`.lookahead` judge settings without a decoding run each. Its drafts' heads
 (:mod:`.heads`: :mod:`.adaptive`, :mod:`.truncated`) and block-length policies (:mod:`.policies`) plug into the
-core's runs."""
+core's runs, and so do its prompt-lookup drafters (:mod:`.lookup`)."""
 
 from functools import partial
 
 from thesis_lib import extensions
 
-from . import experiments, heads, policies, verdicts
+from . import experiments, heads, lookup, policies, verdicts
 
 extensions.add_rules(verdicts.RULES)
 extensions.BOOK_RUNS.append(experiments.k_sweep_config)
@@ -19,6 +19,7 @@ extensions.MODES.append(extensions.Modes(
            + ("hybrid_deferred_sk",)),
     flash_drafts=("adaflash", "freq", "hybrid"), probe_drafts=("hybrid",), confidence_drafts=("dense", "flash", "hybrid"),
     k_suffixes=(("hk", "heuristic"), ("ck", "cost"), ("sk", "confidence"))))
+extensions.DRAFTERS.append(lookup.make)
 extensions.DRAFT_HEADS.update(adaflash=heads.adaptive_head, freq=heads.truncated_head)
 extensions.K_POLICIES.update(heuristic=extensions.KPolicy(partial(policies.make_policy, "heuristic")),
                              cost=extensions.KPolicy(partial(policies.make_policy, "cost"), needs_costs=True))

@@ -11,10 +11,11 @@ from typing import Sequence
 import torch
 
 from thesis_lib.decoding.costs import round_cost, verify_cost
-from thesis_lib.decoding.drafters import NgramDrafter
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.decoding.stats import accepted_prefix
 from thesis_lib.errors import ConfigError
+
+from .lookup import NgramDrafter
 
 
 @torch.inference_mode()

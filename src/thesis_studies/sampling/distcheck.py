@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from thesis_lib.decoding import sampling
-from thesis_lib.decoding.sampling import Sampler
+from . import loop as sampling
+from .loop import Sampler
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.heads.clustering import spherical_kmeans
 from thesis_lib.heads.dense import DenseGreedyHead

@@ -1,4 +1,4 @@
-"""``tree-bench``: token trees measured on a pair (beyond the thesis; :mod:`thesis_lib.decoding.trees`).
+"""``tree-bench``: token trees measured on a pair (beyond the thesis; :mod:`.loop`).
 
 1. **Calibration** (held-out prompts): the target's greedy continuations; the rank of each of its tokens among each
    draft head's candidates on that text, and the head's confidence there (:func:`ranks`); the rank table; the
@@ -24,7 +24,7 @@ from thesis_lib.decoding.costs import forward_curve
 from thesis_lib.decoding.greedy import greedy_generate
 from thesis_lib.decoding.state import ModelState
 from thesis_studies.trees.shapes import MISS, independent_nodes, rank_table, search
-from thesis_lib.decoding.trees import TreeShape, tree_generate
+from .loop import TreeShape, tree_generate
 from thesis_lib.bench.execute import execute
 
 #: Ranks kept per node, depths of the table, the largest tree searched (draft and target timed up to its size).
@@ -54,7 +54,7 @@ def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, 
     """Step 1 of the module docstring, for the dense and (where the runner has one) FlashHead drafts."""
     from thesis_lib.progress import tqdm
 
-    drafts = {name: d.state for name, d in runner.tree_drafters.items()}
+    drafts = {name: d.state for name, d in runner.loop_drafters["tree"].items()}
     outputs = []
     rank_lists: dict[str, list[list[int]]] = {name: [] for name in drafts}
     confidence: dict[str, list[list[float]]] = {name: [] for name in drafts}
@@ -116,7 +116,7 @@ def shape_runs(runner, doc: dict, prompts: Sequence[Sequence[int]], progress: bo
     for name, shape in tqdm(plan, desc="tree shapes", unit="shape", disable=not progress):
         rounds = emitted = equal = 0
         for ids, ref in zip(prompts, refs):
-            g = tree_generate(runner.t_state, runner.tree_drafters[name], ids, shape=shape,
+            g = tree_generate(runner.t_state, runner.loop_drafters["tree"][name], ids, shape=shape,
                               max_new_tokens=runner.max_new_tokens, eos_ids=runner.eos)
             rounds += g.stats.rounds
             emitted += sum(g.stats.emitted)

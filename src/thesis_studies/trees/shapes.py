@@ -7,7 +7,7 @@
 - :func:`round_seconds`: a round of a shape: the draft's forwards (the root's, then one per depth over the nodes
   that have children, each from the draft's measured forward-cost curve by width) plus the target's verify forward
   over the root and every node (its measured curve).
-- :func:`search`: per size n, the *grown* tree (:meth:`~thesis_lib.decoding.trees.TreeShape.grown`: the n nodes of
+- :func:`search`: per size n, the *grown* tree (:meth:`~thesis_studies.trees.loop.TreeShape.grown`: the n nodes of
   largest path probability, the best tree of that size under the table's model), chains of every K and beams of
   every K and width, each with its expected tokens per round and per second under the model; the best of each
   kind. Greedy growth, not Sequoia's dynamic programme: both optimise the same sum of path probabilities, and at a
@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from thesis_lib.errors import ConfigError
-from thesis_lib.decoding.trees import TreeShape
+from .loop import TreeShape
 
 #: A rank past the kept candidates (the target's token was not among the draft's ``ranks`` best).
 MISS = -1

@@ -12,7 +12,7 @@ import pandas as pd
 
 from thesis_lib.bench.runs import Run
 from thesis_studies.trees.shapes import gate_study, independent_nodes, search
-from thesis_lib.decoding.trees import TreeShape
+from .loop import TreeShape
 from thesis_lib.analysis.uncertainty import reads, run_interval, speed, which_faster
 
 #: Tokens per target forward the best tree should reach over the best chain's, and the speed over transformers'

@@ -1,4 +1,4 @@
-"""Token trees: a draft proposes several candidates per position, and the target verifies the whole tree in one
+"""Token trees' loop: a draft proposes several candidates per position, and the target verifies the whole tree in one
 forward (beyond the thesis; SpecInfer's token-tree verification, Medusa's and EAGLE's candidate trees).
 
 **Shape.** A :class:`TreeShape` is a fixed set of *rank paths*: the node ``(0, 2)`` is the draft's third-best
@@ -34,11 +34,14 @@ from typing import Sequence
 
 import torch
 
-from ..errors import ConfigError
-from .clocks import PhaseClock
-from .drafters import prefill_pending
-from .state import ModelState
-from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish, opening
+from thesis_lib import extensions
+from thesis_lib.bench.modes import split_mode, tree_of, variant_of
+from thesis_lib.decoding.clocks import PhaseClock
+from thesis_lib.decoding.drafters import prefill_pending
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.decoding.stats import (FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round,
+                                       finish, opening)
+from thesis_lib.errors import ConfigError
 
 #: Rank probabilities assumed where no table was measured (the r-th best candidate a quarter as likely as the
 #: one before it): only their order matters to which nodes a shape keeps, and that is rank-sum order.
@@ -325,3 +328,47 @@ def tree_generate(target: ModelState, drafter: TreeDrafter, prompt_ids: Sequence
         gen = finish(stats, out, eos, clock, t0, t1)
         gen.extra["tree_nodes"] = nodes
         return gen
+
+
+def shape_for(runner, mode: str) -> TreeShape:
+    """The tree a tree mode (or a variant) grows on ``runner``: a variant's node count grown from its draft's measured
+    rank table (``runner.tree_tables``; none: :data:`PRIOR`), at most its K (else ``k_max``) deep; a variant's K and
+    width as a beam; else ``runner.tree_shape``, else a beam K deep and ``tree_width`` wide."""
+    draft, k, (width, nodes) = split_mode(mode)[0], variant_of(mode)[1], tree_of(mode)
+    table = (runner.tree_tables or {}).get(draft)
+    if nodes is not None:
+        table = table or [PRIOR]
+        return TreeShape.grown(nodes, table, max_depth=k or runner.k_max, max_rank=len(table[0]))
+    if k is None and width is None and runner.tree_shape is not None:
+        return runner.tree_shape
+    return TreeShape.beam(runner.k, width or runner.tree_width, table)
+
+
+def drafters(runner) -> dict:
+    """The runner's tree drafters: dense, and FlashHead where it has the head."""
+    return {name: TreeDrafter(model, head=head, vocab_limit=runner.draft.vocab_limit, name=name)
+            for name, (model, head) in runner.bodies().items()}
+
+
+def run(runner, mode: str, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
+    """One generation of a tree mode on ``runner`` (:func:`shape_for`'s tree)."""
+    draft = split_mode(mode)[0]
+    drafter = runner.loop_drafters["tree"].get(draft)
+    if drafter is None:
+        raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+    shape = shape_for(runner, mode)
+    gen = tree_generate(runner.t_state, drafter, ids, shape=shape, max_new_tokens=runner.max_new_tokens,
+                        eos_ids=runner.eos, clock=clock)
+    gen.extra.update(tree=str(shape), tree_size=shape.size)
+    return gen
+
+
+def options(settings, modes) -> dict:
+    """The runner's tree settings from a run's (``tree_width``; ``tree_shape``, a shape's text), checked."""
+    width, text = getattr(settings, "tree_width", 3), getattr(settings, "tree_shape", None)
+    if not isinstance(width, int) or width < 1:
+        raise ConfigError(f"tree_width must be an integer >= 1 (got {width!r}).")
+    return {"tree_width": width, "tree_shape": TreeShape.parse(text) if text else None}
+
+
+LOOP = extensions.Loop(claims=lambda draft, schedule: schedule == "tree", drafters=drafters, run=run, options=options)

@@ -1,4 +1,4 @@
-"""Lossless speculative *sampling*: target-only sampling and speculative sampling with a dense or FlashHead
+"""Lossless speculative *sampling*, the loop: target-only sampling and speculative sampling with a dense or FlashHead
 draft, ordinary and deferred schedules (beyond the thesis, which is greedy throughout).
 
 The rule (speculative sampling as published by Leviathan et al. and Chen et al.): the draft draws
@@ -26,19 +26,23 @@ All randomness comes from one ``torch.Generator`` (CPU), so a seeded run is repr
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import torch
 
-from ..errors import ConfigError
-from ..heads.dense import DenseGreedyHead
-from ..heads.draws import multinomial
-from .clocks import PhaseClock
-from .drafters import ModelDrafter
-from .greedy import target_only
-from .state import ModelState
-from .stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round, finish, opening
+from thesis_lib import extensions
+from thesis_lib.bench.modes import is_sampled, split_mode
+from thesis_lib.decoding.clocks import PhaseClock
+from thesis_lib.decoding.drafters import ModelDrafter
+from thesis_lib.decoding.greedy import target_only
+from thesis_lib.decoding.state import ModelState
+from thesis_lib.decoding.stats import (FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round,
+                                       finish, opening)
+from thesis_lib.errors import ConfigError
+from thesis_lib.heads.dense import DenseGreedyHead
+from thesis_lib.heads.draws import multinomial
 
 SCHEDULES = ("ordinary", "deferred")
 
@@ -97,16 +101,6 @@ def accept_or_resample(p: torch.Tensor, q: torch.Tensor, token: int, generator: 
     if float(residual.sum()) <= 0:  # only by rounding (p == q would have accepted)
         residual = p
     return draw(residual / residual.sum(), generator)
-
-
-class SamplingDrafter(Protocol):
-    name: str
-
-    def begin(self, context: Sequence[int]) -> None: ...
-
-    def propose(self, k: int, generator: torch.Generator | None) -> tuple[list[int], list[torch.Tensor]]: ...
-
-    def observe(self, accepted: int, final_token: int) -> None: ...
 
 
 class SamplingModelDrafter(ModelDrafter):
@@ -172,7 +166,7 @@ def sample_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
                            eos_ids=eos_ids, clock=clock)
 
 
-def speculative_sample(target: ModelState, drafter: SamplingDrafter, prompt_ids: Sequence[int], *, k: int,
+def speculative_sample(target: ModelState, drafter: SamplingModelDrafter, prompt_ids: Sequence[int], *, k: int,
                        max_new_tokens: int, sampler: Sampler, generator: torch.Generator | None = None,
                        eos_ids: Sequence[int] = (), schedule: str = "ordinary",
                        clock: PhaseClock | None = None) -> Generation:
@@ -255,3 +249,38 @@ def speculative_sample(target: ModelState, drafter: SamplingDrafter, prompt_ids:
                     p_next = target_probs(target, head, [correction], sampler)[-1]
                     stats.append_calls += 1
         return finish(stats, out, eos, clock, t0, t1)
+
+
+def drafters(runner) -> dict:
+    """The runner's sampling drafters (with its ``sampler``): dense, and FlashHead where it has the head."""
+    return {name: SamplingModelDrafter(model, runner.sampler, flash_head=head, vocab_limit=runner.draft.vocab_limit)
+            for name, (model, head) in runner.bodies().items()} if runner.sampler is not None else {}
+
+
+def run(runner, mode: str, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
+    """``sample_baseline`` (target-only sampling) or speculative sampling with the dense or FlashHead draft (deferred
+    schedule). Each prompt's draws are seeded from the runner's seed and the prompt, so a run is reproducible
+    whatever the order of modes."""
+    which = split_mode(mode)[1]
+    if runner.sampler is None:
+        raise ConfigError("The sample_* modes need a sampler (Runner(..., sampler=Sampler(...))).")
+    g = torch.Generator().manual_seed(runner.seed * 1_000_003 + zlib.crc32(repr(list(ids)).encode()))
+    common = dict(max_new_tokens=runner.max_new_tokens, eos_ids=runner.eos, sampler=runner.sampler, generator=g,
+                  clock=clock)
+    if which == "baseline":
+        return sample_generate(runner.t_state, ids, **common)
+    drafter = runner.loop_drafters["sample"].get(which)
+    if drafter is None:
+        raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
+    return speculative_sample(runner.t_state, drafter, ids, k=runner.k, schedule="deferred", **common)
+
+
+def options(settings, modes) -> dict:
+    """The runner's ``sampler`` from a run's warp (``temperature``, ``top_k``, ``top_p``), checked, where a mode
+    samples (a command without a warp gives none)."""
+    if not hasattr(settings, "temperature") or not any(is_sampled(m) for m in modes):
+        return {}
+    return {"sampler": Sampler(settings.temperature, settings.top_k, settings.top_p).check()}
+
+
+LOOP = extensions.Loop(claims=lambda draft, schedule: draft == "sample", drafters=drafters, run=run, options=options)
