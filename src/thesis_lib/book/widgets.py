@@ -34,12 +34,13 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
                     probes: int | None = None, baseline=None, trace: bool = False, thinking: bool | None = None,
                     runner: Runner | None = None, warmup: bool = False, width: int = 1) -> dict:
     """One generation of ``mode``: tokens and their origins, speed, acceptance, head latency, whether it equals
-    target-only output (``baseline``: one to reuse). ``runner``: one to reuse (K is this call's). ``warmup``: run it
-    untimed first, so the head's compilations for a new probe count (one per input shape) are not timed. A tree
-    mode grows a tree K deep and ``width`` nodes wide (the variant ``<mode>@k<K>w<width>``)."""
+    target-only output (``baseline``: one to reuse). ``runner``: one to reuse (K and the token budget are this
+    call's). ``warmup``: run it untimed first, so the head's compilations for a new probe count (one per input shape)
+    are not timed. A tree mode grows a tree K deep and ``width`` nodes wide (the variant ``<mode>@k<K>w<width>``)."""
     if probes is not None and flash_head is not None:
         flash_head.with_probes(probes)
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
+    runner.max_new_tokens = max_new_tokens
     ids = encode(target.tokenizer, prompt_text, thinking=thinking)
     kind, schedule = split_mode(mode)
     with torch.inference_mode():
@@ -61,6 +62,9 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
     model_drafter = drafter if hasattr(drafter, "state") else getattr(drafter, "model", None)
     if model_drafter is not None and hasattr(model_drafter, "state"):
         with torch.inference_mode():  # the draft's hidden state after the last emitted token
+            if schedule == "tree":  # the tree drafter ran, not this one: its cache takes the text first
+                model_drafter.state.reset()
+                model_drafter.state.hidden(list(ids) + gen.tokens[:-1])
             hidden = model_drafter.state.hidden([gen.tokens[-1]])[-1:]
         head_ms_ = head_ms(model_drafter.state.head, hidden, rows=1, reps=20, warmup=1)
     s = gen.stats
