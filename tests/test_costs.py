@@ -75,3 +75,41 @@ def test_measure_costs_times_each_draft_and_block_and_leaves_the_states_empty(ti
     assert out["ngram_step_s"] == 0.0 and out["dense_step_s"] > 0
     assert sorted(out["verify_s"]) == [1, 5, 9] and all(s > 0 for s in out["verify_s"].values())
     assert t_state.length == 0 and d_state.length == 0
+
+
+class _Probe:
+    """A model state that records what the timer asks of it and answers each timed forward with the next of its
+    ``answers`` (seconds)."""
+
+    def __init__(self, name, log, answers):
+        self.name, self.log, self.answers = name, log, list(answers)
+
+    def reset(self):
+        self.log.append((self.name, "reset"))
+
+    def greedy(self, ids, last_only=False):
+        self.log.append((self.name, "prefill", list(ids), last_only))
+
+    def timed_forward(self, ids, head=True):
+        self.log.append((self.name, list(ids), head))
+        return self.answers.pop(0)
+
+
+def test_the_forward_cost_timer_alternates_drops_its_warm_up_and_takes_medians():
+    """Two states timed side by side over sizes 1 and 4 after the prompt [1, 2, 3]: each prefilled with it, then per
+    repetition and size both states in the alternating order (reversed at odd positions r + n), the warm-up
+    repetition's answers (100 s) left out of the medians, ``after_steps`` after the first size of each kept
+    repetition, a block longer than the prompt made of its tokens repeated, and both states reset at the end."""
+    log, steps = [], []
+    # per state, answers in call order: (r0 n1, r0 n4, r1 n1, r1 n4, r2 n1, r2 n4, r3 n1, r3 n4)
+    a = _Probe("a", log, [100, 100, 1, 8, 3, 6, 2, 7])
+    b = _Probe("b", log, [100, 100, 5, 9, 4, 9, 6, 1])
+    out = costs.forward_curves({"a": a, "b": b}, [1, 2, 3], [1, 4], reps=3, warmup=1, head=False,
+                               after_steps=steps.append)
+    assert out == {"a": {1: 2, 4: 7}, "b": {1: 5, 4: 9}}
+    assert steps == [1, 2, 3]
+    timed = [(name, len(ids)) for name, ids, *_ in (e for e in log if isinstance(e[1], list) and len(e) == 3)]
+    assert timed[:8] == [("b", 1), ("a", 1), ("a", 4), ("b", 4), ("a", 1), ("b", 1), ("b", 4), ("a", 4)]
+    assert ("a", [3, 1, 2, 3], False) in log and ("b", [3], False) in log
+    assert log[:4] == [("a", "reset"), ("a", "prefill", [1, 2, 3], True), ("b", "reset"), ("b", "prefill", [1, 2, 3], True)]
+    assert log[-2:] == [("a", "reset"), ("b", "reset")]

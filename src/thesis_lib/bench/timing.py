@@ -2,7 +2,7 @@
 benchmarks (thesis sections 4.3, Tables 4.1-4.4), and the thesis' latency statistics.
 
 :func:`interleaved` times ``fn(i)`` for every item and every named function, the functions interleaved per
-item with their order alternating (:func:`alternating`), after untimed warm-up calls (which also compile). :func:`head_ms` is the
+item with their order alternating (:func:`~thesis_lib.decoding.clocks.alternating`), after untimed warm-up calls (which also compile). :func:`head_ms` is the
 common case of one head on real hidden states, with the token ids read back each call. :func:`stats_ms` turns
 seconds into the thesis' statistics (mean, P50, P95, tokens/s) plus the median.
 """
@@ -14,7 +14,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..decoding.clocks import Stopwatch
+from ..decoding.clocks import Stopwatch, alternating
+
+__all__ = ["alternating", "head_ms", "interleaved", "stats_ms"]
 
 
 def stats_ms(xs: Sequence[float]) -> dict:
@@ -24,14 +26,6 @@ def stats_ms(xs: Sequence[float]) -> dict:
     mean = statistics.fmean(ms)
     return {"n": len(ms), "mean_ms": mean, "p50_ms": statistics.median(ms), "p95_ms": p95,
             "tokens_per_s": 1e3 / mean}
-
-
-def alternating(names: Sequence, position: int) -> list:
-    """The order of ``names`` at one position of a side-by-side measurement: as given at an even position, reversed
-    at an odd one, so that on a machine that drifts none of them always runs first. Every measurement of the
-    project that runs several things side by side orders them by this."""
-    names = list(names)
-    return names if position % 2 == 0 else names[::-1]
 
 
 def interleaved(fns: dict[str, Callable[[int], object]], n_items: int, *, reps: int, warmup: int,

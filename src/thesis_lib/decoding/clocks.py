@@ -5,6 +5,8 @@
   launched; elsewhere it reads ``time.perf_counter``. The decoding loops always run under a clock (two clock
   reads per phase), so every generation carries its own phase times. Time spent waiting in those
   synchronisations is counted too (``sync_s``).
+- :func:`alternating`: the order of things timed side by side (every side-by-side measurement follows it);
+  :func:`synchronize`: a device's queued work done.
 - :class:`ForwardTimer` times one model's forward passes by themselves: with CUDA events (GPU time of the
   forward) where the model sits on a CUDA device, with ``perf_counter`` elsewhere. The profiled run uses it on
   the target, so verification is seen both as loop wall time and as the forward's own time.
@@ -25,6 +27,20 @@ import torch
 
 def _is_cuda(device) -> bool:
     return str(device).startswith("cuda")
+
+
+def synchronize(device) -> None:
+    """Wait for ``device``'s queued work (nothing to wait for off CUDA)."""
+    if _is_cuda(device):
+        torch.cuda.synchronize(torch.device(device))
+
+
+def alternating(names: Sequence, position: int) -> list:
+    """The order of ``names`` at one position of a side-by-side measurement: as given at an even position, reversed
+    at an odd one, so that on a machine that drifts none of them always runs first. Every measurement of the
+    project that runs several things side by side orders them by this."""
+    names = list(names)
+    return names if position % 2 == 0 else names[::-1]
 
 
 class PhaseClock:

@@ -11,7 +11,8 @@ ordinary schedule. Under chapter 2's i.i.d. acceptance model, with per-token acc
 - :func:`rate`: expected tokens per unit of cost; :func:`best_k`: the block length that maximises it;
   :func:`speedup`: the rate in units of one target step, i.e. the model's speedup over target-only decoding.
 - :func:`measure_costs`: median seconds of one step of each draft and of the target's forward over n tokens,
-  at a prompt's context length; :func:`forward_curve`, the latter for any model state (the one forward-cost timer).
+  at a prompt's context length, by :func:`forward_curves`: the one forward-cost timer (any model states side by
+  side, over any sizes; the benchmark, the K policies, the trees, precision, co-design and the GPU check use it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..errors import ConfigError
+from .clocks import alternating
 
 
 def expected_emitted(alpha, k: int):
@@ -86,26 +88,40 @@ def measure_costs(target_state, draft_states: Mapping, ids: Sequence[int], *, ve
     """Median seconds at the context length of ``ids``: one step of each draft state (``<name>_step_s``; a
     ``None`` state, a drafter without a model, costs 0) and the target's forward over n tokens for each n of
     ``verify_sizes`` (``verify_s[n]``). Every state is reset afterwards."""
-    out: dict = {}
-    for name, state in draft_states.items():
-        if state is None:
-            out[f"{name}_step_s"] = 0.0
-            continue
-        state.reset()
-        state.greedy(ids, last_only=True)
-        out[f"{name}_step_s"] = statistics.median(state.timed_forward([ids[-1]]) for _ in range(reps))
-        state.reset()
-    out["verify_s"] = forward_curve(target_state, ids, sorted(set(verify_sizes)), reps)
+    steps = forward_curves({n: s for n, s in draft_states.items() if s is not None}, ids, [1], reps=reps)
+    out: dict = {f"{n}_step_s": steps[n][1] if n in steps else 0.0 for n in draft_states}
+    out["verify_s"] = forward_curves({"target": target_state}, ids, sorted(set(verify_sizes)), reps=reps)["target"]
     return out
 
 
 @torch.inference_mode()
-def forward_curve(state, ids: Sequence[int], sizes: Sequence[int], reps: int = 3) -> dict[int, float]:
-    """Median seconds of ``state``'s greedy forward over n tokens after ``ids`` (the prompt's own tokens, repeated
-    where n exceeds it), for each n of ``sizes`` in that order; the state is reset before and after."""
-    state.reset()
-    state.greedy(ids, last_only=True)
+def forward_curves(states: Mapping, ids: Sequence[int], sizes: Iterable[int], *, reps: int = 3, warmup: int = 0,
+                   head: bool = True, after_steps: Callable[[int], None] | None = None, progress: bool = False,
+                   desc: str = "forward costs") -> dict[str, dict[int, float]]:
+    """The one forward-cost timer: median seconds of each state's forward over n tokens after ``ids`` (the prompt's
+    own last tokens, repeated where n exceeds it), for each n of ``sizes``; with ``head=False`` the body's alone
+    (:meth:`~thesis_lib.decoding.state.ModelState.timed_forward`). Repetitions outermost, then the sizes, the states
+    in :func:`~thesis_lib.decoding.clocks.alternating` order; the first ``warmup`` repetitions are not kept;
+    ``after_steps(r)``, if given, runs after the first size of every kept repetition ``r``. Every state is prefilled
+    with ``ids`` first and reset at the end."""
+    from ..progress import tqdm
+
+    sizes = list(sizes)
     tail = list(ids) * (1 + max(sizes) // max(1, len(ids)))
-    out = {n: statistics.median(state.timed_forward(tail[-n:]) for _ in range(reps)) for n in sizes}
-    state.reset()
-    return out
+    for state in states.values():
+        state.reset()
+        state.greedy(ids, last_only=True)
+    times = {name: {n: [] for n in sizes} for name in states}
+    with tqdm(total=(warmup + reps) * len(sizes), desc=desc, disable=not progress, unit="block") as bar:
+        for r in range(warmup + reps):
+            for n in sizes:
+                for name in alternating(list(states), r + n):
+                    dt = states[name].timed_forward(tail[-n:], head=head)
+                    if r >= warmup:
+                        times[name][n].append(dt)
+                if r >= warmup and n == sizes[0] and after_steps is not None:
+                    after_steps(r)
+                bar.update()
+    for state in states.values():
+        state.reset()
+    return {name: {n: statistics.median(ts) for n, ts in by_size.items()} for name, by_size in times.items()}

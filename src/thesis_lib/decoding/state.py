@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from ..heads.dense import DenseGreedyHead
 from ..models import compact, fused
 from ..models.packing import is_packed
+from .clocks import synchronize
 
 #: Block sizes padded up on CPU (see the module docstring); measured, not guessed.
 CPU_BUCKETS = {3: 4, 7: 8}
@@ -101,11 +102,17 @@ class ModelState:
         h = self.hidden(ids)
         return self.head(h[-1:] if last_only else h)
 
-    def timed_forward(self, ids: Sequence[int]) -> float:
+    def timed_forward(self, ids: Sequence[int], head: bool = True) -> float:
         """Seconds of one greedy forward over ``ids`` after the cached prefix (tokens read back to the host, so
-        the time includes the device's work), then the cache as it was: a cost probe."""
+        the time includes the device's work), or with ``head=False`` of the body's alone (the device synchronised),
+        then the cache as it was: a cost probe (:func:`thesis_lib.decoding.costs.forward_curves` runs it)."""
+        synchronize(self.device)
         t0 = time.perf_counter()
-        self.greedy(list(ids)).tolist()
+        if head:
+            self.greedy(list(ids)).tolist()
+        else:
+            self.hidden(list(ids))
+            synchronize(self.device)
         dt = time.perf_counter() - t0
         self.crop(len(ids))
         return dt

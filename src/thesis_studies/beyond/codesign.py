@@ -6,8 +6,6 @@ target's output, so one draft forward over it (:func:`teacher_forced`) gives eve
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Sequence
 
 import torch
@@ -104,18 +102,11 @@ def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_
     """Measured inputs of :func:`predict` at ``ids``' context length: the draft body's step (no head), the dense
     head on one state, and the target's forward over n = 1 .. k_max + 1 tokens."""
     d = ModelState(draft_model, vocab_limit=vocab_limit)
-    d.reset()
-    d.hidden(ids)
-    body = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        h = d.hidden([ids[-1]])
-        h.sum().item()
-        body.append(time.perf_counter() - t0)
-        d.crop(1)
+    body = cost_model.forward_curves({"draft": d}, ids, [1], reps=reps, head=False)["draft"][1]
+    h = d.hidden(ids)[-1:]  # a hidden state of the draft at this context, for the head
     c = cost_model.measure_costs(target_state, {}, ids, verify_sizes=range(1, k_max + 2), reps=reps)
     verify = {n: 1000 * s for n, s in c["verify_s"].items()}
-    return {"body_ms": 1000 * statistics.median(body), "dense_head_ms": head_ms(dense_head, h.float()),
+    return {"body_ms": 1000 * body, "dense_head_ms": head_ms(dense_head, h.float()),
             "verify_ms": verify, "target_step_ms": verify[1]}
 
 

@@ -108,9 +108,3 @@ def replay_step(fn, *args):
     while the last call's outputs are alive, and time that)."""
     torch.compiler.cudagraph_mark_step_begin()
     return fn(*args)
-
-
-def sync(device: str) -> None:
-    """Wait for ``device``'s queued work (nothing to wait for on a CPU)."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(torch.device(device))

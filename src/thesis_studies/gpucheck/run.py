@@ -32,6 +32,7 @@ import time
 
 import torch
 
+from thesis_lib.decoding.clocks import synchronize
 from thesis_lib.heads.clustering import random_clustering
 from thesis_lib.heads.dense import DenseGreedyHead
 from thesis_lib.heads import gpu_kernels
@@ -39,7 +40,7 @@ from thesis_lib.heads.flashhead import FlashHead, compile_settings
 from thesis_lib.models.specs import QWEN3_CONFIGS
 from thesis_studies.gpucheck.step import graph_step_check, step_check
 from thesis_studies.gpucheck.verify import verify_check, verify_int4_check
-from thesis_studies.gpucheck.graphs import capture_head, queued_times, replay_step, sync
+from thesis_studies.gpucheck.graphs import capture_head, queued_times, replay_step
 from thesis_lib.bench.timing import interleaved, stats_ms
 
 PROBES = (64, 128, 256, 593)
@@ -150,11 +151,11 @@ def head_profile(device: str, *, n_probes: int = 593, calls: int = 50,
             out["flashhead_path"] = head.active_path
         for _ in range(5):
             head(h)
-        sync(device)
+        synchronize(device)
         with profile(activities=activities) as prof:
             for _ in range(calls):
                 head(h)
-            sync(device)
+            synchronize(device)
         key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
         rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)
         out[name] = [{"name": e.key[:120], "calls_per_head_call": e.count / calls,
@@ -163,11 +164,11 @@ def head_profile(device: str, *, n_probes: int = 593, calls: int = 50,
     for sort in (True, False):
         times = []
         for _ in range(30):
-            sync(device)
+            synchronize(device)
             t0 = time.perf_counter()
             for _ in range(20):
                 torch.topk(cs, n_probes, dim=-1, sorted=sort)
-            sync(device)
+            synchronize(device)
             times.append((time.perf_counter() - t0) / 20 * 1000)
         out[f"topk_sorted_{sort}_ms"] = statistics.median(times)
     return out

@@ -12,14 +12,13 @@ draft's cost ratio need).
 
 from __future__ import annotations
 
-import statistics
-import time
 
 import torch
 
+from thesis_lib.decoding.costs import forward_curves
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.models.specs import QWEN3_CONFIGS
-from thesis_studies.gpucheck.graphs import capture, sync
+from thesis_studies.gpucheck.graphs import capture
 from thesis_lib.bench.timing import interleaved, stats_ms
 
 
@@ -140,20 +139,9 @@ def verify_check(device: str, *, layers: int, reps: int, context: int, max_block
                  shape: dict = QWEN3_CONFIGS["Qwen3-32B"]) -> dict:
     """The forward over a block of n tokens over one step's, n = 1..max_block, on a Qwen3-32B-shaped stack."""
     model = qwen3(shape, layers, device)
-    state = ModelState(model, buckets={})
-    ids = list(range(200, 200 + context + max_block))
-    state.hidden(ids[:context])
-    ms = {}
-    for n in range(1, max_block + 1):
-        times = []
-        for _ in range(reps + 1):
-            sync(device)
-            t0 = time.perf_counter()
-            state.hidden(ids[context:context + n])
-            sync(device)
-            times.append(time.perf_counter() - t0)
-            state.crop(n)
-        ms[n] = 1000 * statistics.median(times[1:])
+    curve = forward_curves({"target": ModelState(model, buckets={})}, list(range(200, 200 + context)),
+                           range(1, max_block + 1), reps=reps, warmup=1, head=False)["target"]
+    ms = {n: 1000 * s for n, s in curve.items()}
     out = {"layers": layers, "context": context, "how": "eager transformers, wall clock around each call",
            "ms": ms, "over_step": {n: v / ms[1] for n, v in ms.items()}}
     if device.startswith("cuda"):

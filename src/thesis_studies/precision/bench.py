@@ -4,9 +4,9 @@ What this module knows:
 
 - :func:`check`: the precisions asked for exist here (bfloat16 needs native bf16 in oneDNN), before any model loads.
 - :func:`verify_curve`: one greedy forward (body and dense head, tokens read back) of a block of n tokens
-  (n = 1 .. ``max_block``) after a real prompt's context, for the target and the draft of every precision,
-  precisions interleaved per repetition with their order alternating; medians, and the ratio of each block to one step (the cost curve speculative decoding
-  lives on: a flat curve makes a verified block nearly free).
+  (n = 1 .. ``max_block``) after a real prompt's context, for the target and the draft of every precision, timed
+  side by side by the core's forward-cost timer; medians, and the ratio of each block to one step (the cost curve
+  speculative decoding lives on: a flat curve makes a verified block nearly free).
 - :func:`end_to_end`: per prompt, target-only greedy decoding (our loop), transformers' greedy ``generate()``,
   dense-draft and FlashHead deferred speculative decoding, in every precision, interleaved the same way; the
   speculative output is checked against the same precision's target-only output (lossless) and the precisions' outputs
@@ -36,6 +36,7 @@ from typing import Sequence
 import torch
 
 from thesis_lib.bench.timing import alternating
+from thesis_lib.decoding.costs import forward_curves
 from thesis_lib.errors import ConfigError
 from thesis_lib.models.weight_only import FORMATS, kernel
 
@@ -99,32 +100,16 @@ def check(precisions: Sequence[str], max_block: int, reps: int, int4_group: int 
 
 def verify_curve(states: dict[str, object], context: Sequence[int], *, max_block: int = 13, reps: int = 15,
                  progress: bool = True, desc: str = "verify curve", after_steps=None) -> dict:
-    """``states``: name -> :class:`~thesis_lib.decoding.state.ModelState` (each prefilled with ``context`` here).
-    Returns name -> {"ms": {n: median ms}, "over_step": {n: ms[n] / ms[1]}}. ``after_steps(r)``, if given, runs
-    after the one-token steps of every measured repetition ``r`` (the reads :func:`read_probe` times beside them)."""
-    from thesis_lib.progress import tqdm
-
-    names = list(states)
-    block = list(context[-max_block:]) * (max_block // max(1, len(context[-max_block:])) + 1)
-    with torch.inference_mode():
-        for s in states.values():
-            s.reset()
-            s.hidden(list(context))
-        times = {name: {n: [] for n in range(1, max_block + 1)} for name in names}
-        with tqdm(total=(reps + 1) * max_block, desc=desc, disable=not progress, unit="block") as bar:
-            for r in range(reps + 1):  # repetition 0 warms up and is dropped
-                for n in range(1, max_block + 1):
-                    for name in alternating(names, r + n):
-                        s = states[name]
-                        dt = s.timed_forward(block[:n])  # body + head, tokens read back; cache restored
-                        if r:
-                            times[name][n].append(dt)
-                    if r and n == 1 and after_steps is not None:
-                        after_steps(r)
-                    bar.update()
+    """``states``: name -> :class:`~thesis_lib.decoding.state.ModelState`, each prefilled with ``context`` and timed
+    by :func:`~thesis_lib.decoding.costs.forward_curves` side by side (body and dense head, tokens read back; one
+    warm-up repetition dropped). Returns name -> {"ms": {n: median ms}, "over_step": {n: ms[n] / ms[1]}}.
+    ``after_steps(r)``, if given, runs after the one-token steps of every measured repetition ``r`` (the reads
+    :func:`read_probe` times beside them)."""
+    curves = forward_curves(states, context, range(1, max_block + 1), reps=reps, warmup=1, after_steps=after_steps,
+                            progress=progress, desc=desc)
     out = {}
-    for name in names:
-        ms = {n: 1e3 * statistics.median(v) for n, v in times[name].items()}
+    for name, curve in curves.items():
+        ms = {n: 1e3 * s for n, s in curve.items()}
         out[name] = {"ms": ms, "over_step": {n: ms[n] / ms[1] for n in ms}}
     return out
 

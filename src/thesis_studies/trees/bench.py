@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from thesis_lib.decoding.costs import forward_curve
+from thesis_lib.decoding.costs import forward_curves
 from thesis_lib.decoding.greedy import greedy_generate
 from thesis_lib.decoding.state import ModelState
 from thesis_studies.trees.shapes import MISS, independent_nodes, rank_table, search
@@ -66,11 +66,12 @@ def calibrate(runner, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, 
             rank_lists[name].append(r)
             confidence[name].append(c)
     context = list(prompts[0])
-    verify = forward_curve(runner.t_state, context, range(1, max_nodes + 2), reps)
+    verify = forward_curves({"target": runner.t_state}, context, range(1, max_nodes + 2), reps=reps)["target"]
+    draft_s = forward_curves(drafts, context, range(1, max_nodes + 1), reps=reps)  # a level may expand every node
     doc = {"prompts": len(prompts), "tokens": outputs, "kept": KEPT, "verify_s": verify, "drafts": {}}
     for name, state in drafts.items():
         table, trials = rank_table(rank_lists[name], DEPTH, KEPT)
-        curve = forward_curve(state, context, range(1, max_nodes + 1), reps)  # a level may expand every node
+        curve = draft_s[name]
         shapes = search(table, curve, verify, verify[1], max_nodes=max_nodes, max_depth=DEPTH)
         alpha = table[0][0]  # the chain's first-position acceptance, for the closed form
         doc["drafts"][name] = {
