@@ -11,6 +11,11 @@ The verify loop (:mod:`~thesis_lib.decoding.greedy`) only sees this protocol:
 - ``observe(accepted, final_token)``: the target accepted the first ``accepted`` proposals and emitted
   ``final_token`` after them (its correction, or the bonus token after a fully accepted block).
 
+That is the one drafter interface of this project: every drafter speaks it, and every drafter with a model is a
+:class:`ModelDrafter` (the profiled one below; the studies' sampling drafter, whose ``propose`` also takes the
+generator and returns each proposal's distribution; their tree drafter, asked for a tree's nodes and told the
+accepted path), so the cache, its pending tokens and the prompt's prefill are written once.
+
 :class:`ModelDrafter` is a draft *model*: a transformer body with a KV cache and a greedy head. With the
 default :class:`~thesis_lib.heads.dense.DenseGreedyHead` it is the thesis' dense draft; passing a FlashHead head
 gives the FlashHead draft with the same body (and, with a FlashHead checkpoint's body and the dense head,
@@ -47,15 +52,6 @@ from .state import ModelState
 
 #: The profiled drafter's phases; all nest inside the loop's ``draft_propose`` / ``finalize_align``.
 DRAFT_PHASES = ("draft_prefill", "draft_body", "draft_head", "draft_materialize", "draft_align")
-
-
-def prefill_pending(drafter) -> None:
-    """A model drafter's prefill: every pending token but the last through its body (``drafter._hidden``), only
-    while nothing is cached; the last stays pending, so the first proposal is a one-token step."""
-    with torch.inference_mode():
-        if drafter.state.length == 0 and len(drafter.pending) > 1:
-            drafter._hidden(drafter.pending[:-1])
-            drafter.pending = drafter.pending[-1:]
 
 
 class Drafter(Protocol):
@@ -95,9 +91,12 @@ class ModelDrafter:
         self._proposed = []
 
     def prefill(self) -> None:
-        """Run the context but its last token through the body now (the prompt's prefill); the last token waits
-        for the first proposal."""
-        prefill_pending(self)
+        """Run the context but its last token through the body now (the prompt's prefill), only while nothing is
+        cached; the last token waits for the first proposal, a one-token step."""
+        with torch.inference_mode():
+            if self.state.length == 0 and len(self.pending) > 1:
+                self._hidden(self.pending[:-1])
+                self.pending = self.pending[-1:]
 
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` greedy proposals (fewer where ``stop_below`` ends the block at an unsure token)."""

@@ -37,7 +37,7 @@ import torch
 from thesis_lib import extensions
 from thesis_lib.bench.modes import split_mode, tree_of, variant_of
 from thesis_lib.decoding.clocks import PhaseClock
-from thesis_lib.decoding.drafters import prefill_pending
+from thesis_lib.decoding.drafters import ModelDrafter
 from thesis_lib.decoding.state import ModelState
 from thesis_lib.decoding.stats import (FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round,
                                        finish, opening)
@@ -215,31 +215,21 @@ class TreeShape:
         return cls(tuple(chosen), f"n{len(chosen)}")
 
 
-class TreeDrafter:
-    """A draft model growing token trees with its body, KV cache and a head with ``top`` (dense or FlashHead)."""
+class TreeDrafter(ModelDrafter):
+    """A draft model growing token trees with its body, KV cache and a head with ``top`` (dense or FlashHead): the
+    chain's :class:`~thesis_lib.decoding.drafters.ModelDrafter` (its cache, ``begin``, ``prefill`` and pending tokens),
+    asked for a tree's nodes instead of a block (``propose(shape)``) and told the accepted path (``observe(path,
+    final_token)``)."""
 
     def __init__(self, model, head: torch.nn.Module | None = None, vocab_limit: int | None = None,
                  name: str = "dense"):
-        self.state = ModelState(model, head=head, vocab_limit=vocab_limit)
+        super().__init__(model, head=head, vocab_limit=vocab_limit, name=name)
         if not hasattr(self.state.head, "top"):
             raise ConfigError(f"the {name} draft's head ({type(self.state.head).__name__}) ranks no candidates, "
                               "so it cannot grow a token tree.")
-        self.name = name
-        self.pending: list[int] = []
         self._base = 0
         self._slots: dict[int, int] = {}
         self._tokens: list[int] = []
-
-    def begin(self, context: Sequence[int]) -> None:
-        self.state.reset()
-        self.pending = list(context)
-
-    def prefill(self) -> None:
-        """The prompt through the body now (the loops time it in TTFT); the last token waits for the first tree."""
-        prefill_pending(self)
-
-    def _hidden(self, feed) -> torch.Tensor:
-        return self.state.hidden(feed)[-1:]
 
     def propose(self, shape: TreeShape) -> list[int]:
         """The tree's tokens, one per node (breadth first)."""
