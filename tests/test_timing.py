@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from thesis_lib.bench.timing import alternating, interleaved, stats_ms
+from thesis_lib.bench.timing import interleaved, stats_ms
+from thesis_lib.decoding.clocks import alternating
 
 
 def test_alternating_keeps_the_order_at_even_positions_and_reverses_it_at_odd_ones():

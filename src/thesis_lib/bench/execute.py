@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..decoding.clocks import alternating
 from ..decoding.costs import measure_costs
 from ..decoding.stats import Generation
 from ..errors import ConfigError
@@ -22,7 +23,6 @@ from .metrics import predicted_tokens_per_s, sample_record
 from .modes import DEFAULT_MODES, check_modes, is_sampled
 from .prompts import Prompt, encode, prompt_text
 from .runner import Runner
-from .timing import alternating
 
 
 def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,

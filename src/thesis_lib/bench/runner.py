@@ -29,6 +29,7 @@ from ..heads.dense import DenseGreedyHead
 from ..models.loading import LoadedModel, output_rows
 from .modes import DEFAULTS_PEER, confidence_drafts, k_policy_of, split_mode, variant_of
 
+
 class _Stamps:
     """A ``generate()`` streamer that timestamps the first generated token and counts what it is given."""
 
@@ -143,13 +144,11 @@ class Runner:
             return self._hf(mode, ids)
         if self.profile:
             self.target_forward.reset()
-        family = next((loop for loop in extensions.LOOPS.values() if loop.claims(draft, schedule)), None)
         if draft == "baseline":
             gen = greedy_generate(self.t_state, ids, max_new_tokens=self.max_new_tokens, eos_ids=self.eos, clock=clock)
-        elif family is not None:
-            gen = family.run(self, mode, ids, clock)
-        else:
-            gen = self._chain(mode, draft, schedule, ids, clock)
+        else:  # a study's mode family decodes with its own loop; every other mode with the thesis' chain loop
+            family = next((loop for loop in extensions.LOOPS.values() if loop.claims(draft, schedule)), None)
+            gen = family.run(self, mode, ids, clock) if family else self._chain(mode, draft, schedule, ids, clock)
         if self.profile:
             gen.stats.phase_s["target_forward"] = self.target_forward.seconds()
         return gen

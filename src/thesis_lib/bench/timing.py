@@ -16,8 +16,6 @@ import torch
 
 from ..decoding.clocks import Stopwatch, alternating
 
-__all__ = ["alternating", "head_ms", "interleaved", "stats_ms"]
-
 
 def stats_ms(xs: Sequence[float]) -> dict:
     """The thesis' latency statistics (mean, P50, P95, tokens/s) plus the median, from seconds."""

@@ -69,8 +69,9 @@ class NgramDrafter:
 
 
 class HybridDrafter:
-    """Prompt lookup where the text repeats itself, the draft model everywhere else: a round whose last ``min_ngram``..``max_ngram`` tokens occurred before proposes what followed
-    them, at no draft cost; other rounds ask the model. Tokens the model did not draft itself are fed to its
+    """Prompt lookup where the text repeats itself, the draft model everywhere else: a round whose last
+    ``min_ngram``..``max_ngram`` tokens occurred before proposes what followed them, at no draft cost; other rounds
+    ask the model. Tokens the model did not draft itself are fed to its
     cache on its next proposal, as the target's final token always is. ``lookup_rounds`` /
     ``model_rounds`` count where the proposals came from. ``pad=False``: a lookup block is what matched, not
     padded to ``k`` (with a model that stops early, so that K is only a cap: lookups then propose up to K

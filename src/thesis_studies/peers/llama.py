@@ -25,7 +25,7 @@ import statistics
 import time
 from typing import Sequence
 
-from thesis_lib.bench.timing import alternating
+from thesis_lib.decoding.clocks import alternating
 from thesis_lib.errors import ConfigError
 
 INSTALL = ("pip install -e '.[llama]' (llama-cpp-python 0.3.36, compiled from its source distribution: "

@@ -35,7 +35,7 @@ from typing import Sequence
 
 import torch
 
-from thesis_lib.bench.timing import alternating
+from thesis_lib.decoding.clocks import alternating
 from thesis_lib.decoding.costs import forward_curves
 from thesis_lib.errors import ConfigError
 from thesis_lib.models.weight_only import FORMATS, kernel

@@ -30,7 +30,7 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from thesis_lib.bench.timing import alternating
+from thesis_lib.decoding.clocks import alternating
 from thesis_lib.heads import cpu_kernels
 from thesis_lib.models import compact, fused
 from thesis_lib.models.packing import PackedLinear

@@ -24,7 +24,8 @@ import torch
 
 from thesis_lib.errors import ConfigError
 from thesis_lib.bench.disturbance import Watch
-from thesis_lib.bench.timing import alternating, interleaved, stats_ms
+from thesis_lib.bench.timing import interleaved, stats_ms
+from thesis_lib.decoding.clocks import alternating
 
 #: the batch sizes measured by default: heads, and whole decoding
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)

@@ -22,7 +22,7 @@ import torch
 
 from thesis_lib.errors import ConfigError
 from thesis_lib.bench.disturbance import Watch
-from thesis_lib.bench.timing import alternating
+from thesis_lib.decoding.clocks import alternating
 
 #: new tokens per generation measured by default
 LENGTHS = (32, 64, 128, 256)
