@@ -52,8 +52,8 @@ def _static_external_urls(html_dir: str | Path) -> list[str]:
     return hits
 
 
-#: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both) and
-#: writes the notebooks' fates and the HTML folder to argv[3].
+#: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both; the
+#: compiled CPU kernel is the one cache entry shared) and writes the notebooks' fates and the HTML folder to argv[3].
 _CHILD = """
 import json, os, signal, sys
 if os.environ.get("THESIS_TEST_CORES"):  # before torch loads: its thread count follows this process's cores
@@ -70,20 +70,26 @@ out.write_text(json.dumps({"fates": fates, "html": str(html)}))
 
 
 class _Build:
-    """One parameter set's fresh book build (new cache and run folders), running in a child process from the moment
-    it is made, so that two books build side by side: each is mostly one core's work (kernel start-up, imports,
-    tiny models), and this machine has two (the notebooks' timings are then noisier; the tests check what the pages
-    say against what they glued, not the timings). ``half`` (0 or 1) pins the build (and the kernels it starts) to
-    that half of this process's cores, so that its torch runs that many threads: two builds each as many threads as
-    there are cores wait on each other's spinning threads. :meth:`result` waits for it: ``(fates, html folder, tmp
-    folder)``."""
+    """One parameter set's fresh book build (new cache, the compiled CPU kernel excepted, and run folders), running
+    in a child process from the moment it is made, so that two books build side by side: each is mostly one core's
+    work (kernel start-up, imports, tiny models), and this machine has two (the notebooks' timings are then noisier;
+    the tests check what the pages say against what they glued, not the timings). ``half`` (0 or 1) pins the build
+    (and the kernels it starts) to that half of this process's cores, so that its torch runs that many threads: two
+    builds each as many threads as there are cores wait on each other's spinning threads. :meth:`result` waits for
+    it: ``(fates, html folder, tmp folder)``."""
 
     def __init__(self, tmp: Path, set_name: str, half: int | None = None):
         import os
         import subprocess
         import sys
 
+        from thesis_lib.models.cache import cache_dir
+
         self.tmp, self.set_name, self.out = tmp, set_name, tmp / "result.json"
+        kernels = cache_dir() / "kernels"  # the CPU kernel `make test` compiled: shared, not compiled again per build
+        if kernels.is_dir():
+            (tmp / "cache").mkdir()
+            (tmp / "cache" / "kernels").symlink_to(kernels)
         self.log = open(tmp / "build.log", "w+", encoding="utf-8")
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         pin = ",".join(map(str, cores[half::2])) if half is not None and len(cores) > 1 else ""
