@@ -113,3 +113,7 @@ def test_the_forward_cost_timer_alternates_drops_its_warm_up_and_takes_medians()
     assert ("a", [3, 1, 2, 3], False) in log and ("b", [3], False) in log
     assert log[:4] == [("a", "reset"), ("a", "prefill", [1, 2, 3], True), ("b", "reset"), ("b", "prefill", [1, 2, 3], True)]
     assert log[-2:] == [("a", "reset"), ("b", "reset")]
+    # raw: every kept timing, in repetition order, in place of the medians
+    a, b = _Probe("a", [], [100, 100, 1, 8, 3, 6, 2, 7]), _Probe("b", [], [100, 100, 5, 9, 4, 9, 6, 1])
+    assert costs.forward_curves({"a": a, "b": b}, [1, 2, 3], [1, 4], reps=3, warmup=1, raw=True) == {
+        "a": {1: [1, 3, 2], 4: [8, 6, 7]}, "b": {1: [5, 4, 6], 4: [9, 9, 1]}}

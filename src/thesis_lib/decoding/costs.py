@@ -12,7 +12,8 @@ ordinary schedule. Under chapter 2's i.i.d. acceptance model, with per-token acc
   :func:`speedup`: the rate in units of one target step, i.e. the model's speedup over target-only decoding.
 - :func:`measure_costs`: median seconds of one step of each draft and of the target's forward over n tokens,
   at a prompt's context length, by :func:`forward_curves`: the one forward-cost timer (any model states side by
-  side, over any sizes; the benchmark, the K policies, the trees, precision, co-design and the GPU check use it).
+  side, over any sizes; the benchmark, the K policies, the trees, precision, co-design, serving's batched step
+  costs and head shares, and the GPU check use it).
 """
 
 from __future__ import annotations
@@ -97,13 +98,13 @@ def measure_costs(target_state, draft_states: Mapping, ids: Sequence[int], *, ve
 @torch.inference_mode()
 def forward_curves(states: Mapping, ids: Sequence[int], sizes: Iterable[int], *, reps: int = 3, warmup: int = 0,
                    head: bool = True, after_steps: Callable[[int], None] | None = None, progress: bool = False,
-                   desc: str = "forward costs") -> dict[str, dict[int, float]]:
+                   desc: str = "forward costs", raw: bool = False) -> dict[str, dict[int, float]]:
     """The one forward-cost timer: median seconds of each state's forward over n tokens after ``ids`` (the prompt's
     own last tokens, repeated where n exceeds it), for each n of ``sizes``; with ``head=False`` the body's alone
     (:meth:`~thesis_lib.decoding.state.ModelState.timed_forward`). Repetitions outermost, then the sizes, the states
     in :func:`~thesis_lib.decoding.clocks.alternating` order; the first ``warmup`` repetitions are not kept;
     ``after_steps(r)``, if given, runs after the first size of every kept repetition ``r``. Every state is prefilled
-    with ``ids`` first and reset at the end."""
+    with ``ids`` first and reset at the end. ``raw``: every kept timing instead of the median."""
     from ..progress import tqdm
 
     sizes = list(sizes)
@@ -124,4 +125,4 @@ def forward_curves(states: Mapping, ids: Sequence[int], sizes: Iterable[int], *,
                 bar.update()
     for state in states.values():
         state.reset()
-    return {name: {n: statistics.median(ts) for n, ts in by_size.items()} for name, by_size in times.items()}
+    return {name: {n: ts if raw else statistics.median(ts) for n, ts in by_size.items()} for name, by_size in times.items()}

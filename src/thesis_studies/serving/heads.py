@@ -149,32 +149,48 @@ def decode_by_batch(pair, prompts: Sequence[Sequence[int]], *, max_new_tokens: i
             "prompts": len(prompts), "reps": reps, "by_batch": out}
 
 
+class _BatchProbe:
+    """A batch as :func:`~thesis_lib.decoding.costs.forward_curves` times a model state: ``greedy`` prefills every
+    prompt (room for ``most`` more tokens), ``timed_forward`` feeds every row the last n tokens of its own prompt
+    (n: as many as it is given), times the batched greedy forward (tokens read back) and crops them again."""
+
+    def __init__(self, state, prompts: Sequence[Sequence[int]], most: int):
+        self.state, self.prompts, self.most = state, prompts, most
+
+    def reset(self) -> None:
+        self.batch = None
+
+    def greedy(self, ids, last_only: bool = True) -> None:
+        from thesis_studies.serving.loops import BatchState
+
+        self.batch = BatchState(self.state)
+        self.batch.prefill(self.prompts, max(map(len, self.prompts)) + self.most)
+
+    def timed_forward(self, ids: Sequence[int], head: bool = True) -> float:
+        n = len(ids)
+        feed = [list(p[-n:]) + [p[-1]] * (n - len(p[-n:])) for p in self.prompts]
+        t0 = time.perf_counter()
+        self.batch.greedy(feed)
+        dt = time.perf_counter() - t0
+        self.batch.cache.crop([n] * len(self.prompts))
+        return dt
+
+
 @torch.inference_mode()
 def step_costs(target, drafts: dict, prompts: Sequence[Sequence[int]], k: int, reps: int = 5) -> dict:
     """Median milliseconds of one batched forward (the greedy tokens read back) after ``prompts``' caches, every row
     feeding the same number of tokens: the target over 1, ``k`` and ``k + 1`` tokens (a step, the ordinary and the
-    deferred verify), each draft over 1 (a draft step). The inputs of the round's cost model at this batch;
-    ``times_ms`` keeps every timing."""
-    from thesis_studies.serving.loops import BatchState
+    deferred verify), each draft over 1 (a draft step), by the one forward-cost timer after a warm-up forward. The
+    inputs of the round's cost model at this batch; ``times_ms`` keeps every timing."""
+    from thesis_lib.decoding.costs import forward_curves
 
-    times_ms: dict[str, list[float]] = {}
-
-    def forward_ms(state, n: int, name: str) -> float:
-        batch = BatchState(state)
-        batch.prefill(prompts, max(map(len, prompts)) + n)
-        feed = [list(p[-n:]) + [p[-1]] * (n - len(p[-n:])) for p in prompts]
-        times = []
-        for _ in range(reps + 1):
-            t0 = time.perf_counter()
-            batch.greedy(feed)
-            times.append(time.perf_counter() - t0)
-            batch.cache.crop([n] * len(prompts))
-        times_ms[name] = [round(1e3 * t, 4) for t in times[1:]]
-        return round(1e3 * statistics.median(times[1:]), 3)
-
-    out: dict = {f"target_{n}": forward_ms(target, n, f"target_{n}") for n in sorted({1, k, k + 1})}
-    out.update({f"{name}_1": forward_ms(state, 1, f"{name}_1") for name, state in drafts.items()})
-    out["times_ms"] = times_ms
+    curves = forward_curves({"target": _BatchProbe(target, prompts, k + 1)}, prompts[0], sorted({1, k, k + 1}),
+                            reps=reps, warmup=1, raw=True)
+    curves.update(forward_curves({name: _BatchProbe(state, prompts, 1) for name, state in drafts.items()}, prompts[0],
+                                 [1], reps=reps, warmup=1, raw=True))
+    times = {f"{name}_{n}": ts for name, by_size in curves.items() for n, ts in by_size.items()}
+    out: dict = {key: round(1e3 * statistics.median(ts), 3) for key, ts in times.items()}
+    out["times_ms"] = {key: [round(1e3 * t, 4) for t in ts] for key, ts in times.items()}
     return out
 
 

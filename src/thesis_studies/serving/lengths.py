@@ -15,7 +15,6 @@ reads L positions more.
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Sequence
 
 import torch
@@ -87,31 +86,22 @@ def _count_positions(stats, edges: Sequence[int], into: dict) -> None:
 def head_share_by_context(draft, heads: dict, context: Sequence[int], lengths: Sequence[int], *,
                           reps: int = 7) -> dict:
     """For each context length L (``context``'s first L tokens; L must not exceed it): the median milliseconds of
-    one draft body step after L cached tokens, and of each of ``heads`` (name -> head) on that step's hidden
-    state; the head's share of a step is head / (body + head)."""
+    one draft body step after L - 1 cached tokens (the L-th fed; the one forward-cost timer), and of each of
+    ``heads`` (name -> head) on the hidden state of that step, side by side; the head's share of a step is
+    head / (body + head)."""
+    from thesis_lib.bench.timing import interleaved
+    from thesis_lib.decoding.costs import forward_curves
+
     if max(lengths) > len(context):
         raise ConfigError(f"a context of {max(lengths)} tokens needs that many; {len(context)} given.")
     out = {}
     for n in lengths:
+        b = forward_curves({"draft": draft}, context[:n - 1], [1], reps=reps, warmup=1, head=False)["draft"][1]
+        h = draft.hidden(list(context[:n]))[-1:]
+        by_head = interleaved({name: lambda i, head=head: head(h).tolist() for name, head in heads.items()}, 1,
+                              reps=reps, warmup=1, desc="heads", progress=False, device=h.device)
         draft.reset()
-        draft.hidden(list(context[:n - 1]))
-        body, by_head = [], {name: [] for name in heads}
-        for r in range(reps + 1):
-            t0 = time.perf_counter()
-            h = draft.hidden([context[n - 1]])[-1:]
-            h.sum().item()  # the body's work done (a GPU: synchronised)
-            t1 = time.perf_counter()
-            draft.crop(1)
-            for name, head in heads.items():
-                t2 = time.perf_counter()
-                head(h).tolist()
-                if r:
-                    by_head[name].append(time.perf_counter() - t2)
-            if r:
-                body.append(t1 - t0)
-        b = statistics.median(body)
         out[str(n)] = {"body_ms": round(1e3 * b, 4), **{
             name: {"head_ms": round(1e3 * statistics.median(ts), 4),
                    "share": statistics.median(ts) / (b + statistics.median(ts))} for name, ts in by_head.items()}}
-    draft.reset()
     return out
