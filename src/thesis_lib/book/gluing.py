@@ -7,7 +7,8 @@ from ..analysis import verdicts as rules
 
 
 class Glue:
-    """``glue(name, value, display=False)`` as myst-nb's, plus ``values``: every value glued so far."""
+    """``glue(name, value, display=False)`` as myst-nb's, ``glue.all(values)`` for many, plus ``values``: every value
+    glued so far."""
 
     def __init__(self, glue_fn):
         self._glue = glue_fn
@@ -22,6 +23,11 @@ class Glue:
     def __call__(self, name: str, value, display: bool = True):
         self.values[name] = value
         return self._glue(name, value, display=display)
+
+    def all(self, values: dict) -> None:
+        """Glue every value of ``values`` (name -> value), none displayed where it is glued."""
+        for name, value in values.items():
+            self(name, value, display=False)
 
     def verdicts(self, notebook: str) -> dict[str, str]:
         """Glue every verdict :func:`thesis_lib.analysis.verdicts.rules` lists for ``notebook`` (the thesis' and the

@@ -109,5 +109,3 @@ def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_
     return {"body_ms": 1000 * body, "dense_head_ms": head_ms(dense_head, h.float()),
             "verify_ms": verify, "target_step_ms": verify[1]}
 
-
-__all__ = ["teacher_forced", "head_tokens", "head_quality", "predict", "pareto", "sweep", "step_costs"]

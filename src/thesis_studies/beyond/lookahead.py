@@ -143,5 +143,3 @@ def oracle(rows: Sequence[dict], *, step_ms: float, verify_ms: dict, k_max: int,
         tokens += max(0, n_tok - 1)
     return {"ms": total_ms, "tokens": tokens}
 
-
-__all__ = ["draft_lookahead", "fixed_policy", "threshold_policy", "simulate", "oracle"]

@@ -120,5 +120,3 @@ def make_policy(name: str, k: int, measured: dict | None = None, *, deferred: bo
                           k_max=k_max)
     raise ConfigError(f"Unknown K policy {name!r}; use one of {', '.join(K_POLICIES)}.")
 
-
-__all__ = ["K_POLICIES", "FixedK", "HeuristicK", "CostModelK", "make_policy"]

@@ -104,12 +104,6 @@ def best_mode(table, modes) -> str:
     return max(modes, key=lambda m: float(pooled[LABELS[m]]))
 
 
-def walk_pair(table, column: str, mode: str) -> tuple[float, float]:
-    """(modelled, measured) of a "model / run" column of :func:`walk_check`'s table, for one mode."""
-    model, run = table.set_index("Mode")[column][LABELS[mode]].split(" / ")
-    return float(model), float(run)
-
-
 def walk_parted(table) -> dict[str, int]:
     """:func:`walk_check`'s mode count and largest model-run gap in rounds, drafted and accepted tokens (0: equal)."""
     cols = {"rounds": "Rounds (model / run)", "drafted": "Drafted (model / run)", "accepted": "Accepted (model / run)"}
@@ -192,9 +186,8 @@ def _interval_columns(run, mode: str, against: str) -> dict:
 
 def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, dict]:
     """Per category, the fixed K with ``mode``'s best pooled speedup: ({category: K}, {category: speedup})."""
-    runs = {**{k: r for k, r in sweep.items()}, run.config["k"]: run}
-    table = per_category_speedups({k: r for k, r in runs.items()}, {k: mode for k in runs})
-    table = table.set_index("Setting")
+    runs = {**sweep, run.config["k"]: run}
+    table = per_category_speedups(runs, {k: mode for k in runs}).set_index("Setting")
     best_k = {c: int(table[c].astype(float).idxmax()) for c in table.columns}
     best = {c: float(table[c].max()) for c in table.columns}
     return best_k, best
@@ -225,13 +218,6 @@ def default_row(doc: dict) -> dict | None:
     """The co-design sweep's row of the default FlashHead setting."""
     d = doc["default"]
     return next((r for r in doc["rows"] if r["clusters"] == d["clusters"] and r["probes"] == d["probes"]), None)
-
-
-def nearest_freq(doc: dict, row: dict | None) -> dict | None:
-    """The truncated head nearest to ``row``'s candidate count (rarely equal: specials are not counted twice)."""
-    if row is None or not doc["freq"]:
-        return None
-    return min(doc["freq"], key=lambda f: abs(f["candidates"] - row["candidates"]))
 
 
 def codesign_table(doc: dict):

@@ -77,5 +77,3 @@ def frequency_head(loaded, counts: Counter, n_tokens: int, specials: Sequence[in
     weight = out.weight.detach() if weight is None else weight
     return TruncatedHead(weight, keep, bias=layer_bias(out), vocab_limit=limit)
 
-
-__all__ = ["TruncatedHead", "ranked_tokens", "frequency_head"]

@@ -188,13 +188,10 @@ def stream_gbps(*, gib: float = 1.0, reps: int = 9) -> float:
     """What this machine reads from memory per second with torch's threads: the median over ``reps`` sums of a
     ``gib`` GiB float32 tensor (far larger than any cache), in GB/s. A decode step whose weights stream at about
     this rate is bound by memory, and then halving the weights' bytes can at most halve its time."""
+    from thesis_lib.bench.timing import interleaved
+
     x = torch.ones(int(gib * 2 ** 28), dtype=torch.float32)
-    x.sum()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
+    times = interleaved({"sum": lambda i: x.sum()}, 1, reps=reps, warmup=1, desc="read", progress=False)["sum"]
     return x.numel() * 4 / statistics.median(times) / 1e9
 
 

@@ -289,6 +289,3 @@ def run_all(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, wor
     return {"delta": delta, "alpha": alpha, "power": power, "configurations": rows, "negative_control": control,
             "ok": all(r["ok"] for r in rows) and not control["ok"]}
 
-
-__all__ = ["exact_distribution", "draws_for_power", "power_at", "check", "critical_z", "CASES",
-           "tiny_pair", "run_case", "run_always_accept", "draw_sequences", "CHUNK", "run_all"]
