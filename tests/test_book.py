@@ -53,7 +53,7 @@ def _static_external_urls(html_dir: str | Path) -> list[str]:
 
 
 #: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both; the
-#: compiled CPU kernel is the one cache entry shared) and writes the notebooks' fates and the HTML folder to argv[3].
+#: compiled CPU kernel is the one cache entry copied in) and writes the notebooks' fates and the HTML folder to argv[3].
 _CHILD = """
 import json, os, signal, sys
 if os.environ.get("THESIS_TEST_CORES"):  # before torch loads: its thread count follows this process's cores
@@ -83,13 +83,14 @@ class _Build:
         import subprocess
         import sys
 
-        from thesis_lib.models.cache import cache_dir
+        import shutil
+
+        from thesis_lib.models import weight_only
 
         self.tmp, self.set_name, self.out = tmp, set_name, tmp / "result.json"
-        kernels = cache_dir() / "kernels"  # the CPU kernel `make test` compiled: shared, not compiled again per build
-        if kernels.is_dir():
-            (tmp / "cache").mkdir()
-            (tmp / "cache" / "kernels").symlink_to(kernels)
+        built = weight_only.build_dir()  # the CPU kernel `make test` compiled: copied, not compiled again per build
+        if any(built.glob("*.so")):
+            shutil.copytree(built, tmp / "cache" / "kernels" / built.name, ignore=shutil.ignore_patterns("lock"))
         self.log = open(tmp / "build.log", "w+", encoding="utf-8")
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         pin = ",".join(map(str, cores[half::2])) if half is not None and len(cores) > 1 else ""

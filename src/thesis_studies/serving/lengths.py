@@ -86,8 +86,8 @@ def _count_positions(stats, edges: Sequence[int], into: dict) -> None:
 def head_share_by_context(draft, heads: dict, context: Sequence[int], lengths: Sequence[int], *,
                           reps: int = 7) -> dict:
     """For each context length L (``context``'s first L tokens; L must not exceed it): the median milliseconds of
-    one draft body step after L - 1 cached tokens (the L-th fed; the one forward-cost timer), and of each of
-    ``heads`` (name -> head) on the hidden state of that step, side by side; the head's share of a step is
+    one draft body step over one token after L - 1 cached tokens (the one forward-cost timer), and of each of
+    ``heads`` (name -> head) on the hidden state after the L tokens, side by side; the head's share of a step is
     head / (body + head)."""
     from thesis_lib.bench.timing import interleaved
     from thesis_lib.decoding.costs import forward_curves
