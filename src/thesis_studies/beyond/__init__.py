@@ -1,7 +1,8 @@
 """Chapter 6, beyond the thesis: adaptive probes and block lengths, the co-designed head, the frequency-truncated
 head and lookahead, measured on held-out calibration prompts and judged on the benchmark's
-(:mod:`.experiments`); :mod:`.tables` and :mod:`.verdicts` read them, :mod:`.figures` draws them;
-:mod:`.codesign` and :mod:`.lookahead` judge settings without a decoding run each. Its drafts' heads
+(:mod:`.experiments`); :mod:`.tables` and :mod:`.verdicts` read them, :mod:`.chapter` gives each section's glued
+values, :mod:`.figures` draws them; :mod:`.codesign` and :mod:`.lookahead` judge settings without a decoding run
+each. Its drafts' heads
 (:mod:`.heads`: :mod:`.adaptive`, :mod:`.truncated`) and block-length policies (:mod:`.policies`) plug into the
 core's runs, and so do its prompt-lookup drafters (:mod:`.lookup`)."""
 
