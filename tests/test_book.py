@@ -53,7 +53,8 @@ def _static_external_urls(html_dir: str | Path) -> list[str]:
 
 
 #: Builds a parameter set's book afresh in a child process (new cache and run folders: argv[2] holds both; the
-#: compiled CPU kernel is the one cache entry copied in) and writes the notebooks' fates and the HTML folder to argv[3].
+#: compiled CPU kernel is the one cache entry copied in) and writes the notebooks' fates and the HTML folder to
+#: argv[3].
 _CHILD = """
 import json, os, signal, sys
 if os.environ.get("THESIS_TEST_CORES"):  # before torch loads: its thread count follows this process's cores
@@ -80,10 +81,9 @@ class _Build:
 
     def __init__(self, tmp: Path, set_name: str, half: int | None = None):
         import os
+        import shutil
         import subprocess
         import sys
-
-        import shutil
 
         from thesis_lib.models import weight_only
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from thesis_studies.beyond import tables as t
 
+
 def _column(table, column: str):
     """A mode table's column as a function of the mode's name (the rows are labelled by :data:`.tables.LABELS`)."""
     col = table.set_index("Mode")[column]

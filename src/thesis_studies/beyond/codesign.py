@@ -108,4 +108,3 @@ def step_costs(target_state: ModelState, draft_model, ids: Sequence[int], dense_
     verify = {n: 1000 * s for n, s in c["verify_s"].items()}
     return {"body_ms": 1000 * body, "dense_head_ms": head_ms(dense_head, h.float()),
             "verify_ms": verify, "target_step_ms": verify[1]}
-

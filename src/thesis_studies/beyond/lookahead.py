@@ -142,4 +142,3 @@ def oracle(rows: Sequence[dict], *, step_ms: float, verify_ms: dict, k_max: int,
         total_ms += best[1] if n_tok > 1 else 0.0
         tokens += max(0, n_tok - 1)
     return {"ms": total_ms, "tokens": tokens}
-

@@ -119,4 +119,3 @@ def make_policy(name: str, k: int, measured: dict | None = None, *, deferred: bo
         return CostModelK(min(k, k_max), draft_step_s=step, verify_s=measured["verify_s"], deferred=deferred,
                           k_max=k_max)
     raise ConfigError(f"Unknown K policy {name!r}; use one of {', '.join(K_POLICIES)}.")
-

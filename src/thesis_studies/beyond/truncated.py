@@ -76,4 +76,3 @@ def frequency_head(loaded, counts: Counter, n_tokens: int, specials: Sequence[in
     keep = ranked_tokens(counts, limit)[:n_tokens] + [int(s) for s in specials]
     weight = out.weight.detach() if weight is None else weight
     return TruncatedHead(weight, keep, bias=layer_bias(out), vocab_limit=limit)
-

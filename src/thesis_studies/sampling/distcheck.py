@@ -288,4 +288,3 @@ def run_all(pair, *, delta: float, alpha: float = 1e-3, power: float = 0.99, wor
     control = run_always_accept(pair, delta=delta, alpha=alpha, power=power, workers=workers, progress=progress)
     return {"delta": delta, "alpha": alpha, "power": power, "configurations": rows, "negative_control": control,
             "ok": all(r["ok"] for r in rows) and not control["ok"]}
-
