@@ -7,12 +7,6 @@ from __future__ import annotations
 from thesis_studies.beyond import tables as t
 
 
-def _column(table, column: str):
-    """A mode table's column as a function of the mode's name (the rows are labelled by :data:`.tables.LABELS`)."""
-    col = table.set_index("Mode")[column]
-    return lambda mode: float(col[t.LABELS[mode]])
-
-
 def sampling_values(check: dict, table, source: str) -> dict:
     """The sampling check's delta (%), fewest draws and lowest power, whether every configuration passes, and its
     negative control's largest |z| and verdict."""
@@ -51,17 +45,17 @@ def codesign_values(cd: dict, best: dict) -> dict:
 def run_values(run, greedy_table, sampling_table) -> dict:
     """The end-to-end run's: pooled speedups of each draft, sampling's, acceptances, the adaptive head's mean probes
     and the median-per-sample speedups, and whether every greedy sample equals target-only output."""
-    pooled, sampled = _column(greedy_table, "Speedup (pooled)"), _column(sampling_table, "Speedup (pooled)")
+    pooled, sampled = t.column(greedy_table, "Speedup (pooled)"), t.column(sampling_table, "Speedup (pooled)")
     out = {key: pooled(m) for key, m in (
         ("sp_flash", "flash_deferred"), ("sp_adaflash", "adaflash_deferred"), ("sp_freq", "freq_deferred"),
         ("sp_ngram", "ngram_deferred"), ("sp_hybrid", "hybrid_deferred"), ("sp_hk", "flash_deferred_hk"),
         ("sp_ck", "flash_deferred_ck"))}
-    median = _column(greedy_table, "Speedup (median per sample)")
+    median = t.column(greedy_table, "Speedup (median per sample)")
     lossless = all(r["matches_baseline"] for r in run.samples if not r["mode"].startswith("sample_"))
     return {**out, "sp_sample_dense": sampled("sample_dense"), "sp_sample_flash": sampled("sample_flash"),
-            "sample_acc_flash": _column(sampling_table, "Acceptance")("sample_flash"),
-            "greedy_acc_flash": _column(greedy_table, "Acceptance")("flash_deferred"),
-            "ada_probes_run": _column(greedy_table, "Mean probes")("adaflash_deferred"),
+            "sample_acc_flash": t.column(sampling_table, "Acceptance")("sample_flash"),
+            "greedy_acc_flash": t.column(greedy_table, "Acceptance")("flash_deferred"),
+            "ada_probes_run": t.column(greedy_table, "Mean probes")("adaflash_deferred"),
             "sp_hybrid_med": median("hybrid_deferred"), "sp_flash_med": median("flash_deferred"),
             "lossless": "every greedy sample equals target-only greedy output" if lossless else "A GREEDY SAMPLE DIFFERS"}
 
@@ -70,7 +64,7 @@ def policy_values(sim: dict, tau: float, conf, conf_table, best_side: str) -> di
     """The block-length policies modelled on the lookahead (the tuned threshold and the oracles beside the best fixed
     K, the confidence bins) and the confidence-stopped run's speedups."""
     best, lo, mid, hi = sim["best_fixed"], *sim["reliability"]
-    sp = _column(conf_table, "Speedup (pooled)")
+    sp = t.column(conf_table, "Speedup (pooled)")
     return {"conf_run": conf.name, "tau": tau, "sim_best_fixed_k": int(best["k"]), "sim_best_fixed": best["speedup"],
             "sim_tau_ratio": sim["tuned"]["speedup"] / best["speedup"],
             "sim_tau_lookup_ratio": sim["tuned_lookup"]["speedup"] / best["speedup"],
@@ -87,7 +81,7 @@ def policy_values(sim: dict, tau: float, conf, conf_table, best_side: str) -> di
 
 def walk_values(walk, sim: dict, run_look: dict, conf, k: int) -> dict:
     """The policies walked on the confidence run's own lookahead against what the run measured."""
-    column = {key: _column(walk, col) for key, col in (("model", "vs thesis-style, modelled"),
+    column = {key: t.column(walk, col) for key, col in (("model", "vs thesis-style, modelled"),
                                                         ("run", "vs thesis-style, measured"))}
     out = {f"walk_{tag}_{w}": column[w](m) for tag, m in (("sk", "flash_deferred_sk"), ("hy", "hybrid_deferred_sk"))
            for w in ("model", "run")}

@@ -83,7 +83,7 @@ def walk_check(sim: dict, look: dict, run, stop_below: float):
     verify = sim["verify_ms"]
     modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=verify, lookup=lk,
                                max_new_tokens=run.config["max_new_tokens"]) for m, (pol, lk) in policies.items()}
-    pooled = mode_table(run).set_index("Mode")["Speedup (pooled)"]
+    pooled = column(mode_table(run), "Speedup (pooled)")
     rows = []
     for m, sim_m in modelled.items():
         rs = [r for r in run.of(m) if r["iteration"] == 0]
@@ -94,14 +94,19 @@ def walk_check(sim: dict, look: dict, run, stop_below: float):
                      "Draft s (model / run)": f"{sim_m['draft_ms'] / 1000:.1f} / {_phase(rs, 'draft_propose'):.1f}",
                      "Verify s (model / run)": f"{sim_m['verify_ms'] / 1000:.1f} / {_phase(rs, 'target_verify'):.1f}",
                      "vs thesis-style, modelled": modelled["flash_deferred"]["ms"] / sim_m["ms"],
-                     "vs thesis-style, measured": float(pooled[LABELS[m]] / pooled[LABELS["flash_deferred"]])})
+                     "vs thesis-style, measured": pooled(m) / pooled("flash_deferred")})
     return pd.DataFrame(rows)
+
+
+def column(table, name: str):
+    """A :func:`mode_table`-shaped table's column as a function of the mode's name (rows labelled by :data:`LABELS`)."""
+    col = table.set_index("Mode")[name]
+    return lambda mode: float(col[LABELS[mode]])
 
 
 def best_mode(table, modes) -> str:
     """Of ``modes``, the one with the highest pooled speedup in a :func:`mode_table`."""
-    pooled = table.set_index("Mode")["Speedup (pooled)"]
-    return max(modes, key=lambda m: float(pooled[LABELS[m]]))
+    return max(modes, key=column(table, "Speedup (pooled)"))
 
 
 def walk_parted(table) -> dict[str, int]:
@@ -300,9 +305,9 @@ def verdict_table(category: "object", modes: "object", best_fixed_all: float, so
     over the prompts (each speedup against its own run's baseline)."""
     rows = category[~category.Setting.str.startswith("FlashHead, K =") & (category.Setting != BEST_FIXED_ROW)]
     speed = rows.set_index("Setting")["all"]
-    pooled = modes.set_index("Mode")["Speedup (pooled)"]
-    speed = pd.concat([speed, pd.Series({"FlashHead, adaptive probes": float(pooled[LABELS["adaflash_deferred"]]),
-                                         "Frequency-truncated head": float(pooled[LABELS["freq_deferred"]])})])
+    pooled = column(modes, "Speedup (pooled)")
+    speed = pd.concat([speed, pd.Series({"FlashHead, adaptive probes": pooled("adaflash_deferred"),
+                                         "Frequency-truncated head": pooled("freq_deferred")})])
     ratio = (speed / best_fixed_all).sort_values(ascending=False)
     out = pd.DataFrame({"Configuration": ratio.index, "Speedup over target-only": speed[ratio.index].values,
                         "vs thesis-style (best fixed K)": ratio.values})
