@@ -59,10 +59,6 @@ def thesis_table(table: str) -> pd.DataFrame:
     return pd.DataFrame(info["rows"], columns=names)
 
 
-def units(table: str) -> dict[str, str]:
-    return {name: unit for name, unit in table_info(table)["columns"]}
-
-
 def values() -> pd.DataFrame:
     """Every number of every table: one record per (table, row, column) with its unit."""
     out = []

@@ -112,17 +112,29 @@ def select(prompts: list[Prompt], categories: str | list[str] | None = None, cou
     if per_category is not None:
         if per_category < 1:
             raise ConfigError(f"The prompts per category must be >= 1 (got {per_category}).")
-        seen: dict[str, int] = {}
-        kept = []
-        for p in prompts:
-            seen[p.category] = seen.get(p.category, 0) + 1
-            if seen[p.category] <= per_category:
-                kept.append(p)
-        prompts = kept
+        prompts = first_per_category(prompts, per_category)
     prompts = prompts[:count] if count else prompts
     if not prompts:
         raise ConfigError("No prompts selected.")
     return prompts
+
+
+def first_per_category(prompts: list[Prompt], n: int) -> list[Prompt]:
+    """The first ``n`` prompts of each category, file order kept."""
+    seen: dict[str, int] = {}
+    kept = []
+    for p in prompts:
+        seen[p.category] = seen.get(p.category, 0) + 1
+        if seen[p.category] <= n:
+            kept.append(p)
+    return kept
+
+
+def held_out(prompts: list[Prompt], measured: list[Prompt], per_category: int) -> list[Prompt]:
+    """A calibration set kept apart from what is measured: the first ``per_category`` prompts of each category that
+    are not among ``measured`` ([] where none is left)."""
+    taken = {p.question_id for p in measured}
+    return first_per_category([p for p in prompts if p.question_id not in taken], per_category)
 
 
 def demo_prompts(n: int | None = None) -> list[Prompt]:

@@ -37,7 +37,7 @@ from .execute import execute
 from .metrics import summarize
 from .modes import (THESIS_MODES, base_mode, check_modes, is_sampled, is_speculative, k_policy_of, shaped_modes,
                     needs_flash_head, profile_modes, split_mode, tree_of, variant_of)
-from .prompts import TURNS, Prompt, load_prompts, select
+from .prompts import TURNS, Prompt, held_out, load_prompts, select
 from .runner import Runner
 from .runs import Run, check_new_run, open_run, record_environment, write_environment
 
@@ -172,15 +172,7 @@ class BenchConfig:
     def calibration_prompts(self) -> list[Prompt]:
         """The frequency head's counting prompts: per category, the first ``freq_calibration`` prompts of the
         prompt file that the run does not measure."""
-        measured = {p.question_id for p in self.check_prompts()}
-        out, seen = [], {}
-        for p in load_prompts(self.prompt_file):
-            if p.question_id in measured:
-                continue
-            seen[p.category] = seen.get(p.category, 0) + 1
-            if seen[p.category] <= self.freq_calibration:
-                out.append(p)
-        return out
+        return held_out(load_prompts(self.prompt_file), self.check_prompts(), self.freq_calibration)
 
     def check_prompts(self) -> list[Prompt]:
         return select(load_prompts(self.prompt_file), self.categories, self.prompts, self.per_category)
@@ -333,20 +325,16 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
                 costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(), on_record=folder.append,
                 desc=cfg.name)
     env = folder.environment
-    (env["resumed"][-1] if env.get("resumed") else env)["machine"] = machine.record  # what else ran meanwhile
+    current = env["resumed"][-1] if env.get("resumed") else env
+    current["machine"] = machine.record  # what else ran meanwhile
+    if head is not None:  # the path actually taken is known only after the first call (compiled or eager)
+        current["flashhead"] = flash_info(head)
+    if runner.k_costs is not None:
+        env["k_costs"] = runner.k_costs  # the step costs the cost-model K policy planned with
     write_environment(folder, env)
     said = judge(machine.record)
     if said["disturbed"]:
         note(f"run {folder.path.name} was disturbed: {said['why']}; its timings are not the method's alone")
-    if head is not None:  # the path actually taken is known only after the first call (compiled or eager)
-        env = folder.environment
-        current = env["resumed"][-1] if env.get("resumed") else env
-        current["flashhead"] = flash_info(head)
-        write_environment(folder, env)
-    if runner.k_costs is not None:
-        env = folder.environment
-        env["k_costs"] = runner.k_costs  # the step costs the cost-model K policy planned with
-        write_environment(folder, env)
     folder.write_summary(summarize(folder.samples))
     note(f"run folder {folder.path.name}: {len(folder.samples)} samples ({time.perf_counter() - started:.0f} s)")
     return folder

@@ -233,10 +233,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         path.write_text(json.dumps([*plans, doc], indent=1) + "\n")
         if progress:
             print(said(doc), file=sys.stderr)
-    out = dict(values)
-    for k in auto:
-        out[k] = chosen[k.lower()]
-    return out
+    return {**values, **{k: chosen[k.lower()] for k in auto}}
 
 
 def precision(values: dict) -> str:

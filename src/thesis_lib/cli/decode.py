@@ -43,9 +43,6 @@ def cmd_prepare(args) -> int:
 
 def _build_kernel() -> None:
     """Compile the weight-only CPU kernel once (``DTYPE: auto`` runs it where bf16 is not native), or say why not."""
-    import time
-
-    from ..errors import ConfigError
     from ..models import weight_only
 
     print("building the weight-only CPU kernel (models/csrc/weight_only.cpp; about half a minute the first time)",

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import statistics
+from functools import partial
 
 from ..errors import ConfigError
 from . import options
@@ -68,7 +69,9 @@ def _bench_config(args, profile: bool):
         tree_shape=args.tree_shape, **beyond)
 
 
-def _run_protocol(args, profile: bool) -> int:
+def run_protocol(args, profile: bool = False) -> int:
+    """``thesis-lib bench`` (or, with ``profile``, ``thesis-lib profile``): run the protocol into a run folder and
+    print its tables."""
     from ..analysis import formatting, tables
     from ..bench import protocol
 
@@ -81,14 +84,6 @@ def _run_protocol(args, profile: bool) -> int:
         print(formatting.to_markdown(df) + "\n")
     print(f"run folder: {run.path}")
     return 0
-
-
-def cmd_bench(args) -> int:
-    return _run_protocol(args, profile=False)
-
-
-def cmd_profile(args) -> int:
-    return _run_protocol(args, profile=True)
 
 
 def print_frame(title: str, df, fmt: str) -> None:
@@ -198,9 +193,9 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_model_bench)
 
     _add_protocol_parser(sub, "bench", "the benchmark protocol: every mode on the project's prompts into a run folder",
-                         cmd_bench)
+                         run_protocol)
     _add_protocol_parser(sub, "profile", "the profiled run (Tables 4.7/4.8): dense, dense-shared and FlashHead drafts",
-                         cmd_profile)
+                         partial(run_protocol, profile=True))
 
     p = sub.add_parser("table", help="the thesis' tables (4.5-4.11) and extra tables from a run folder")
     p.add_argument("run", help="a run folder (from thesis-lib bench or profile)")

@@ -309,10 +309,6 @@ class FlashHead(nn.Module):
         self._active_path = "eager"
         return fn(*args)
 
-    #: the fast path's greedy head as a plain function of ``(hidden, *fast_arguments())``, for callers that
-    #: compile it together with more (a whole draft step in one CUDA graph, :mod:`thesis_studies.gpucheck.run`)
-    greedy_function = staticmethod(_greedy_fused)
-
     def fast_arguments(self) -> tuple:
         """What the fast path's functions take after the hidden states."""
         return (self.fast_centroids, self.weight_perm, self.slot_bias, self.tokens, self.special_weight,

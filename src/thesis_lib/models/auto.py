@@ -1,11 +1,9 @@
 """The precisions ``DTYPE: auto`` and ``DRAFT_DTYPE: auto`` pick on this CPU (:func:`auto_precision`,
-:func:`auto_dtype`, :func:`draft_precision`), from its facts (:mod:`~thesis_lib.models.cpu`) and from whether the
+:func:`draft_precision`), from its facts (:mod:`~thesis_lib.models.cpu`) and from whether the
 project's weight-only kernel builds here (:mod:`~thesis_lib.models.weight_only`).
 """
 
 from __future__ import annotations
-
-import torch
 
 from .cpu import fast_bf16
 
@@ -38,12 +36,6 @@ def auto_precision() -> tuple[str, str]:
                             "(the weight-only kernel is not available here)")
     return "float32", ("float32: the CPU has no native bf16 dot products (bf16 would be emulated, slower) and the "
                        "weight-only kernel is not available here")
-
-
-def auto_dtype() -> tuple[torch.dtype, str]:
-    """The activations' dtype of :func:`auto_precision`'s choice (float32 for the weight-only formats), and why."""
-    name, why = auto_precision()
-    return (torch.bfloat16 if name == "bfloat16" else torch.float32), why
 
 
 def draft_precision(dtype: str, draft_dtype: str | None, device: str = "cpu") -> str:

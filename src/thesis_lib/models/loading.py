@@ -10,7 +10,6 @@ oneDNN-packed linear layers (:mod:`~thesis_lib.models.packing`) unless told othe
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,21 +22,6 @@ from .auto import draft_precision
 from .packing import PackedLinear, bf16_packing_available, pack_linears, packing_available
 from .specs import (DEFAULT_DRAFT, DEFAULT_TARGET, QUANT_SUFFIXES, ModelSpec, check_available, local_dir, model_config,
                     resolve)
-
-
-class _CudaOnlyNoise(logging.Filter):
-    """Drops two warnings torchao 0.18.0 logs on every CPU-only import (transformers imports it when a model
-    loads): its CUDA-only kernel libraries (``_C_*.so``) failing to load, and a deprecation notice from torch's
-    pytree about one of its enums. Everything else those loggers say passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not (("Failed to load" in msg and "/torchao/_C_" in msg)
-                    or "is an Enum subclass and is now natively supported" in msg)
-
-
-for _name in ("torchao", "torch.utils._pytree"):
-    logging.getLogger(_name).addFilter(_CudaOnlyNoise())
 
 
 @dataclass

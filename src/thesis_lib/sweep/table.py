@@ -1,6 +1,5 @@
-"""A finished sweep as one table (:func:`summary`), and two sweeps of one grid (e.g. Slurm and local) compared by
-what their runs generated, which does not depend on where or how fast they ran (:func:`compare`).
-"""
+"""A finished sweep as one table (:func:`summary`): per run and mode, its grid values, speed, acceptance and
+whether it was lossless, and the jobs that ran it."""
 
 from __future__ import annotations
 
@@ -9,11 +8,6 @@ import pandas as pd
 from ..bench.runs import load_run
 from . import ledger
 from .grid import Sweep, open_sweep
-
-#: A sample's fields that say what was generated (not when, where or how fast).
-CONTENT = ("iteration", "question_id", "mode", "k", "tokens", "new_tokens", "first_emit", "stopped_by", "drafted",
-           "accepted", "rounds", "emitted", "verify_calls", "append_calls", "matches_baseline", "accepted_per_round")
-
 
 def summary(sweep: Sweep | str, executor=None) -> pd.DataFrame:
     """Per run and mode: grid values, decode tok/s, speedup, acceptance, tokens per round, lossless count and the
@@ -36,28 +30,3 @@ def summary(sweep: Sweep | str, executor=None) -> pd.DataFrame:
                          "state": state.state, "job": job})
     return pd.DataFrame(rows)
 
-
-def content(run) -> list[dict]:
-    """A run's samples reduced to what they generated, in a fixed order."""
-    rows = [{k: r.get(k) for k in CONTENT} for r in run.samples]
-    return sorted(rows, key=lambda r: (r["iteration"] or 0, str(r["question_id"]), r["mode"]))
-
-
-def compare(a: Sweep | str, b: Sweep | str) -> dict[str, list[str]]:
-    """Per run name of ``a``: what differs from ``b``'s run of that name ([] where they generated the same)."""
-    a = open_sweep(a) if not isinstance(a, Sweep) else a
-    b = open_sweep(b) if not isinstance(b, Sweep) else b
-    out = {}
-    for name in a.names:
-        if name not in b.names:
-            out[name] = [f"{b.name} has no run {name}"]
-            continue
-        ra, rb = load_run(a.path(name)), load_run(b.path(name))
-        ca, cb = content(ra), content(rb)
-        diffs = [] if len(ca) == len(cb) else [f"{len(ca)} samples against {len(cb)}"]
-        for x, y in zip(ca, cb):
-            fields = [k for k in CONTENT if x[k] != y[k]]
-            if fields:
-                diffs.append(f"{x['question_id']} {x['mode']}: {', '.join(fields)} differ")
-        out[name] = diffs
-    return out

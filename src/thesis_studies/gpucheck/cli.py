@@ -32,9 +32,7 @@ def cmd_gpu_check(args) -> int:
         doc["book"] = _rehearsal_book_on(args.device)
         print(f"  rehearsal book on {args.device}: " + ", ".join(f"{r['notebook']} {r['seconds']:.0f} s"
                                                                   for r in doc["book"]["notebooks"]))
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    options.write_new(out_path, doc)
     print(json.dumps(doc))
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from pathlib import Path
+
 from thesis_lib.cli import options
 from thesis_lib.errors import ConfigError
 
@@ -19,9 +19,7 @@ def cmd_sampling_check(args) -> int:
         raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1 (got {args.workers}).")
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists():
-        raise ConfigError(f"{out} exists; choose a new file (nothing was overwritten).")
+    out = options.new_out_path(args)
     measured = provenance()  # taken before the hour of draws: the code and revision that make them
     pair, t0 = distcheck.tiny_pair(), time.perf_counter()
 
@@ -40,9 +38,7 @@ def cmd_sampling_check(args) -> int:
            "negative_control": control, "ok": ok, "seconds": round(time.perf_counter() - t0, 1),
            "environment": {"python": platform.python_version(), "machine": platform.machine(),
                            "processor": platform.processor()}, "measured": measured}
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+    options.write_new(out, doc)
     print(json.dumps({k: v for k, v in doc.items() if k not in ("configurations", "negative_control")}))
     return 0 if ok else 1
 

@@ -8,7 +8,6 @@ import pandas as pd
 from thesis_studies.serving.batch_tables import MODE_NAMES
 from thesis_lib.analysis.uncertainty import reads, timing_interval
 
-GIB = 2 ** 30
 MIB = 2 ** 20
 
 

@@ -146,17 +146,6 @@ def timed_modes(doc: dict) -> tuple[list[str], dict[str, int]]:
     return modes, {"k": best["dense"]["chain"]["depth"]}
 
 
-def calibration_prompts(source, measured, per_category: int) -> list:
-    """Per category, the first ``per_category`` prompts of ``source`` that are not among ``measured``."""
-    taken = {q.question_id for q in measured}
-    seen: dict[str, int] = {}
-    out = []
-    for q in source:
-        if q.question_id not in taken and seen.get(q.category, 0) < per_category:
-            seen[q.category] = seen.get(q.category, 0) + 1
-            out.append(q)
-    return out
-
 
 def measure(runner, calibration: Sequence[Sequence[int]], prompts, *, calibration_tokens: int = 64,
             iterations: int = 2, warmup_tokens: int = 12, thinking: bool | None = None, progress: bool = True) -> dict:

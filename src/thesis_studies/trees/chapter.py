@@ -4,7 +4,7 @@ made here at the ``TREE_*`` sizes and cached like every other document."""
 from __future__ import annotations
 
 from thesis_studies.trees import bench as trees
-from thesis_lib.bench.prompts import encode, load_prompts, prompt_text, select
+from thesis_lib.bench.prompts import encode, held_out, load_prompts, prompt_text, select
 from thesis_lib.bench.runner import Runner
 from thesis_lib.models import loading
 from thesis_lib.book.params import Params
@@ -15,7 +15,7 @@ def tree_document(p: Params) -> tuple[dict, str]:
     """The tree-bench document and a label saying where it comes from."""
     source = load_prompts(p.prompt_file)
     found = select(source, None, None, p.tree_per_category)
-    calib = trees.calibration_prompts(source, found, p.tree_calibration)
+    calib = held_out(source, found, p.tree_calibration)
     key = {"target": p.target, "draft": p.draft, "k": p.k, "prompts": [q.question_id for q in found],
            "calibration": [q.question_id for q in calib], "calibration_tokens": p.tree_calibration_tokens,
            "tokens": p.tree_tokens, "iterations": p.tree_iterations, "probes": p.probes, "clusters": p.clusters,

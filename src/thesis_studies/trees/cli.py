@@ -11,9 +11,9 @@ from thesis_lib.errors import ConfigError
 def cmd_tree_bench(args) -> int:
     from thesis_studies.trees import tables as tree_text
     from thesis_lib.bench.environment import provenance
-    from thesis_lib.bench.prompts import encode, load_prompts, prompt_text, select
+    from thesis_lib.bench.prompts import encode, held_out, load_prompts, prompt_text, select
     from thesis_lib.bench.runner import Runner
-    from thesis_studies.trees.bench import MAX_NODES, calibration_prompts, measure
+    from thesis_studies.trees.bench import MAX_NODES, measure
     from thesis_lib.models import loading
 
     options.check_decoding(args)
@@ -21,7 +21,7 @@ def cmd_tree_bench(args) -> int:
         raise ConfigError("--iterations and --calibration-per-category must be >= 1, --calibration-tokens >= 2.")
     source = load_prompts(args.prompt_file or "project")
     found = select(source, args.categories, args.prompts, args.per_category)
-    calib = calibration_prompts(source, found, args.calibration_per_category)
+    calib = held_out(source, found, args.calibration_per_category)
     options.check_flash(args, args.draft)
     out_path = options.new_out_path(args)
     measured = provenance()
