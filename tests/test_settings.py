@@ -59,7 +59,7 @@ def test_the_profile_command_takes_the_same_options_but_the_modes():
 def test_every_key_of_a_parameter_set_is_a_notebook_parameter_and_a_params_field(set_name):
     values = params.load_parameters(set_name)
     declared = set().union(*(execute.notebook_parameters(n) for n in execute.NOTEBOOKS))
-    known = {f.name.upper() for f in fields(params.Params)}
+    known = {n.upper() for n in params.Params.names()}
     build = {f.upper() for f in BUILD_FIELDS}
     stray = sorted(k for k in values if k not in PLANNER_KEYS
                    and (k not in known or (k not in declared and k not in build)))
@@ -67,7 +67,7 @@ def test_every_key_of_a_parameter_set_is_a_notebook_parameter_and_a_params_field
 
 
 def test_every_notebook_parameter_is_a_params_field_and_every_field_is_declared():
-    known = {f.name.upper() for f in fields(params.Params)}
+    known = {n.upper() for n in params.Params.names()}
     declared = {}
     for name in execute.NOTEBOOKS:
         for key in execute.notebook_parameters(name):
@@ -75,6 +75,26 @@ def test_every_notebook_parameter_is_a_params_field_and_every_field_is_declared(
     assert not {k: v for k, v in declared.items() if k not in known | PLANNER_KEYS}, "parameters Params does not know"
     assert known - set(declared) == {f.upper() for f in BUILD_FIELDS}, "Params fields no notebook declares"
 
+
+
+def test_a_study_s_parameters_are_read_checked_and_given_back_beside_the_thesis_own():
+    from dataclasses import replace
+
+    from thesis_lib import extensions
+    from thesis_lib.errors import ConfigError
+
+    p = params.Params.from_namespace({"K": 2, "TREE_TOKENS": 5, "SERVING_PROMPTS": 4, "NOT_A_PARAMETER": 1}).check()
+    assert (p.k, p.tree_tokens, p.serving_prompts, p.serving_batches) == (2, 5, 4, [1, 4])
+    assert params.Params.from_namespace(p.values()) == p and replace(p, k=3).tree_tokens == 5
+    assert p.bench().k == 2 and p.bench(k=6).k == 6 and p.bench().out == p.runs_dir
+    blocks = [params.Params, *extensions.PARAMS]
+    assert sum(len(fields(b)) for b in blocks) - 1 == len(params.Params.names()), "two blocks declare one name"
+    with pytest.raises(ConfigError, match="SERVING_BATCHES go up to 16 prompts"):
+        params.Params.from_namespace({"SERVING_BATCHES": [1, 16]}).check()
+    with pytest.raises(ConfigError, match="TREE_TOKENS must be an integer >= 1"):
+        params.Params.from_namespace({"TREE_TOKENS": 0}).check()
+    with pytest.raises(AttributeError, match="TREE_WIDTH"):
+        p.tree_width  # a run's setting (BenchConfig), no book parameter
 
 #: Labels that name the command a saved document was made with, as it was called then (glued beside its numbers).
 AS_RUN_THEN = {("src/thesis_lib/book/shared.py", "thesis-lib precision-bench"),

@@ -15,7 +15,9 @@ never imports a study by name, and reads these registries only after :func:`load
 - :data:`DRAFTERS`: drafters beyond the thesis' that its chain loop runs, each a function ``(runner, stop_below) ->
   {name: drafter}`` (``stop_below``: the confidence-stopped ones; None: the plain ones);
 - :data:`LOOPS`: mode families a study decodes with its own loop, each a :class:`Loop`;
-- :data:`MODES`: the modes a study adds to the core's (:mod:`thesis_lib.bench.modes`), each a :class:`Modes`.
+- :data:`MODES`: the modes a study adds to the core's (:mod:`thesis_lib.bench.modes`), each a :class:`Modes`;
+- :data:`PARAMS`: a study's book parameters (:func:`parameters`), which :class:`thesis_lib.book.params.Params` holds
+  beside the thesis' own.
 """
 
 from __future__ import annotations
@@ -98,6 +100,14 @@ class Loop:
 
 
 LOOPS: dict[str, Loop] = {}
+PARAMS: list[type] = []
+
+
+def parameters(block: type) -> type:
+    """Register a study's book parameters: a dataclass whose fields are the lower-cased names of UPPER_CASE
+    parameters, with their defaults, and an optional ``check()`` that raises a ``ConfigError`` on a bad value."""
+    PARAMS.append(block)
+    return block
 
 _loaded = False
 

@@ -241,15 +241,6 @@ def model_bench(p: Params) -> dict:
     return cached_document(p, "model-bench", doc_key, compute)
 
 
-def gpu_check(p: Params) -> tuple[dict | None, str]:
-    """The saved GPU acceptance document ``GPU_CHECK_FILE`` names, and a label saying what and when it is."""
-    if not p.gpu_check_file or not (ROOT / p.gpu_check_file).is_file():
-        return None, "no GPU document named (GPU_CHECK_FILE)"
-    doc = json.loads((ROOT / p.gpu_check_file).read_text(encoding="utf-8"))
-    return doc, (f"{doc['command']}, {doc['label']}; measured {doc['measured']} at {doc['revision']} on "
-                 f"{doc['machine']}; saved in {p.gpu_check_file}")
-
-
 def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
     """The saved measurement document the parameter ``name`` names (``thesis-lib studies precision-bench``'s:
     ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``; ``thesis-lib studies llama-bench``'s:

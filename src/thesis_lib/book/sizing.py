@@ -120,7 +120,7 @@ def measure_speed(p, reference_steps: dict[str, float]) -> dict:
     if missing:
         raise ConfigError(f"The cost reference's prompts {', '.join(missing)} are not in {p.prompt_file!r}.")
     t0 = time.perf_counter()
-    arg = json.dumps({"params": asdict(p), "reference": reference_steps})
+    arg = json.dumps({"params": p.values(), "reference": reference_steps})
     proc = subprocess.run([sys.executable, "-m", "thesis_lib.book.sizing", arg], stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise ConfigError(f"Timing this machine's steps failed (exit {proc.returncode}); see the messages above.")
@@ -314,7 +314,7 @@ def page_said(p) -> str:
 if __name__ == "__main__":  # measure_speed's child: the step times as one JSON line
 
     _arg = json.loads(sys.argv[1])
-    print(json.dumps(_measure(Params(**_arg["params"]), _arg["reference"])))
+    print(json.dumps(_measure(Params.from_namespace(_arg["params"]), _arg["reference"])))
 
 
 def values_of(set_name: str, overrides: dict | None = None, *, measure: bool = False, replan: bool = False,

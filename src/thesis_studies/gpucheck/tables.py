@@ -1,11 +1,24 @@
-"""A saved ``thesis-lib studies gpu-check`` document as the book shows it: :func:`head_rows` (the table) and :func:`summary`
-(its numbers). Latencies at the thesis' shapes with random weights, so cost only, never acceptance.
+"""A saved ``thesis-lib studies gpu-check`` document as the book shows it: :func:`saved` (the document ``GPU_CHECK_FILE``
+names), :func:`head_rows` (the table) and :func:`summary` (its numbers). Latencies at the thesis' shapes with random weights, so cost only, never acceptance.
 """
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
+
+from thesis_lib.book.params import ROOT
+
+
+def saved(p) -> tuple[dict | None, str]:
+    """The saved GPU document ``GPU_CHECK_FILE`` names, and a label saying what and when it is."""
+    if not p.gpu_check_file or not (ROOT / p.gpu_check_file).is_file():
+        return None, "no GPU document named (GPU_CHECK_FILE)"
+    doc = json.loads((ROOT / p.gpu_check_file).read_text(encoding="utf-8"))
+    return doc, (f"{doc['command']}, {doc['label']}; measured {doc['measured']} at {doc['revision']} on "
+                 f"{doc['machine']}; saved in {p.gpu_check_file}")
 
 
 def best_flash_path(row: dict) -> str:

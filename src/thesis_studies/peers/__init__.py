@@ -1,9 +1,22 @@
 """Peers on the same files: llama.cpp's decoding (:mod:`.llama`, ``thesis-lib studies llama-bench``) and Embedl's
 own FlashHead beside this library's (:mod:`.embedl`, model-bench's ``embedl`` part)."""
 
+from dataclasses import dataclass
+
 from thesis_lib import extensions
 
 from . import cli, embedl
+
+
+@extensions.parameters
+@dataclass
+class Parameters:
+    """Saved peer documents: ``thesis-lib model-bench --parts embedl``'s, shown where Embedl's package is not
+    installed, and ``thesis-lib studies llama-bench``'s, llama.cpp beside this project in chapter 2."""
+
+    embedl_peer_file: str | None = None
+    llama_file: str | None = None
+
 
 extensions.COMMANDS.append(cli.add_parsers)
 extensions.MODEL_BENCH_PARTS["embedl"] = extensions.Part(
