@@ -7,6 +7,7 @@ import json
 import pytest
 
 from thesis_lib import cli
+from thesis_lib.cli import options
 from thesis_lib.models import tiny
 from thesis_lib.models import weight_only as wo
 
@@ -362,3 +363,20 @@ def test_serving_bench_refuses_bad_options_before_any_model(bad, monkeypatch, ca
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
     assert cli.main(["studies", "serving-bench", *bad]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_finished_document_is_saved_beside_an_out_file_that_appeared_meanwhile(tmp_path, capsys):
+    """``--out`` was new when the command began (checked first); a file made there while it ran stays as it is, and
+    the document goes to a new name beside it, said on stderr."""
+    from types import SimpleNamespace
+
+    out = tmp_path / "doc.json"
+    path = options.new_out_path(SimpleNamespace(out=str(out)))
+    out.write_text("theirs")
+    options.write_new(path, {"ours": 1})
+    assert out.read_text() == "theirs"
+    [saved] = [f for f in tmp_path.iterdir() if f != out]
+    assert saved.name.startswith("doc-") and saved.suffix == ".json" and json.loads(saved.read_text()) == {"ours": 1}
+    assert str(saved) in capsys.readouterr().err
+    options.write_new(tmp_path / "new.json", {"x": 2})
+    assert json.loads((tmp_path / "new.json").read_text()) == {"x": 2}

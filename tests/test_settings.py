@@ -76,7 +76,6 @@ def test_every_notebook_parameter_is_a_params_field_and_every_field_is_declared(
     assert known - set(declared) == {f.upper() for f in BUILD_FIELDS}, "Params fields no notebook declares"
 
 
-
 def test_a_study_s_parameters_are_read_checked_and_given_back_beside_the_thesis_own():
     from dataclasses import replace
 
@@ -86,6 +85,9 @@ def test_a_study_s_parameters_are_read_checked_and_given_back_beside_the_thesis_
     p = params.Params.from_namespace({"K": 2, "TREE_TOKENS": 5, "SERVING_PROMPTS": 4, "NOT_A_PARAMETER": 1}).check()
     assert (p.k, p.tree_tokens, p.serving_prompts, p.serving_batches) == (2, 5, 4, [1, 4])
     assert params.Params.from_namespace(p.values()) == p and replace(p, k=3).tree_tokens == 5
+    q = replace(p, k=3)
+    q.tree_tokens = 9  # set in its block, which the copy does not share
+    assert (q.tree_tokens, q.values()["TREE_TOKENS"], p.tree_tokens) == (9, 9, 5) and q != replace(p, k=3)
     assert p.bench().k == 2 and p.bench(k=6).k == 6 and p.bench().out == p.runs_dir
     blocks = [params.Params, *extensions.PARAMS]
     assert sum(len(fields(b)) for b in blocks) - 1 == len(params.Params.names()), "two blocks declare one name"
@@ -93,8 +95,12 @@ def test_a_study_s_parameters_are_read_checked_and_given_back_beside_the_thesis_
         params.Params.from_namespace({"SERVING_BATCHES": [1, 16]}).check()
     with pytest.raises(ConfigError, match="TREE_TOKENS must be an integer >= 1"):
         params.Params.from_namespace({"TREE_TOKENS": 0}).check()
+    with pytest.raises(ConfigError, match="K_SWEEP values must be integers >= 1"):
+        params.Params.from_namespace({"K_SWEEP": None}).check()
+    params.Params.from_namespace({"EXPLORER_K": None}).check()  # None: the K sweep's values
     with pytest.raises(AttributeError, match="TREE_WIDTH"):
         p.tree_width  # a run's setting (BenchConfig), no book parameter
+
 
 #: Labels that name the command a saved document was made with, as it was called then (glued beside its numbers).
 AS_RUN_THEN = {("src/thesis_lib/book/shared.py", "thesis-lib precision-bench"),

@@ -51,6 +51,7 @@ def _compare(a: grid.Sweep, b: grid.Sweep) -> dict[str, list[str]]:
         out[name] = diffs
     return out
 
+
 def test_a_grid_expands_to_one_named_run_per_point(tmp_path):
     sw = grid.from_grid("kp", BASE, GRID, tmp_path)
     assert sw.names == ["k1-probes1", "k1-probes8", "k3-probes1", "k3-probes8"]

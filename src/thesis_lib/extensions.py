@@ -109,6 +109,7 @@ def parameters(block: type) -> type:
     PARAMS.append(block)
     return block
 
+
 _loaded = False
 
 

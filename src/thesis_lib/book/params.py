@@ -5,7 +5,7 @@ parameters the notebooks declare, lower-cased: the thesis' own as its fields, ea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .. import extensions
@@ -103,14 +103,21 @@ class Params:
 
     def __post_init__(self):
         extensions.load()
-        given = {type(block): block for block in self.studies}
-        self.studies = tuple(given.get(block) or block() for block in extensions.PARAMS)
+        given = {type(block): block for block in self.studies}  # copied: a replaced Params shares no block
+        self.studies = tuple(replace(given[block]) if block in given else block() for block in extensions.PARAMS)
+
+    def _owner(self, name: str):
+        """The study block that holds the parameter ``name``; None where no study declares it."""
+        return next((b for b in self.__dict__.get("studies", ()) if name in b.__dataclass_fields__), None)
 
     def __getattr__(self, name):  # a study's parameter (a field of this class is found before this is asked)
-        for block in self.__dict__.get("studies", ()):
-            if name in block.__dataclass_fields__:
-                return getattr(block, name)
-        raise AttributeError(f"no parameter {name.upper()!r}")
+        block = self._owner(name)
+        if block is None:
+            raise AttributeError(f"'Params' object has no attribute {name!r} (no parameter {name.upper()})")
+        return getattr(block, name)
+
+    def __setattr__(self, name, value):  # a study's parameter is set in its block
+        object.__setattr__(self._owner(name) or self, name, value)
 
     @staticmethod
     def names() -> set[str]:
@@ -140,15 +147,18 @@ class Params:
         if not isinstance(self.k, int) or self.k < 1:
             raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
         for name in ("k_sweep", "explorer_k", "explorer_probes"):
-            if any(not isinstance(n, int) or n < 1 for n in getattr(self, name) or []):
+            v = getattr(self, name)
+            if not (v is None and name == "explorer_k") and (
+                    not isinstance(v, list) or any(not isinstance(n, int) or n < 1 for n in v)):
                 raise ConfigError(f"{name.upper()} values must be integers >= 1 (got {getattr(self, name)!r}).")
         for block in self.studies:
             getattr(block, "check", lambda: None)()
         return self
 
     def bench(self, **kw) -> protocol.BenchConfig:
-        """The benchmark configuration: every field it shares with these parameters (``MODES`` as a tuple),
-        ``RUNS_DIR`` as its folder, then ``kw``."""
+        """The benchmark configuration: each of the thesis' own fields that names a ``BenchConfig`` field too
+        (``MODES`` as a tuple), ``RUNS_DIR`` as its folder, then ``kw``. A study's parameters go to a run only
+        where its code passes them."""
         shared = {f.name for f in fields(protocol.BenchConfig)} & {f.name for f in fields(self)}
         return protocol.BenchConfig(**{**{n: getattr(self, n) for n in shared}, "modes": tuple(self.modes),
                                        "out": self.runs_dir, **kw})

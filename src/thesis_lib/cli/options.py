@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 from .. import extensions
@@ -140,8 +142,13 @@ def new_out_path(args) -> Path | None:
 
 
 def write_new(path: Path | None, doc: dict) -> None:
+    """Save ``doc`` to the new file ``path`` (checked by :func:`new_out_path` before the work); where something made
+    that file meanwhile, to a new name beside it, said on stderr: a finished measurement is never lost."""
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            path = path.with_name(f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+            print(f"--out appeared while this ran; the document goes to {path} instead", file=sys.stderr)
         with open(path, "x", encoding="utf-8") as f:
             f.write(json.dumps(doc, indent=1) + "\n")
 
@@ -158,7 +165,6 @@ def command_line(files: tuple[str, ...] = ("--out",)) -> str:
     """This process's ``thesis-lib`` command as typed, without the options in ``files`` and their values (paths of
     this machine, which a committed document must not carry)."""
     import shlex
-    import sys
 
     argv, kept = sys.argv[1:], []
     for i, a in enumerate(argv):

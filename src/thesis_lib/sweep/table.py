@@ -9,6 +9,7 @@ from ..bench.runs import load_run
 from . import ledger
 from .grid import Sweep, open_sweep
 
+
 def summary(sweep: Sweep | str, executor=None) -> pd.DataFrame:
     """Per run and mode: grid values, decode tok/s, speedup, acceptance, tokens per round, lossless count and the
     jobs; runs not done get one row with their state (``unknown`` without ``executor``)."""
@@ -29,4 +30,3 @@ def summary(sweep: Sweep | str, executor=None) -> pd.DataFrame:
                          "lossless": None if s["matches_baseline"] is None else f"{s['matches_baseline']}/{s['samples']}",
                          "state": state.state, "job": job})
     return pd.DataFrame(rows)
-

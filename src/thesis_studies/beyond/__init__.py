@@ -6,9 +6,8 @@ each. Its drafts' heads
 (:mod:`.heads`: :mod:`.adaptive`, :mod:`.truncated`) and block-length policies (:mod:`.policies`) plug into the
 core's runs, and so do its prompt-lookup drafters (:mod:`.lookup`)."""
 
-from functools import partial
-
 from dataclasses import dataclass, field
+from functools import partial
 
 from thesis_lib import extensions
 

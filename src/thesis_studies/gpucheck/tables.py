@@ -1,5 +1,6 @@
-"""A saved ``thesis-lib studies gpu-check`` document as the book shows it: :func:`saved` (the document ``GPU_CHECK_FILE``
-names), :func:`head_rows` (the table) and :func:`summary` (its numbers). Latencies at the thesis' shapes with random weights, so cost only, never acceptance.
+"""A saved ``thesis-lib studies gpu-check`` document as the book shows it: :func:`saved` (the document
+``GPU_CHECK_FILE`` names), :func:`head_rows` (the table) and :func:`summary` (its numbers). Latencies at the thesis'
+shapes with random weights, so cost only, never acceptance.
 """
 
 from __future__ import annotations

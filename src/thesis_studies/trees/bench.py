@@ -146,7 +146,6 @@ def timed_modes(doc: dict) -> tuple[list[str], dict[str, int]]:
     return modes, {"k": best["dense"]["chain"]["depth"]}
 
 
-
 def measure(runner, calibration: Sequence[Sequence[int]], prompts, *, calibration_tokens: int = 64,
             iterations: int = 2, warmup_tokens: int = 12, thinking: bool | None = None, progress: bool = True) -> dict:
     """Steps 1-3 (module docstring) on ``runner``'s pair: ``calibration`` token ids, ``prompts`` the measured
