@@ -149,8 +149,8 @@ class Params:
         for name in ("k_sweep", "explorer_k", "explorer_probes"):
             v = getattr(self, name)
             if not (v is None and name == "explorer_k") and (
-                    not isinstance(v, list) or any(not isinstance(n, int) or n < 1 for n in v)):
-                raise ConfigError(f"{name.upper()} values must be integers >= 1 (got {getattr(self, name)!r}).")
+                    not isinstance(v, (list, tuple)) or any(not isinstance(n, int) or n < 1 for n in v)):
+                raise ConfigError(f"{name.upper()} values must be integers >= 1 (got {v!r}).")
         for block in self.studies:
             getattr(block, "check", lambda: None)()
         return self
