@@ -629,19 +629,44 @@ def test_a_bf16_flashhead_with_every_probe_is_the_refined_dense_head(tiny_models
     assert torch.equal(fast(h), fast.reference(h))
 
 
-def test_candidate_ids_are_the_clusters_the_fast_head_probes():
-    """By default the candidates are those of the fast path's (bf16) cluster ranking, so every token the fast head
-    picks is among them, also on rows where the float32 ranking probes other clusters and misses the token."""
-    from thesis_lib.heads.clustering import random_clustering
+def _rankings_that_bf16_reverses() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two unit centroids and a hidden state whose float32 ranking puts cluster 0 first and whose bf16 ranking puts
+    cluster 1 first, on every machine (the reversal is made by rounding the centroids, not by the product). Where
+    ``h`` is +1 (32 slots) cluster 0 sits just below a bf16 midpoint in every slot (each rounds down by about half a
+    step) and cluster 1 half a step above the grid in half its slots (those round up) and on the grid in the rest:
+    in float32 cluster 0 leads by about 8 steps, in bf16 cluster 1 leads by 16. Where ``h`` is -1 (32 slots, 1/16 in
+    both) the sums come back near 0, so the product's own rounding is far finer than the gap; one slot where
+    ``h`` is 0 makes each centroid unit length."""
+    g, step, eps = 2.0 ** -4, 2.0 ** -11, 2.0 ** -18  # on [1/16, 1/8) bf16 steps by 2^-11
+    ahead = torch.full((32,), g + step / 2 - eps, dtype=torch.float64)
+    behind = torch.tensor([g + step / 2 + eps, g] * 16, dtype=torch.float64)
+    rows = [torch.cat([half, torch.full((32,), g, dtype=torch.float64)]) for half in (ahead, behind)]
+    rows = [torch.cat([r, (1 - r.square().sum()).sqrt()[None]]) for r in rows]
+    h = torch.cat([torch.ones(32), -torch.ones(32), torch.zeros(1)])
+    return torch.stack(rows).float(), h
 
+
+def test_candidate_ids_are_the_clusters_the_fast_head_probes():
+    """The candidates are those of the fast path's (bf16) cluster ranking, so every token the fast head picks is
+    among them, also where the float32 ranking probes another cluster and misses it; on constructed centroids whose
+    two rankings differ, with the bf16 ranking forced (``auto`` ranks in float32 where the CPU has no fast bf16)."""
+    from thesis_lib.heads.clustering import Clustering
+
+    centroids, h = _rankings_that_bf16_reverses()
+    exact = centroids.double() @ h.double()
+    fast = (centroids.bfloat16().double() @ h.double())
+    assert exact[0] > exact[1] and fast[1] > fast[0]  # the construction does what its docstring says
+    vocab = 16
     g = torch.Generator().manual_seed(0)
-    head = FlashHead((torch.randn(4096, 64, generator=g) * 0.1).bfloat16(), random_clustering(4096, 64, 256, seed=1),
-                     n_probes=8, path="eager")
-    h = torch.randn(64, 64, generator=g).bfloat16()
-    tokens = head(h).tolist()
-    fast, exact = head.candidate_ids(h), head.candidate_ids(h, reference=True)
-    assert all(t in set(row.tolist()) for t, row in zip(tokens, fast))
-    assert not all(t in set(row.tolist()) for t, row in zip(tokens, exact))  # the case the default must get right
+    head = FlashHead(torch.randn(vocab, h.numel(), generator=g).bfloat16(),
+                     Clustering(centroids=torch.cat([centroids, -centroids]), assignments=torch.arange(vocab) % 4,
+                                info={}), n_probes=1, path="eager", centroid_dtype=torch.bfloat16)
+    hidden = h[None].bfloat16()
+    assert head.top_clusters(hidden, reference=False).tolist() == [[1]]
+    assert head.top_clusters(hidden, reference=True).tolist() == [[0]]
+    token = head(hidden).tolist()[0]
+    assert token % 4 == 1 and token in head.candidate_ids(hidden)[0].tolist()
+    assert token not in head.candidate_ids(hidden, reference=True)[0].tolist()
 
 
 @pytest.mark.parametrize("path", ["eager", KERNEL])
