@@ -322,31 +322,35 @@ def test_chapter_4_glue_and_tables(smoke_book):
 
 
 def test_the_introduction_opens_with_the_glued_strip(smoke_book):
-    """The first screen of the introduction shows every thesis ratio beside this build's, judged against the thesis'
-    value (glued, not typed: the page's counts are recounted here from the table it shows, and its words from
-    the intervals beside them), and the facts the
-    page states about the build (precision, new tokens, prompts) are the parameter set's and the run's."""
+    """The first screen of the introduction shows every thesis ratio beside this build's in both settings (the
+    fastest here and the thesis' cost regime, side by side), each judged against the thesis' value (glued, not
+    typed: the page's counts are recounted here from the table it shows, and its words from the intervals beside
+    them), and the facts the page states about the build (precision, new tokens, prompts) are the parameter set's
+    and the run's."""
     from thesis_lib.models import loading
 
     _, pages, tmp = smoke_book
     page = (pages / "intro.html").read_text(encoding="utf-8")
     first = page[:page.index("answer, in brief")]
-    rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*\(Table [^<]*\))</td>\s*<td[^>]*>([0-9.]+)</td>\s*<td[^>]*>([0-9.]+)</td>"
-                      r"\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>", first)
+    cell = r"\s*<td[^>]*>([^<]*)</td>"
+    rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*\(Table [^<]*\))</td>" + cell * 7, first)
     assert [r[0] for r in rows] == [f"{f} (Table {t})" for f, t, _ in headline.FINDINGS]
-    for _, thesis, ours, interval, against, direction in rows:  # the words follow the interval shown beside them
-        lo, hi = map(float, re.fullmatch(r"([0-9.]+)-([0-9.]+)x", interval).groups())
-        assert direction == ("cannot tell" if lo <= 1 <= hi else "yes" if (lo > 1) == (float(thesis) > 1) else "no")
-        assert against == ("reproduced" if lo <= float(thesis) <= hi else "larger" if lo > float(thesis) else "smaller")
     g = glued("ch4_results")
-    reproduced = sum(r[4] == "reproduced" for r in rows)
-    assert g["headline_reproduced"] == reproduced and g["headline_total"] == len(headline.FINDINGS)
-    assert g["headline_cannot_tell"] == sum(r[5] == "cannot tell" for r in rows)
-    assert g["headline_reversed"] == sum(r[5] == "no" for r in rows)
-    assert g["headline_same_way"] == sum(r[5] == "yes" and r[4] != "reproduced" for r in rows)
-    said = html.unescape(re.sub(r"<[^>]+>", "", first))
-    assert f"{reproduced} of {len(rows)} of the thesis' values reproduced here" in said
-    assert g["headline_count"] in " ".join(said.split())
+    for prefix, at in (("", 2), ("regime_", 5)):  # the fastest setting's three columns, then the regime's
+        for r in rows:  # the words follow the interval shown beside them
+            thesis, interval, against = float(r[1]), r[at + 1], r[at + 2]
+            lo, hi = map(float, re.fullmatch(r"([0-9.]+)-([0-9.]+)x", interval).groups())
+            assert lo <= float(r[at]) <= hi
+            assert against == ("reproduced" if lo <= thesis <= hi else "larger" if lo > thesis else "smaller")
+        assert g[f"{prefix}headline_reproduced"] == sum(r[at + 2] == "reproduced" for r in rows)
+        assert g[f"{prefix}headline_total"] == len(headline.FINDINGS)
+        intervals = [tuple(map(float, r[at + 1][:-1].split("-"))) for r in rows]
+        assert g[f"{prefix}headline_cannot_tell"] == sum(lo <= 1 <= hi for lo, hi in intervals)
+    assert g["regime_build_dtype"] == "float32" and "thesis-regime" in g["regime_source"]
+    said = " ".join(html.unescape(re.sub(r"<[^>]+>", "", first)).split())
+    for prefix in ("", "regime_"):
+        assert f"{g[prefix + 'headline_reproduced']} of {len(rows)} of the thesis' values reproduced here" in said
+        assert g[f"{prefix}headline_count"] in said
     assert "it predicts" in said and "gap_said" not in first and "the thesis measured" in said
     p = params.Params.from_namespace(params.load_parameters("smoke")).check()
     assert g["build_new_tokens"] == p.max_new_tokens and g["build_dtype"] == loading.resolved_dtype(p.dtype, p.device)

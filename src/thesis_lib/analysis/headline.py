@@ -25,6 +25,12 @@ from .pooled import totals
 ROOT = Path(__file__).resolve().parents[3]
 #: The committed default build's run data (``make book``'s runs on the embedded pair).
 COMMITTED = ROOT / "data" / "reference" / "book-cpu-embedded"
+#: The parameter set of the thesis' cost regime (the target read in float32: a draft step at about the thesis'
+#: share of a target step) and its committed chapter-4 run data.
+REGIME_SET = "cpu-embedded-thesis-regime"
+REGIME = ROOT / "data" / "reference" / f"book-{REGIME_SET}"
+#: The two settings every build's findings are shown in, as the pages and the README name them.
+SETTINGS = {"fastest": "the fastest setting here", "regime": "the thesis' cost regime"}
 #: Table 4.7's control, as a comparison: the dense-shared draft (a FlashHead checkpoint's body, dense head) over
 #: the dense draft, in the profiled run; it isolates the checkpoint from the head.
 CONTROL = "Dense draft vs. dense shared"
@@ -87,20 +93,58 @@ def findings(run, profiled, model_bench: dict, *, per_sample: bool = False) -> p
     return judge(ours, tables.per_sample_speedups(run) if per_sample else None)
 
 
-def committed(folder: str | Path | None = None) -> tuple:
+def _found(folder: Path, set_name: str | None) -> tuple[str, str, str]:
+    """The paths :func:`committed` reads, or a ``ConfigError`` saying which kind is missing."""
+    prefix = f"{glob.escape(set_name)}-" if set_name else "*-"
+    runs = sorted(glob.glob(str(folder / f"{prefix}bench-*" / "summary.json")))
+    profiles = sorted(glob.glob(str(folder / f"{prefix}profile-*" / "summary.json")))
+    docs = sorted(glob.glob(str(folder / f"{prefix}model-bench-*.json")))
+    if not runs or not profiles or not docs:
+        raise ConfigError(f"{folder} holds no main run ({prefix}bench-*), profiled run ({prefix}profile-*) and "
+                          f"model-bench document ({prefix}model-bench-*.json).")
+    return runs[0], profiles[0], docs[0]
+
+
+def committed(folder: str | Path | None = None, set_name: str | None = None) -> tuple:
     """The main run (``*-bench-*``), the profiled run (``*-profile-*``) and the model-bench document
-    (``*-model-bench-*.json``) of a build's run data (default: the committed default build's)."""
+    (``*-model-bench-*.json``) of a build's run data (default: the committed default build's); with ``set_name``,
+    only that parameter set's (``<set>-bench-*``, ...: a folder that holds several sets' runs)."""
     import json
 
-    folder = Path(folder or COMMITTED)
-    runs = sorted(glob.glob(str(folder / "*-bench-*" / "summary.json")))
-    profiles = sorted(glob.glob(str(folder / "*-profile-*" / "summary.json")))
-    docs = sorted(glob.glob(str(folder / "*-model-bench-*.json")))
-    if not runs or not profiles or not docs:
-        raise ConfigError(f"{folder} holds no main run (*-bench-*), profiled run (*-profile-*) and model-bench "
-                          "document (*-model-bench-*.json).")
-    return (load_run(Path(runs[0]).parent), load_run(Path(profiles[0]).parent),
-            json.loads(Path(docs[0]).read_text(encoding="utf-8")))
+    run, profile, doc = _found(Path(folder or COMMITTED), set_name)
+    return (load_run(Path(run).parent), load_run(Path(profile).parent), json.loads(Path(doc).read_text(encoding="utf-8")))
+
+
+def regime_folder(runs_dir: str | Path | None = None) -> tuple[Path, str]:
+    """Where the thesis' cost regime's chapter-4 runs are: ``runs_dir`` where a build of its set left its main run,
+    profiled run and model-bench document there (:func:`committed`), else the committed folder; and a phrase
+    saying which."""
+    if runs_dir is not None:
+        try:
+            _found(Path(runs_dir), REGIME_SET)
+            return Path(runs_dir), f"measured by this machine's build of {REGIME_SET}"
+        except ConfigError:
+            pass
+    return REGIME, f"read from its committed run data (no build of {REGIME_SET} here)"
+
+
+def curve_runs(folder: str | Path) -> list:
+    """The thesis' cost regime's main run and its runs with the target in other precisions (``<set>-curve-*``,
+    :func:`thesis_lib.book.shared.curve_run`) in ``folder``: the points of the curve the thesis implies."""
+    others = sorted(glob.glob(str(Path(folder) / f"{glob.escape(REGIME_SET)}-curve-*" / "summary.json")))
+    return [committed(folder, REGIME_SET)[0], *(load_run(Path(f).parent) for f in others)]
+
+
+def side_by_side(fastest: pd.DataFrame, regime: pd.DataFrame) -> pd.DataFrame:
+    """Two settings' findings (:func:`judge`, the same rows) in one table: the thesis' value, then each setting's
+    ratio, interval and verdict against the thesis."""
+    out = {"Finding": fastest["Finding"], "Thesis": fastest["Thesis"]}
+    for label, df in (("Fastest here", fastest), ("Thesis' regime", regime)):
+        shown = strip(df)
+        out[label] = shown["This build"]
+        out[f"{label}: 95 % interval"] = shown["95 % interval"]
+        out[f"{label}: against the thesis"] = shown["Against the thesis"]
+    return pd.DataFrame(out)
 
 
 def strip(df: pd.DataFrame) -> pd.DataFrame:
@@ -123,9 +167,60 @@ def facts(run) -> dict:
             "build_new_tokens": run.config["max_new_tokens"]}
 
 
-def markdown(run, profiled, model_bench: dict) -> str:
-    """The strip as a Markdown table, the count (:func:`counted`) and a line saying which build, revision, date and
-    machine it shows."""
+def cpu_kind(env: dict) -> str | None:
+    """The vector extensions a run's CPU ran it with: torch's recorded CPU capability (AVX512, AVX2), else, for runs
+    recorded before it was, the kernel path their models' loading named (its AVX-512 path on an AVX-512 CPU; its AVX2
+    path also for int8 products on an AVX-512 CPU without VNNI, which such a run cannot tell apart), else None."""
+    if env.get("cpu_capability"):
+        return str(env["cpu_capability"]).replace("AVX512", "AVX-512")
+    kernels = " ".join(str(m.get("cpu_kernels", "")) for m in env.get("models", {}).values())
+    return "AVX-512" if "AVX-512" in kernels else "AVX2" if "AVX2 kernel" in kernels else None
+
+
+def machine_said(env: dict) -> str:
+    """A run's machine in words: its CPU, the vector extensions it ran with (:func:`cpu_kind`) and its threads."""
+    kind = cpu_kind(env)
+    return f"{env.get('cpu', 'a CPU')} ({kind + ', ' if kind else ''}{env.get('torch_threads', '?')} threads)"
+
+
+def markdown_settings(runs_dir: str | Path | None = None) -> str:
+    """The README's results: every finding in the fastest setting here (the committed default build) and in the
+    thesis' cost regime (:func:`regime_folder`) in one table, then each setting's count, cost-model account and
+    build line (:func:`markdown`'s), and their absolute decode rates."""
+    folder, said = regime_folder(runs_dir)
+    fastest, regime = committed(), committed(folder, REGIME_SET)
+    both = side_by_side(findings(*fastest), findings(*regime))
+    cols = ["Fastest here", "Thesis' regime"]
+    lines = ["| Finding | Thesis | " + " | ".join(f"{c} | 95 % interval | Against the thesis" for c in cols) + " |",
+             "| --- | ---: | " + " | ".join("---: | ---: | ---" for _ in cols) + " |"]
+    lines += [f"| {r['Finding']} | {r['Thesis']:.3f}x | " + " | ".join(
+        f"{r[c]:.2f}x | {r[f'{c}: 95 % interval']} | {r[f'{c}: against the thesis']}" for c in cols) + " |"
+        for _, r in both.iterrows()]
+    parts = ["\n".join(lines)]
+    for key, data in (("fastest", fastest), ("regime", regime)):
+        f = facts(data[0])
+        parts.append(f"**In {SETTINGS[key]}** (the target in {f['build_dtype']}, the draft in {f['build_draft_dtype']}"
+                     + (f"; {said}" if key == "regime" else "") + "): "
+                     + markdown(*data, timing=key == "fastest", table=False))
+    rates = {(key, m): totals(data[0].of(m))["decode_tokens_per_s"]
+             for key, data in (("fastest", fastest), ("regime", regime)) for m in ("baseline", "flash_deferred")}
+    said = (f"target-only decoding ran at {rates['regime', 'baseline']:.1f} tokens/s in the regime and FlashHead "
+            f"deferred at {rates['regime', 'flash_deferred']:.1f}, against {rates['fastest', 'baseline']:.1f} and "
+            f"{rates['fastest', 'flash_deferred']:.1f} in the fastest setting")
+    envs = [fastest[0].environment, regime[0].environment]
+    if cpu_kind(envs[0]) and machine_said(envs[0]) == machine_said(envs[1]):
+        slower = rates["regime", "flash_deferred"] < rates["fastest", "flash_deferred"]
+        parts.append(f"In absolute terms the regime is the {'slower' if slower else 'faster'} setting: {said}.")
+    else:
+        parts.append(f"In absolute terms {said}: measured on two kinds of machine (each setting's is named above), so "
+                     "these rates do not compare; the ratios do.")
+    return "\n\n".join(parts)
+
+
+def markdown(run, profiled, model_bench: dict, timing: bool = True, table: bool = True) -> str:
+    """The strip as a Markdown table (unless not ``table``), the count (:func:`counted`), the cost model's account
+    (:func:`why_said`), what the speedups time (:func:`timing_said`, unless not ``timing``) and a line saying which
+    build, revision, date and machine it shows."""
     from ..bench.environment import measured_when
 
     df = findings(run, profiled, model_bench)
@@ -134,15 +229,17 @@ def markdown(run, profiled, model_bench: dict) -> str:
              "| --- | ---: | ---: | ---: | --- | --- |"]
     lines += [f"| {r['Finding']} | {r['Thesis']:.3f}x | {r['This build']:.2f}x | {r['95 % interval']} | "
               f"{r['Against the thesis']} | {r['Same direction']} |" for _, r in shown.iterrows()]
+    lines = lines + [""] if table else []
     env, f = run.environment, facts(run)
     models = env.get("models", {})
     said = counted(df)["headline_count"]
-    lines += ["", said[0].upper() + said[1:] + ".", "", why_said(model_gap(run)), "", timing_said(run), ""]
+    lines += [said[0].upper() + said[1:] + ".", "", why_said(model_gap(run)), ""]
+    lines += [timing_said(run), ""] if timing else []
     lines.append(f"This build: the embedded pair ({models.get('target', {}).get('spec', '?').split(':')[-1]} target "
                  f"in {f['build_dtype']}, {models.get('draft', {}).get('spec', '?').split(':')[-1]} draft in "
                  f"{f['build_draft_dtype']}), {run.config.get('k')} draft tokens per round, {f['build_prompts']} "
-                 f"prompts x {f['build_new_tokens']} new tokens, on {env.get('cpu', 'a CPU')} "
-                 f"({env.get('torch_threads', '?')} threads), {measured_when(env, code_note=False)}. "
+                 f"prompts x {f['build_new_tokens']} new tokens, on {machine_said(env)}, "
+                 f"{measured_when(env, code_note=False)}. "
                  f"Thesis: {reference.setup()['label'].removeprefix('thesis: ')}. Intervals: a paired bootstrap "
                  f"over the prompts, or over the timed states for the head and the step "
                  f"({uncertainty.RESAMPLES:,} resamples, percentile). *Reproduced*: the thesis' value lies inside "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..decoding.costs import expected_emitted, speedup
+from ..decoding.costs import expected_emitted, round_cost, speedup
 from ..errors import ConfigError
 from .pooled import LABELS, totals
 
@@ -154,3 +154,69 @@ def sweep_speedups(sweeps: dict, run) -> tuple[dict, dict]:
         a = alpha_from_emitted(totals(run.of(m))["mean_emitted"], run.config["k"])
         model[label] = {k: float(speedup(a, k, c, costs["verify_k1"], 0.0)) for k in sweeps}
     return measured, model
+
+
+def regime_points(runs) -> "pd.DataFrame":
+    """One row per run of the same pair with the target at another precision (each with ``baseline`` and
+    ``flash_deferred`` and their costs): the target's precision, the measured FlashHead draft step in target steps
+    (``c``, with its interval over prompts), the verified block of K + 1 (``verify``), the acceptance per token
+    from the run's mean emitted, the measured speedup of FlashHead deferred over target-only decoding with its
+    interval, both absolute decode rates, and the cost model's speedup at the run's own measured costs
+    (``model``): the points of the curve the thesis implies, sorted by ``c``."""
+    import pandas as pd
+
+    from .uncertainty import ratio_interval
+
+    rows = []
+    for run in runs:
+        costs, ci = measured_costs(run), cost_intervals(run)
+        flash, base = totals(run.of("flash_deferred")), totals(run.of("baseline"))
+        alpha = alpha_from_emitted(flash["mean_emitted"], costs["k"])
+        sp = ratio_interval(run, "flash_deferred", "baseline")
+        target = run.environment.get("models", {}).get("target", {})
+        rows.append({"precision": target.get("dtype_requested") or target.get("dtype", "?"), "k": costs["k"],
+                     "c": costs["c_flash"], "c_lo": ci["c_flash_lo"], "c_hi": ci["c_flash_hi"],
+                     "verify": costs["verify_k1"], "alpha": alpha, "target_step_ms": costs["target_step_ms"],
+                     "speedup": sp["ratio"], "lo": sp["lo"], "hi": sp["hi"],
+                     "base_tok_s": base["decode_tokens_per_s"], "flash_tok_s": flash["decode_tokens_per_s"],
+                     "model": float(speedup(alpha, costs["k"], costs["c_flash"], costs["verify_k1"]))})
+    return pd.DataFrame(rows).sort_values("c").reset_index(drop=True)
+
+
+def by_category(run, mode: str = "flash_deferred") -> "pd.DataFrame":
+    """Per prompt category, then over all prompts: ``mode``'s acceptance (accepted / drafted), tokens per round
+    (the target's own included) and pooled decode speedup over target-only decoding: where the round's shape, and
+    so the speedup, follows the text."""
+    import pandas as pd
+
+    rows = []
+    for category in sorted({r.get("category", "?") for r in run.samples}) + [None]:
+        def of(m):
+            return [r for r in run.of(m) if category is None or r.get("category", "?") == category]
+        t, b = totals(of(mode)), totals(of("baseline"))
+        rows.append({"Category": "all" if category is None else category.replace("_", " "),
+                     "Prompts": len({r["question_id"] for r in of(mode)}), "Acceptance": t["acceptance"],
+                     "Tokens per round": t["mean_emitted"],
+                     "Speedup": t["decode_tokens_per_s"] / b["decode_tokens_per_s"]})
+    return pd.DataFrame(rows)
+
+
+def attribution(run, mode: str, thesis_emitted: float, thesis_c: float) -> "pd.DataFrame":
+    """What separates ``mode``'s measured speedup over target-only decoding from the thesis', one cause at a time:
+    the cost model E / (K c + v + a) at this run's round (tokens per round E, draft step c and verified block v in
+    target steps; a = 1 in the ordinary schedule), then with the thesis' tokens per round, then also its draft cost,
+    then also a block that costs one step. Each row's prediction beside the one before shows what that cause is
+    worth at this run's K."""
+    import pandas as pd
+
+    costs = measured_costs(run)
+    k, v = costs["k"], costs["verify_k1"]
+    c = costs["c_flash" if mode.startswith("flash") else "c_dense"]
+    append = 1.0 if mode.endswith("_ordinary") else 0.0
+    e = totals(run.of(mode))["mean_emitted"]
+    steps = (("this run's round", e, c, v), ("with the thesis' tokens per round", thesis_emitted, c, v),
+             ("and the thesis' draft cost", thesis_emitted, thesis_c, v),
+             ("and a block that costs one step", thesis_emitted, thesis_c, 1.0))
+    return pd.DataFrame([{"Model input": name, "Tokens per round": ee, "Draft step (target steps)": cc,
+                          f"Block of {k + 1} (target steps)": vv, "Predicted speedup": ee / round_cost(k, cc, vv, append)}
+                         for name, ee, cc, vv in steps])

@@ -61,6 +61,7 @@ def environment(*loaded, extra: dict | None = None) -> dict:
         "transformers": transformers.__version__,
         "platform": f"{platform.system()} {platform.machine()}",
         "cpu": cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector kernels torch dispatches here
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

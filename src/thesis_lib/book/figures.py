@@ -164,6 +164,37 @@ def speedup_model_curves(c: float, verify: float, alphas=(0.4, 0.6, 0.7, 0.8, 0.
     return fig
 
 
+def regime_curve(points, thesis: tuple[float, float]):
+    """The curve the thesis implies, measured: FlashHead deferred's speedup over target-only decoding against the
+    FlashHead draft step in target steps, one point per target precision (:func:`thesis_lib.analysis.theory.
+    regime_points`; both 95 % intervals, and each point's absolute decode rates), each point's own cost-model
+    prediction (hollow), the cost model at the points' mean acceptance over the range of their measured
+    verified-block costs (band) and with a block that costs one step (dashed), and the thesis' point
+    ``(c, speedup)``."""
+    fig, ax = plt.subplots(figsize=(7.6, 4.4))
+    alpha, k = points["alpha"].mean(), int(points["k"].iloc[0])
+    lo_v, hi_v = points["verify"].min(), points["verify"].max()
+    cs = np.linspace(0.02, max(0.35, points["c_hi"].max() * 1.1), 120)
+    ax.fill_between(cs, [theory.speedup(alpha, k, c, hi_v) for c in cs], [theory.speedup(alpha, k, c, lo_v) for c in cs],
+                    color=COLORS["neutral"], alpha=0.25,
+                    label=f"cost model, acceptance {alpha:.2f}, blocks of {k + 1} at {lo_v:.2f}-{hi_v:.2f} steps")
+    ax.plot(cs, [theory.speedup(alpha, k, c, 1.0) for c in cs], color=COLORS["neutral"], ls="--", lw=1.0,
+            label="cost model, a block that costs one step")
+    ax.errorbar(points["c"], points["speedup"], yerr=[points["speedup"] - points["lo"], points["hi"] - points["speedup"]],
+                xerr=[points["c"] - points["c_lo"], points["c_hi"] - points["c"]], fmt="o", color=COLORS["flash"],
+                capsize=3, label="measured (95 % intervals)")
+    ax.plot(points["c"], points["model"], "o", mfc="none", color=COLORS["flash"], label="the model at each run's costs")
+    for _, r in points.iterrows():
+        ax.annotate(f"{r['precision']}\n{r['base_tok_s']:.1f} -> {r['flash_tok_s']:.1f} tok/s", (r["c"], r["speedup"]),
+                    textcoords="offset points", xytext=(8, 4), fontsize=8)
+    ax.plot([thesis[0]], [thesis[1]], "*", color=COLORS["accent"], ms=13, label="the thesis (two GPUs)")
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("FlashHead draft step / target step (c)")
+    ax.set_ylabel("FlashHead deferred over target-only")
+    ax.legend(fontsize=7.5, loc="lower left")
+    return fig
+
+
 def placeholder(text: str):
     """A figure that says what is missing (a page whose figure needs a document the parameter set does not name)."""
     fig, ax = plt.subplots(figsize=(7.2, 1.2))

@@ -74,6 +74,9 @@ class Params:
     #: the static explorer's grid: FlashHead deferred at these probe counts for each K of ``explorer_k`` (None: k_sweep)
     explorer_k: list | None = None
     explorer_probes: list = field(default_factory=list)
+    #: the thesis' cost regime's curve: the main run again with the target in each of these precisions (baseline and
+    #: FlashHead deferred only), beside the main run's own (empty: none measured; the book reads the committed ones)
+    curve_dtypes: list = field(default_factory=list)
     iterations: int = 1
     warmup: int = 1
     warmup_tokens: int | None = None
@@ -151,6 +154,8 @@ class Params:
             if not (v is None and name == "explorer_k") and (
                     not isinstance(v, (list, tuple)) or any(not isinstance(n, int) or n < 1 for n in v)):
                 raise ConfigError(f"{name.upper()} values must be integers >= 1 (got {v!r}).")
+        if not isinstance(self.curve_dtypes, (list, tuple)) or not all(isinstance(d, str) for d in self.curve_dtypes):
+            raise ConfigError(f"CURVE_DTYPES must be a list of precisions (got {self.curve_dtypes!r}).")
         for block in self.studies:
             getattr(block, "check", lambda: None)()
         return self

@@ -29,9 +29,10 @@ def run_folders(*runs) -> list[str]:
     return list(dict.fromkeys(r.name for r in runs))
 
 
-def source_label(run_or_doc, p: Params) -> str:
-    """The ``Source`` of this project's rows in a table: parameter set, when and with which revision the numbers
-    were measured, models and machine; ``None``: measured live, now."""
+def source_label(run_or_doc, p: Params, set_name: str | None = None) -> str:
+    """The ``Source`` of this project's rows in a table: parameter set (``p``'s, or ``set_name``: a run of another
+    set of the same pair), when and with which revision the numbers were measured, models and machine; ``None``:
+    measured live, now."""
     if run_or_doc is None:
         env = record = environment()
     elif hasattr(run_or_doc, "environment"):
@@ -41,7 +42,7 @@ def source_label(run_or_doc, p: Params) -> str:
         env = run_or_doc.get("environment", {})
         record = run_or_doc.get("measured") or env
     short = lambda s: s.split(":")[-1].split("/")[-1]
-    return f"this run ({p.set_name}, {measured_when(record)}): {short(p.target)} + {short(p.draft)}, {hardware(env)}"
+    return f"this run ({set_name or p.set_name}, {measured_when(record)}): {short(p.target)} + {short(p.draft)}, {hardware(env)}"
 
 
 def rows_exact_said(model_env: dict) -> str:

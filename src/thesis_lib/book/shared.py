@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -164,6 +165,13 @@ def main_config(p: Params) -> protocol.BenchConfig:
 def main_run(p: Params):
     """The headline run (:func:`main_config`)."""
     return obtain(main_config(p), p)
+
+
+def curve_run(p: Params, dtype: str):
+    """A point of the thesis' cost-regime curve (``CURVE_DTYPES``): the main run's prompts and sizes with the target
+    in ``dtype``, baseline and FlashHead deferred with their costs."""
+    q = replace(p, dtype=dtype)
+    return obtain(named(q.bench(modes=("baseline", "flash_deferred")), p.set_name, f"curve-{dtype}"), q)
 
 
 def profile_config(p: Params) -> protocol.BenchConfig:

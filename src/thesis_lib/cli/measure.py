@@ -122,7 +122,7 @@ def cmd_table(args) -> int:
 def cmd_results(args) -> int:
     from ..analysis import headline
 
-    print(headline.markdown(*headline.committed(args.data)))
+    print(headline.markdown(*headline.committed(args.data)) if args.data else headline.markdown_settings())
     return 0
 
 
@@ -207,6 +207,6 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("results", help="the thesis' main ratios beside a build's (the README's results table)")
-    p.add_argument("--data", default=None, help="a build's run folder (default: the committed default build's, "
-                   "data/reference/book-cpu-embedded)")
+    p.add_argument("--data", default=None, help="one build's run folder (default: the committed default build's, "
+                   "data/reference/book-cpu-embedded, then the thesis' cost regime's)")
     p.set_defaults(func=cmd_results)
