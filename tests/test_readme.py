@@ -65,21 +65,21 @@ def _pooled(rows: list[dict], mode: str) -> tuple[float, dict]:
 
 
 def _settings() -> list[tuple[list[tuple], str, Path]]:
-    """The README's results block: per setting (the fastest here, then the thesis' regime) its columns of the one
+    """The README's results block: per setting (the default, then the thesis' regime) its columns of the one
     table, the block's text from that setting's paragraph on, and the committed run data it shows."""
     from thesis_lib.analysis import headline
 
     block = _between("<!-- results:begin -->", "<!-- results:end -->")
     cell = r" ([0-9.]+)x \| ([0-9.]+)-([0-9.]+)x \| (\w+) \|"
     rows = re.findall(r"^\| ([^|]+\(Table [^|]+\)) \| ([0-9.]+)x \|" + cell + cell + "$", block, re.M)
-    fastest, regime = (block.index(f"**In {headline.SETTINGS[k]}**") for k in ("fastest", "regime"))
-    return [([(r[0], r[1], *r[2:6]) for r in rows], block[fastest:regime], headline.COMMITTED),
+    default, regime = (block.index(f"**In {headline.SETTINGS[k]}**") for k in ("default", "regime"))
+    return [([(r[0], r[1], *r[2:6]) for r in rows], block[default:regime], headline.COMMITTED),
             ([(r[0], r[1], *r[6:10]) for r in rows], block[regime:], headline.REGIME)]
 
 
-@pytest.mark.parametrize("setting", [0, 1], ids=["fastest", "regime"])
+@pytest.mark.parametrize("setting", [0, 1], ids=["default", "regime"])
 def test_every_verdict_of_the_results_table_follows_from_the_raw_samples(setting):
-    """Each row of the README's table, in each setting's columns (the fastest here, the thesis' regime), recomputed
+    """Each row of the README's table, in each setting's columns (the default, the thesis' regime), recomputed
     from that setting's committed raw files, not from the library's tables: the ratio (pooled decode tokens /
     decode seconds of the samples; the model bench's mean latencies), a bootstrap over prompts written here (its
     bounds within 0.03 of the table's, whose verdicts are then judged from the table's bounds), the words

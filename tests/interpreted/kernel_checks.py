@@ -57,6 +57,9 @@ def probes_of(scores: torch.Tensor, n: int) -> list[list[int]]:
 
 
 def make_head(vocab=2048, hidden=64, clusters=128, probes=8, specials=(), seed=0, **kw) -> FlashHead:
+    """A random head; its centroids in bfloat16 unless ``kw`` names others: what ``auto`` gives on CUDA, where these
+    kernels run (on a CPU ``auto`` gives float32 where bf16 is not native, and the kernels would take another path)."""
+    kw.setdefault("centroid_dtype", torch.bfloat16)
     g = torch.Generator().manual_seed(seed)
     w = (torch.randn(vocab, hidden, generator=g) * 0.1).bfloat16()
     return FlashHead(w, random_clustering(vocab, hidden, clusters, seed=seed), n_probes=probes,

@@ -30,7 +30,9 @@ COMMITTED = ROOT / "data" / "reference" / "book-cpu-embedded"
 REGIME_SET = "cpu-embedded-thesis-regime"
 REGIME = ROOT / "data" / "reference" / f"book-{REGIME_SET}"
 #: The two settings every build's findings are shown in, as the pages and the README name them.
-SETTINGS = {"fastest": "the fastest setting here", "regime": "the thesis' cost regime"}
+SETTINGS = {"default": "the default setting", "regime": "the thesis' cost regime"}
+#: Their columns in the side-by-side table.
+COLUMNS = {"default": "Default setting", "regime": "Thesis' regime"}
 #: Table 4.7's control, as a comparison: the dense-shared draft (a FlashHead checkpoint's body, dense head) over
 #: the dense draft, in the profiled run; it isolates the checkpoint from the head.
 CONTROL = "Dense draft vs. dense shared"
@@ -117,8 +119,8 @@ def committed(folder: str | Path | None = None, set_name: str | None = None) -> 
 
 def regime_folder(runs_dir: str | Path | None = None) -> tuple[Path, str]:
     """Where the thesis' cost regime's chapter-4 runs are: ``runs_dir`` where a build of its set left its main run,
-    profiled run and model-bench document there (:func:`committed`), else the committed folder; and a phrase
-    saying which."""
+    profiled run and model-bench document there (:func:`committed`; the first of each by name), else the committed
+    folder; and a phrase saying which."""
     if runs_dir is not None:
         try:
             _found(Path(runs_dir), REGIME_SET)
@@ -128,6 +130,17 @@ def regime_folder(runs_dir: str | Path | None = None) -> tuple[Path, str]:
     return REGIME, f"read from its committed run data (no build of {REGIME_SET} here)"
 
 
+def regime_beside(set_name: str, runs_dir: str | Path, own: tuple, own_curve: list) -> tuple[tuple, list, str]:
+    """The thesis' cost regime beside a build of ``set_name``: its main run, profiled run and model-bench document,
+    the runs of its curve (the main run first) and a phrase saying where they come from. A build of the regime's
+    own set is its own regime (``own``, ``own_curve``: this build's runs, never older ones in the same folder);
+    any other build reads :func:`regime_folder`'s."""
+    if set_name == REGIME_SET:
+        return own, [own[0], *own_curve], "this build"
+    folder, said = regime_folder(runs_dir)
+    return committed(folder, REGIME_SET), curve_runs(folder), said
+
+
 def curve_runs(folder: str | Path) -> list:
     """The thesis' cost regime's main run and its runs with the target in other precisions (``<set>-curve-*``,
     :func:`thesis_lib.book.shared.curve_run`) in ``folder``: the points of the curve the thesis implies."""
@@ -135,12 +148,22 @@ def curve_runs(folder: str | Path) -> list:
     return [committed(folder, REGIME_SET)[0], *(load_run(Path(f).parent) for f in others)]
 
 
-def side_by_side(fastest: pd.DataFrame, regime: pd.DataFrame) -> pd.DataFrame:
+def regime_speed(points: pd.DataFrame, precision: str) -> str:
+    """The regime's absolute decode rates (target-only, FlashHead deferred) with the target in ``precision`` beside
+    those of the precision whose FlashHead deferred decodes fastest on its curve (:func:`thesis_lib.analysis.theory.
+    regime_points`, every point measured on one machine), as a sentence."""
+    regime, best = points[points["precision"] == precision].iloc[0], points.iloc[points["flash_tok_s"].idxmax()]
+    return (f"on its machine the regime decodes at {regime['base_tok_s']:.1f} tokens/s target-only and "
+            f"{regime['flash_tok_s']:.1f} with FlashHead deferred; the fastest of the {len(points)} target precisions "
+            f"measured there, {best['precision']}, at {best['base_tok_s']:.1f} and {best['flash_tok_s']:.1f}")
+
+
+def side_by_side(default: pd.DataFrame, regime: pd.DataFrame, columns: dict | None = None) -> pd.DataFrame:
     """Two settings' findings (:func:`judge`, the same rows) in one table: the thesis' value, then each setting's
-    ratio, interval and verdict against the thesis."""
-    out = {"Finding": fastest["Finding"], "Thesis": fastest["Thesis"]}
-    for label, df in (("Fastest here", fastest), ("Thesis' regime", regime)):
-        shown = strip(df)
+    ratio, interval and verdict against the thesis (columns named by ``columns``, default :data:`COLUMNS`)."""
+    out = {"Finding": default["Finding"], "Thesis": default["Thesis"]}
+    for key, df in (("default", default), ("regime", regime)):
+        shown, label = strip(df), (columns or COLUMNS)[key]
         out[label] = shown["This build"]
         out[f"{label}: 95 % interval"] = shown["95 % interval"]
         out[f"{label}: against the thesis"] = shown["Against the thesis"]
@@ -184,36 +207,28 @@ def machine_said(env: dict) -> str:
 
 
 def markdown_settings(runs_dir: str | Path | None = None) -> str:
-    """The README's results: every finding in the fastest setting here (the committed default build) and in the
-    thesis' cost regime (:func:`regime_folder`) in one table, then each setting's count, cost-model account and
-    build line (:func:`markdown`'s), and their absolute decode rates."""
-    folder, said = regime_folder(runs_dir)
-    fastest, regime = committed(), committed(folder, REGIME_SET)
-    both = side_by_side(findings(*fastest), findings(*regime))
-    cols = ["Fastest here", "Thesis' regime"]
+    """The README's results: every finding in the default setting (the committed default build) and in the thesis'
+    cost regime (:func:`regime_folder`) in one table, then each setting's count, cost-model account and build line
+    (:func:`markdown`'s), and the regime's absolute speed beside its curve's fastest precision (:func:`regime_speed`)."""
+    from .theory import regime_points
+
+    folder, where = regime_folder(runs_dir)
+    settings = {"default": committed(), "regime": committed(folder, REGIME_SET)}
+    both = side_by_side(findings(*settings["default"]), findings(*settings["regime"]))
+    cols = list(COLUMNS.values())
     lines = ["| Finding | Thesis | " + " | ".join(f"{c} | 95 % interval | Against the thesis" for c in cols) + " |",
              "| --- | ---: | " + " | ".join("---: | ---: | ---" for _ in cols) + " |"]
     lines += [f"| {r['Finding']} | {r['Thesis']:.3f}x | " + " | ".join(
         f"{r[c]:.2f}x | {r[f'{c}: 95 % interval']} | {r[f'{c}: against the thesis']}" for c in cols) + " |"
         for _, r in both.iterrows()]
     parts = ["\n".join(lines)]
-    for key, data in (("fastest", fastest), ("regime", regime)):
+    for key, data in settings.items():
         f = facts(data[0])
         parts.append(f"**In {SETTINGS[key]}** (the target in {f['build_dtype']}, the draft in {f['build_draft_dtype']}"
-                     + (f"; {said}" if key == "regime" else "") + "): "
-                     + markdown(*data, timing=key == "fastest", table=False))
-    rates = {(key, m): totals(data[0].of(m))["decode_tokens_per_s"]
-             for key, data in (("fastest", fastest), ("regime", regime)) for m in ("baseline", "flash_deferred")}
-    said = (f"target-only decoding ran at {rates['regime', 'baseline']:.1f} tokens/s in the regime and FlashHead "
-            f"deferred at {rates['regime', 'flash_deferred']:.1f}, against {rates['fastest', 'baseline']:.1f} and "
-            f"{rates['fastest', 'flash_deferred']:.1f} in the fastest setting")
-    envs = [fastest[0].environment, regime[0].environment]
-    if cpu_kind(envs[0]) and machine_said(envs[0]) == machine_said(envs[1]):
-        slower = rates["regime", "flash_deferred"] < rates["fastest", "flash_deferred"]
-        parts.append(f"In absolute terms the regime is the {'slower' if slower else 'faster'} setting: {said}.")
-    else:
-        parts.append(f"In absolute terms {said}: measured on two kinds of machine (each setting's is named above), so "
-                     "these rates do not compare; the ratios do.")
+                     + (f"; {where}" if key == "regime" else "") + "): "
+                     + markdown(*data, timing=key == "default", table=False))
+    said = regime_speed(regime_points(curve_runs(folder)), facts(settings["regime"][0])["build_dtype"])
+    parts.append(said[0].upper() + said[1:] + ".")
     return "\n\n".join(parts)
 
 
