@@ -33,13 +33,13 @@ def _run(dtype: str, flash_s: float, emitted_code: int, step: float = 0.2) -> Ru
                     _sample(q, category, "flash_deferred", flash_s, rounds=5, emitted=emitted, accepted=emitted - 5,
                             drafted=20, step=step)]
     env = {"models": {"target": {"dtype_requested": dtype}}, "cpu": "a CPU"}
-    return Run(path=None, config={"k": 4, "name": dtype}, environment=env, samples=samples)
+    return Run(path=None, config={"k": 4, "name": dtype, "max_new_tokens": 21}, environment=env, samples=samples)
 
 
 def test_the_curve_s_points_are_each_run_s_costs_speedup_and_model():
     """One point per run, sorted by the draft's cost in target steps: c = 0.02 / 0.2 s for the float32 run, the
     block 0.24 / 0.2, the speedup 4 s over flash_s, and the model's E / (K c + v) at the run's own round."""
-    points = theory.regime_points([_run("int8-dynamic", 2.0, 20, step=0.08), _run("float32", 1.6, 15)])
+    points = headline.regime_points([_run("int8-dynamic", 2.0, 20, step=0.08), _run("float32", 1.6, 15)])
     assert points["precision"].tolist() == ["float32", "int8-dynamic"]  # c = 0.1, then 0.25
     assert points.set_index("precision").loc["int8-dynamic", "c"] == pytest.approx(0.25)
     f32 = points.set_index("precision").loc["float32"]
@@ -127,7 +127,7 @@ def test_a_run_s_machine_names_the_vector_extensions_it_ran_with():
 def test_the_regime_s_speed_is_set_beside_its_curve_s_fastest_precision():
     """Rates from one machine's curve: the regime's precision beside the one whose FlashHead deferred decodes
     fastest (target-only 20 tokens in 4 s; FlashHead deferred in 1.6 s at float32, 0.8 s at int8-dynamic)."""
-    points = theory.regime_points([_run("float32", 1.6, 15), _run("int8-dynamic", 0.8, 15, step=0.08)])
+    points = headline.regime_points([_run("float32", 1.6, 15), _run("int8-dynamic", 0.8, 15, step=0.08)])
     assert headline.regime_speed(points, "float32") == (
         "on its machine the regime decodes at 5.0 tokens/s target-only and 12.5 with FlashHead deferred; the fastest "
         "of the 2 target precisions measured there, int8-dynamic, at 5.0 and 25.0")

@@ -148,10 +148,26 @@ def curve_runs(folder: str | Path) -> list:
     return [committed(folder, REGIME_SET)[0], *(load_run(Path(f).parent) for f in others)]
 
 
+def regime_points(runs) -> pd.DataFrame:
+    """The curve the thesis implies, one row per run of the same pair with the target at another precision:
+    :func:`model_gap`'s measured draft step ``c`` (interval ``c_lo``-``c_hi``), block ``verify``, acceptance
+    ``alpha``, speedup of FlashHead deferred over target-only decoding (``lo``-``hi``) and the cost model's
+    prediction at the run's costs (``model``), with the target's precision, K and both decode rates; sorted by ``c``."""
+    rows = []
+    for run in runs:
+        g = model_gap(run)
+        rows.append({"precision": facts(run)["build_dtype"], "k": g["gap_k"], "c": g["gap_c"], "c_lo": g["gap_c_lo"],
+                     "c_hi": g["gap_c_hi"], "verify": g["gap_verify"], "alpha": g["gap_alpha"],
+                     "speedup": g["gap_measured"], "lo": g["gap_measured_lo"], "hi": g["gap_measured_hi"],
+                     "base_tok_s": totals(run.of("baseline"))["decode_tokens_per_s"],
+                     "flash_tok_s": totals(run.of("flash_deferred"))["decode_tokens_per_s"], "model": g["gap_model_here"]})
+    return pd.DataFrame(rows).sort_values("c").reset_index(drop=True)
+
+
 def regime_speed(points: pd.DataFrame, precision: str) -> str:
     """The regime's absolute decode rates (target-only, FlashHead deferred) with the target in ``precision`` beside
-    those of the precision whose FlashHead deferred decodes fastest on its curve (:func:`thesis_lib.analysis.theory.
-    regime_points`, every point measured on one machine), as a sentence."""
+    those of the precision whose FlashHead deferred decodes fastest on its curve (:func:`regime_points`, every point
+    measured on one machine), as a sentence."""
     regime, best = points[points["precision"] == precision].iloc[0], points.iloc[points["flash_tok_s"].idxmax()]
     return (f"on its machine the regime decodes at {regime['base_tok_s']:.1f} tokens/s target-only and "
             f"{regime['flash_tok_s']:.1f} with FlashHead deferred; the fastest of the {len(points)} target precisions "
@@ -210,8 +226,6 @@ def markdown_settings(runs_dir: str | Path | None = None) -> str:
     """The README's results: every finding in the default setting (the committed default build) and in the thesis'
     cost regime (:func:`regime_folder`) in one table, then each setting's count, cost-model account and build line
     (:func:`markdown`'s), and the regime's absolute speed beside its curve's fastest precision (:func:`regime_speed`)."""
-    from .theory import regime_points
-
     folder, where = regime_folder(runs_dir)
     settings = {"default": committed(), "regime": committed(folder, REGIME_SET)}
     both = side_by_side(findings(*settings["default"]), findings(*settings["regime"]))

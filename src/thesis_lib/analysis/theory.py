@@ -156,33 +156,6 @@ def sweep_speedups(sweeps: dict, run) -> tuple[dict, dict]:
     return measured, model
 
 
-def regime_points(runs) -> "pd.DataFrame":
-    """One row per run of the same pair with the target at another precision (each with ``baseline`` and
-    ``flash_deferred`` and their costs): the target's precision, the measured FlashHead draft step in target steps
-    (``c``, with its interval over prompts), the verified block of K + 1 (``verify``), the acceptance per token
-    from the run's mean emitted, the measured speedup of FlashHead deferred over target-only decoding with its
-    interval, both absolute decode rates, and the cost model's speedup at the run's own measured costs
-    (``model``): the points of the curve the thesis implies, sorted by ``c``."""
-    import pandas as pd
-
-    from .uncertainty import ratio_interval
-
-    rows = []
-    for run in runs:
-        costs, ci = measured_costs(run), cost_intervals(run)
-        flash, base = totals(run.of("flash_deferred")), totals(run.of("baseline"))
-        alpha = alpha_from_emitted(flash["mean_emitted"], costs["k"])
-        sp = ratio_interval(run, "flash_deferred", "baseline")
-        target = run.environment.get("models", {}).get("target", {})
-        rows.append({"precision": target.get("dtype_requested") or target.get("dtype", "?"), "k": costs["k"],
-                     "c": costs["c_flash"], "c_lo": ci["c_flash_lo"], "c_hi": ci["c_flash_hi"],
-                     "verify": costs["verify_k1"], "alpha": alpha, "target_step_ms": costs["target_step_ms"],
-                     "speedup": sp["ratio"], "lo": sp["lo"], "hi": sp["hi"],
-                     "base_tok_s": base["decode_tokens_per_s"], "flash_tok_s": flash["decode_tokens_per_s"],
-                     "model": float(speedup(alpha, costs["k"], costs["c_flash"], costs["verify_k1"]))})
-    return pd.DataFrame(rows).sort_values("c").reset_index(drop=True)
-
-
 def by_category(run, mode: str = "flash_deferred") -> "pd.DataFrame":
     """Per prompt category, then over all prompts: ``mode``'s acceptance (accepted / drafted), tokens per round
     (the target's own included) and pooled decode speedup over target-only decoding: where the round's shape, and

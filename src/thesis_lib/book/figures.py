@@ -166,7 +166,7 @@ def speedup_model_curves(c: float, verify: float, alphas=(0.4, 0.6, 0.7, 0.8, 0.
 
 def regime_curve(points, thesis: tuple[float, float]):
     """The curve the thesis implies, measured: FlashHead deferred's speedup over target-only decoding against the
-    FlashHead draft step in target steps, one point per target precision (:func:`thesis_lib.analysis.theory.
+    FlashHead draft step in target steps, one point per target precision (:func:`thesis_lib.analysis.headline.
     regime_points`; both 95 % intervals, and each point's absolute decode rates), each point's own cost-model
     prediction (hollow), the cost model at the points' mean acceptance over the range of their measured
     verified-block costs (band) and with a block that costs one step (dashed), and the thesis' point
