@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from thesis_lib.analysis import headline, theory
+from thesis_lib.analysis import diagnostics, headline, theory
 from thesis_lib.bench.runs import Run
 from thesis_lib.errors import ConfigError
 
@@ -71,7 +71,8 @@ def test_the_ordinary_schedule_pays_a_standalone_append():
 
 
 def test_rounds_by_category_pool_each_category_s_prompts():
-    table = theory.by_category(_run("float32", 1.6, 15)).set_index("Category")
+    table = diagnostics.category_ratios(_run("float32", 1.6, 15), {"Speedup": ("flash_deferred", "baseline")},
+                                        rounds="flash_deferred").set_index("Category")
     assert table.index.tolist() == ["chat", "code", "all"]
     assert table.loc["code", "Tokens per round"] == pytest.approx(3.0)
     assert table.loc["chat", "Tokens per round"] == pytest.approx(4.0)
@@ -143,3 +144,32 @@ def test_a_build_of_the_regime_s_own_set_is_its_own_regime(tmp_path):
     data, runs, said = headline.regime_beside("smoke", tmp_path, own, curve)
     assert "committed" in said and data[0].name.startswith(headline.REGIME_SET) and runs[0].name == data[0].name
     assert len(runs) == 4  # the committed main run and its three curve runs
+
+
+def test_the_round_in_target_steps_splits_into_draft_path_and_the_rest():
+    """Target-only decoding takes 0.2 s a token; FlashHead deferred 1.6 s over 5 rounds a prompt, 0.4 s of it
+    proposing: a round of 1.6 steps, 0.4 of them the draft path. The thesis' row reads Tables 4.9 and 4.11: 3.642
+    tokens a round at 11.374 tok/s against 5.326 (1.705 steps), 41.6 % of it the draft path."""
+    run = _run("float32", 1.6, 15)
+    for r in run.of("flash_deferred"):
+        r["phase_s"] = {"draft_propose": 0.4, "target_verify": 1.2}
+    shape = theory.round_shape({"constructed": run}).set_index("Source")
+    thesis, ours = shape.iloc[0], shape.loc["constructed"]
+    assert (thesis["Round"], thesis["Draft path"]) == pytest.approx((1.705, 0.709), abs=5e-4)
+    assert thesis["Tokens per round"] == pytest.approx(3.642)
+    assert (ours["Round"], ours["Draft path"], ours["The rest"]) == pytest.approx((1.6, 0.4, 1.2))
+    assert ours["Tokens per round"] == pytest.approx(3.5)
+    assert (ours["95 % low"], ours["95 % high"]) == pytest.approx((1.6, 1.6))  # every prompt alike
+    said = headline.round_said(shape.reset_index(), 4, 0.088)
+    assert "cost 1.71 steps" in said and "2.0 times its 4 isolated draft steps (0.35 steps)" in said
+    assert "costs 1.60 steps (1.60 to 1.60), less than the thesis'" in said
+
+
+def test_the_round_is_as_much_as_the_thesis_where_its_interval_holds_the_thesis_round():
+    run = _run("float32", 1.6, 15)
+    run.samples = [{**r, "decode_s": r["decode_s"] * (1.2 if r["question_id"] % 2 else 0.95) * 1.705 / 1.6}
+                   if r["mode"] == "flash_deferred" else r for r in run.samples]
+    shape = theory.round_shape({"constructed": run})
+    low, high = shape.iloc[-1][["95 % low", "95 % high"]]
+    assert low < 1.705 < high
+    assert ", as much as the thesis'" in headline.round_said(shape, 4, 0.088)

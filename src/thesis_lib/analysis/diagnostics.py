@@ -14,16 +14,23 @@ from ..errors import ConfigError
 from .pooled import LABELS, as_run, per_sample_ratios, quartiles3, samples_of, totals
 
 
-def category_ratios(run, pairs: dict[str, tuple[str, str]]) -> pd.DataFrame:
+def category_ratios(run, pairs: dict[str, tuple[str, str]], rounds: str | None = None) -> pd.DataFrame:
     """Per prompt category: each pair's (label -> ``(mode, against)``) pooled decode speed ratio over the category's
-    prompts, and how many prompts it has: where a ratio depends on the category, the spread the intervals hide."""
+    prompts, and how many prompts it has: where a ratio depends on the category, the spread the intervals hide. With
+    ``rounds`` (a mode), that mode's acceptance (accepted / drafted) and tokens per round (the target's own
+    included) too, and a last row over all prompts: where the round's shape, and so the speedup, follows the text."""
     run = as_run(run)
     rows = []
-    for category in sorted({r.get("category", "?") for r in run.samples}):
-        row = {"Category": category.replace("_", " "),
-               "Prompts": len({r["question_id"] for r in run.samples if r.get("category", "?") == category})}
+    for category in sorted({r.get("category", "?") for r in run.samples}) + ([None] if rounds else []):
+        def of(mode):
+            return [r for r in run.of(mode) if category in (None, r.get("category", "?"))]
+        row = {"Category": "all" if category is None else category.replace("_", " "),
+               "Prompts": len({r["question_id"] for r in run.samples if category in (None, r.get("category", "?"))})}
+        if rounds:
+            t = totals(of(rounds))
+            row.update({"Acceptance": t["acceptance"], "Tokens per round": t["mean_emitted"]})
         for label, (mode, against) in pairs.items():
-            a, b = ([r for r in run.of(m) if r.get("category", "?") == category] for m in (mode, against))
+            a, b = of(mode), of(against)
             row[label] = (totals(a)["decode_tokens_per_s"] / totals(b)["decode_tokens_per_s"]) if a and b else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)

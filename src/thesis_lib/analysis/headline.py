@@ -174,6 +174,20 @@ def regime_speed(points: pd.DataFrame, precision: str) -> str:
             f"measured there, {best['precision']}, at {best['base_tok_s']:.1f} and {best['flash_tok_s']:.1f}")
 
 
+def round_said(shape: pd.DataFrame, k: int, thesis_c: float) -> str:
+    """What :func:`~.theory.round_shape` says of the thesis' round (its first row) beside a run's (its last row), with
+    ``k`` draft steps a round at the thesis' isolated draft step ``thesis_c`` (Table 4.3), as a sentence."""
+    th, run = shape.iloc[0], shape.iloc[-1]
+    same = uncertainty.reads(run["95 % low"], run["95 % high"], "more than", "less than", "as much as", at=th["Round"])
+    return (f"a FlashHead deferred round of the thesis cost {th['Round']:.2f} steps of its target-only decoding, of "
+            f"which the draft path took {th['Draft path']:.2f}, {th['Draft path'] / (k * thesis_c):.1f} times its {k} "
+            f"isolated draft steps ({k * thesis_c:.2f} steps), and the verification and the rest "
+            f"{th['The rest']:.2f}; the regime run's round costs {run['Round']:.2f} steps ({run['95 % low']:.2f} to "
+            f"{run['95 % high']:.2f}), {same} the thesis', split into a draft path of {run['Draft path']:.2f} and "
+            f"{run['The rest']:.2f} for the rest, and brings {run['Tokens per round']:.2f} tokens against the thesis' "
+            f"{th['Tokens per round']:.2f}")
+
+
 def side_by_side(default: pd.DataFrame, regime: pd.DataFrame, columns: dict | None = None) -> pd.DataFrame:
     """Two settings' findings (:func:`judge`, the same rows) in one table: the thesis' value, then each setting's
     ratio, interval and verdict against the thesis (columns named by ``columns``, default :data:`COLUMNS`)."""
@@ -271,7 +285,7 @@ def markdown(run, profiled, model_bench: dict, timing: bool = True, table: bool 
                  f"{measured_when(env, code_note=False)}. "
                  f"Thesis: {reference.setup()['label'].removeprefix('thesis: ')}. Intervals: a paired bootstrap "
                  f"over the prompts, or over the timed states for the head and the step "
-                 f"({uncertainty.RESAMPLES:,} resamples, percentile). *Reproduced*: the thesis' value lies inside "
+                 f"({uncertainty.RESAMPLES:,} resamples, expanded percentile). *Reproduced*: the thesis' value lies inside "
                  f"the interval; *larger* / *smaller*: the interval lies above / below it; *cannot tell*: the "
                  f"interval holds 1.")
     return "\n".join(lines)

@@ -156,24 +156,6 @@ def sweep_speedups(sweeps: dict, run) -> tuple[dict, dict]:
     return measured, model
 
 
-def by_category(run, mode: str = "flash_deferred") -> "pd.DataFrame":
-    """Per prompt category, then over all prompts: ``mode``'s acceptance (accepted / drafted), tokens per round
-    (the target's own included) and pooled decode speedup over target-only decoding: where the round's shape, and
-    so the speedup, follows the text."""
-    import pandas as pd
-
-    rows = []
-    for category in sorted({r.get("category", "?") for r in run.samples}) + [None]:
-        def of(m):
-            return [r for r in run.of(m) if category is None or r.get("category", "?") == category]
-        t, b = totals(of(mode)), totals(of("baseline"))
-        rows.append({"Category": "all" if category is None else category.replace("_", " "),
-                     "Prompts": len({r["question_id"] for r in of(mode)}), "Acceptance": t["acceptance"],
-                     "Tokens per round": t["mean_emitted"],
-                     "Speedup": t["decode_tokens_per_s"] / b["decode_tokens_per_s"]})
-    return pd.DataFrame(rows)
-
-
 def attribution(run, mode: str, thesis_emitted: float, thesis_c: float) -> "pd.DataFrame":
     """What separates ``mode``'s measured speedup over target-only decoding from the thesis', one cause at a time:
     the cost model E / (K c + v + a) at this run's round (tokens per round E, draft step c and verified block v in
@@ -193,3 +175,30 @@ def attribution(run, mode: str, thesis_emitted: float, thesis_c: float) -> "pd.D
     return pd.DataFrame([{"Model input": name, "Tokens per round": ee, "Draft step (target steps)": cc,
                           f"Block of {k + 1} (target steps)": vv, "Predicted speedup": ee / round_cost(k, cc, vv, append)}
                          for name, ee, cc, vv in steps])
+
+
+def round_shape(runs: dict, draft: str = "flash") -> "pd.DataFrame":
+    """The deferred round of the ``draft`` draft in steps of target-only decoding: the thesis' (its Table 4.9's tokens
+    per round and decode rates, Table 4.11's draft path share) and each run's of ``runs`` (label -> run), with the
+    round's 95 % interval over prompts. Tokens per round E, the draft path's part of the round (all proposal time),
+    the rest (the target's verification, the finalisation) and the round; E over the round is the speedup over
+    target-only decoding, so a gap to the thesis' speedup splits into the tokens and the round's parts."""
+    import pandas as pd
+
+    from . import reference
+    from .uncertainty import run_interval
+
+    mode, row = f"{draft}_deferred", LABELS[f"{draft}_deferred"]
+    e = reference.value("4.9", row, "Mean emitted")
+    steps = e * reference.value("4.9", "Base only", "Decode Tok/s") / reference.value("4.9", row, "Decode Tok/s")
+    share = reference.value("4.11", row, "Draft path share")
+    rows = [{"Source": "Thesis (Tables 4.9, 4.11)", "Tokens per round": e, "Draft path": share * steps,
+             "The rest": (1 - share) * steps, "Round": steps, "95 % low": float("nan"), "95 % high": float("nan")}]
+    for label, run in runs.items():
+        ci = run_interval(run, (mode, "baseline"), lambda s: s[mode]["decode_s"] / s[mode]["rounds"]
+                          * s["baseline"]["tokens"] / s["baseline"]["decode_s"])  # seconds a round over a step
+        t = totals(run.of(mode))
+        path = ci["value"] * t["propose_s"] / t["decode_s"]
+        rows.append({"Source": label, "Tokens per round": t["mean_emitted"], "Draft path": path,
+                     "The rest": ci["value"] - path, "Round": ci["value"], "95 % low": ci["lo"], "95 % high": ci["hi"]})
+    return pd.DataFrame(rows)
