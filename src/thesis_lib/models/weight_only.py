@@ -83,11 +83,13 @@ def kernel(*, verbose: bool = False):
         raise ConfigError(_kernel_error)
     from torch.utils.cpp_extension import load
 
+    from .cache import build_lock
+
     d = build_dir()
-    d.mkdir(parents=True, exist_ok=True)
     try:
-        _kernel = load("thesis_weight_only", [str(p) for p in _SOURCES], extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"],
-                       build_directory=str(d), verbose=verbose)
+        with build_lock(d, "the weight-only kernel", stale=("lock",)):  # torch's lock waits forever on a dead builder
+            _kernel = load("thesis_weight_only", [str(p) for p in _SOURCES], extra_cflags=_FLAGS,
+                           extra_ldflags=["-fopenmp"], build_directory=str(d), verbose=verbose)
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, no ninja, a failed build
         _kernel_error = f"the weight-only kernel could not be built ({type(e).__name__}: {str(e).splitlines()[0]})"
         raise ConfigError(_kernel_error) from e
