@@ -301,18 +301,19 @@ def test_bf16_precisions_are_refused_where_bf16_is_emulated(monkeypatch):
     monkeypatch.setattr(packing, "bf16_packing_available", lambda: True)
     assert not precision.emulates_bf16(["bfloat16", "int4"])
 
-def test_llama_bench_without_llama_cpp_fails_before_any_model(monkeypatch, capsys):
-    """Without the optional binding the command names the extra to install and loads nothing."""
-    import importlib.util
+def test_llama_bench_without_a_compiler_fails_before_any_model(monkeypatch, tmp_path, capsys):
+    """With no llama-server built and no CMake to build one, the command says what to install and loads nothing."""
+    import shutil
 
     from thesis_lib.models import loading
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path))
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "cmake" else real(name, *a, **k))
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("a model was loaded"))
-    assert cli.main(["studies", "llama-bench", "--prompts", "2"]) == 2
+    assert cli.main(["studies", "llama-bench", "--per-category", "2"]) == 2
     err = capsys.readouterr().err
-    assert "pip install -e '.[llama]'" in err and "Traceback" not in err
+    assert "needs cmake" in err and "Traceback" not in err
 
 
 def test_serving_bench_decodes_batches_on_tiny_models(tmp_path, tok, capsys, monkeypatch):

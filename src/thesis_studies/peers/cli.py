@@ -8,31 +8,41 @@ from thesis_lib.errors import ConfigError
 
 def cmd_llama_bench(args) -> int:
     from thesis_studies.peers import llama as llama_peer
-    from thesis_lib.bench.prompts import demo_prompts, encode
+    from thesis_lib.bench.prompts import encode, held_out, load_prompts, select
 
     llama_peer.check()  # before any model loads
-    if args.prompts < 1 or args.max_new_tokens < 1 or args.k < 1:
-        raise ConfigError("--prompts, --max-new-tokens and -k must be >= 1.")
-    out_path, measured, target, draft, _ = options.embedded_pair(args)
-    prompts = demo_prompts()[: args.prompts]
-    ids = [encode(target.tokenizer, p.text) for p in prompts]
-    doc = llama_peer.run(target, draft, ids, k=args.k, max_new_tokens=args.max_new_tokens)
-
-    doc.update(measured=measured, **options.machine_record(),
-               command=f"thesis-lib studies llama-bench --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "
-                       f"-k {args.k} --dtype {args.dtype}")
+    if args.per_category < 1 or args.calibration < 1 or args.max_new_tokens < 2 or args.k < 1:
+        raise ConfigError("--per-category, --calibration and -k must be >= 1, --max-new-tokens >= 2.")
+    pool = load_prompts("project")
+    measured = select(pool, per_category=args.per_category)
+    calibration = held_out(pool, measured, args.calibration)
+    if not calibration:
+        raise ConfigError(f"No calibration prompts are left beside {args.per_category} measured per category.")
+    out_path, measured_by, target, draft, _ = options.embedded_pair(args)
+    ids = [encode(target.tokenizer, p.text) for p in measured]
+    doc = llama_peer.run(target, draft, ids, [encode(target.tokenizer, p.text) for p in calibration], k=args.k,
+                         max_new_tokens=args.max_new_tokens)
+    doc["categories"] = [p.category for p in measured]
+    doc.update(measured=measured_by, **options.machine_record(),
+               command=f"thesis-lib studies llama-bench --per-category {args.per_category} --calibration "
+                       f"{args.calibration} --max-new-tokens {args.max_new_tokens} -k {args.k} --dtype {args.dtype}")
     return options.emit(doc, llama_peer.text(doc), out_path)
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("llama-bench", help="llama.cpp beside this project on the embedded pair's own GGUF files",
-                       description="Times llama.cpp's greedy target-only and speculative decoding (the 0.5B GGUF as "
-                       "its draft) beside this project's target-only and FlashHead deferred decoding, interleaved per "
-                       "demo prompt, same threads and new tokens; bytes per step of each; where the texts part. Needs "
-                       "the optional extra llama (pip install -e '.[llama]'). One JSON document as the last line.")
-    p.add_argument("--prompts", type=int, default=5, help="demo prompts (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="(default: %(default)s)")
-    p.add_argument("-k", type=int, default=4, help="draft tokens per round, both engines (default: %(default)s)")
+    p = sub.add_parser("llama-bench", help="llama.cpp at its best beside this project on the embedded pair's GGUF files",
+                       description="Builds llama.cpp's server from source on first use (CMake, a C++ compiler; about "
+                       "15 minutes on two cores), tunes its speculative decoding with the 0.5B GGUF as the draft "
+                       "(--draft-max, --draft-min, --draft-p-min) and its n-gram methods on held-out calibration "
+                       "prompts, then times its plain, speculative and n-gram decoding beside this project's "
+                       "target-only and FlashHead deferred decoding, interleaved per prompt of the default prompt set, "
+                       "same threads and new tokens; bytes per step of each; where the texts part. One JSON document "
+                       "as the last line.")
+    p.add_argument("--per-category", type=int, default=5, help="measured prompts per category (default: %(default)s)")
+    p.add_argument("--calibration", type=int, default=1,
+                   help="held-out calibration prompts per category for the tuning (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="(default: %(default)s)")
+    p.add_argument("-k", type=int, default=4, help="this project's draft tokens per round (default: %(default)s)")
     p.add_argument("--dtype", default="auto", help="this project's precision (default: %(default)s)")
     options.out(p)
     p.set_defaults(func=cmd_llama_bench)
