@@ -32,7 +32,7 @@ PYTEST_ARGS ?=
 talk = ( while sleep 20; do echo "  $(1): still working"; done ) & talker=$$!; $(2); status=$$?; \
 	kill $$talker 2>/dev/null; exit $$status
 
-.PHONY: env models book read explore demo browser slurm test mutation clean-venv
+.PHONY: env models book read explore demo browser slurm test test-fast mutation clean-venv
 
 env: $(STAMP)
 
@@ -90,6 +90,12 @@ slurm:
 
 test: models browser slurm
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# While developing: the loops, the heads and the kernels on tiny models (no real pair, no book), a few minutes.
+FAST_TESTS = tests/test_decoding.py tests/test_flashhead.py tests/test_weight_only.py tests/test_fused.py \
+  tests/test_compact.py tests/test_packing.py tests/test_attention.py
+test-fast:
+	$(PY) -m pytest -q -m "not real" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # Mutation testing with mutmut (pyproject's [tool.mutmut]: the files and the tests; tools/mutation_report.py's SCOPE:
 # the decoding package, FlashHead, the intervals and the verdict sentences, every function of each); not part of

@@ -799,19 +799,26 @@ def test_auto_takes_the_kernel_for_greedy_calls_on_a_cpu_and_compiles_the_rest(t
     assert torch.equal(tokens, head.reference(h))
 
 
-@NEEDS_KERNEL
-def test_the_kernel_computes_alike_on_its_two_paths_and_refuses_bad_input(tiny_models, tiny_clusterings, monkeypatch):
-    """The AVX2 path (forced) sums each dot product in the same 16 lanes as the AVX-512 path: the same tokens; a NaN
-    hidden state gives the sentinel, as the compiled path's argmax does; special rows that do not match the special
-    ids are refused, not read past."""
-    from thesis_lib.heads import cpu_kernels
-
+@pytest.mark.skipif(not wo.available() or not wo.kernel().avx512_path(),
+                    reason="a CPU without AVX-512 runs the FlashHead kernel's AVX2 path only: nothing to compare it with")
+def test_the_kernel_computes_alike_on_its_two_paths(tiny_models, tiny_clusterings, monkeypatch):
+    """The AVX2 path (forced) sums each dot product in the same 16 lanes as the AVX-512 path: the same tokens."""
     head = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=3, path="kernel")
     h = torch.randn(200, 64, generator=torch.Generator().manual_seed(5)) * 3
     wide = head(h)
     monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
     assert torch.equal(head(h), wide)
-    monkeypatch.delenv(wo.FORCED_PATH_ENV)
+
+
+@NEEDS_KERNEL
+def test_the_kernel_refuses_bad_input(tiny_models, tiny_clusterings):
+    """A NaN hidden state gives the sentinel, as the compiled path's argmax does; special rows that do not match the
+    special ids are refused, not read past."""
+    from thesis_lib.heads import cpu_kernels
+
+    head = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=3, path="kernel")
+    h = torch.randn(200, 64, generator=torch.Generator().manual_seed(5)) * 3
+    wide = head(h)
     bad = h[:2].clone()
     bad[0, 5] = float("nan")
     compiled = _head(tiny_models[("f32", "qwen2", "target")], tiny_clusterings[17], n_probes=3, path="compiled")
@@ -865,3 +872,23 @@ def test_a_sample_with_probability_past_the_vocabulary_is_refused():
     with pytest.raises(ValueError, match="vocab_size=272 has probability > 0"):
         sample.dense(272)
     assert sample.dense(400)[[1, 300]].tolist() == [0.5, 0.5]
+
+
+@NEEDS_KERNEL
+@pytest.mark.parametrize("hidden", [24, 100])
+@pytest.mark.parametrize("rows", ["bfloat16", "float32"])
+def test_the_kernel_sums_the_tail_past_its_sixteen_lanes_on_both_paths(hidden, rows, monkeypatch):
+    """Hidden sizes that are no multiple of the kernel's 16 lanes (one block and 8 over; six and 4 over): its tokens
+    equal the plain float32 computation's on every state, on the CPU's path and on the AVX2 path forced. A kernel
+    that dropped the tail, or read past it, would score other tokens on many of the 300 states."""
+    from thesis_lib.heads.clustering import random_clustering
+
+    g = torch.Generator().manual_seed(hidden)
+    weight = torch.randn(320, hidden, generator=g).to(getattr(torch, rows))
+    head = FlashHead(weight, random_clustering(320, hidden, 20, seed=1), n_probes=4, special_ids=[317, 318, 319],
+                     vocab_limit=320, path="kernel", centroid_dtype="float32")
+    h = torch.randn(300, hidden, generator=g) * 2
+    want = head.reference(h)
+    assert torch.equal(head(h), want)
+    monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
+    assert torch.equal(head(h), want)

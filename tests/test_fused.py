@@ -22,14 +22,15 @@ def _qwen2():
     return q
 
 
-def test_the_rms_norm_is_transformers_and_each_row_is_its_own():
+@pytest.mark.parametrize("width", [96, 100, 27])  # 16-lane blocks only; 4 over; one block and 11 over
+def test_the_rms_norm_is_transformers_and_each_row_is_its_own(width):
     q = _qwen2()
     g = torch.Generator().manual_seed(0)
-    stock = q.Qwen2RMSNorm(96, eps=1e-6)  # 96: six lanes' remainder after 16 x 5
+    stock = q.Qwen2RMSNorm(width, eps=1e-6)
     with torch.no_grad():
-        stock.weight.copy_(torch.randn(96, generator=g))
+        stock.weight.copy_(torch.randn(width, generator=g))
     norm = fused.FusedRMSNorm(stock)
-    x = torch.randn(5, 7, 96, generator=g) * 3  # 35 rows: split between threads
+    x = torch.randn(5, 7, width, generator=g) * 3  # 35 rows: split between threads
     got = norm(x)
     assert _rel(got, stock(x)) < 1e-6
     want64 = stock.weight.double() * x.double() / torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
@@ -108,33 +109,51 @@ def test_a_block_s_queries_in_one_call_equal_each_query_alone():
         k.attend_causal(q, keys[:, :, :33], values[:, :, :33], 0.3, start)
 
 
-@pytest.mark.skipif(not wo.available() or not wo.kernel().avx512_path(), reason="a CPU without AVX-512 has one path")
-def test_attention_s_avx2_path_gives_the_avx512_path_s_bits(monkeypatch):
-    """The AVX2 path (two 8-lane registers) computes every (query, head) as the AVX-512 path does, bit for bit, at
-    widths and lengths with remainders; both are softmax attention to float32 rounding, also where most weights
-    fall below exp's lowest argument; a NaN in a query gives that head's row NaN and leaves the others."""
+#: (keys before the queries, width, scale): widths and lengths with remainders past the kernel's lanes; a scale of
+#: 40 puts most weights below exp's lowest argument
+ATTENTION_CASES = (((1, 72), 0.3), ((17, 64), 0.3), ((300, 128), 0.3), ((33, 8), 0.3), ((9, 13), 0.3), ((40, 64), 40.0))
+
+
+def _attention_inputs(g, length, d):
+    return (torch.randn(1, 6, 3, d, generator=g), torch.randn(1, 2, length + 3, d, generator=g),
+            torch.randn(1, 2, length + 3, d, generator=g))
+
+
+@pytest.mark.parametrize("forced", [None, "AVX2"])  # the variable's case does not matter, as for the weight kernels
+def test_attention_is_softmax_attention_on_each_path(forced, monkeypatch):
+    """On the CPU's own path and on the AVX2 path forced: softmax attention to float32 rounding at widths and lengths
+    with remainders, also where most weights fall below exp's lowest argument; a NaN in a query gives that head's
+    row NaN and leaves the others."""
+    if forced:
+        monkeypatch.setenv(wo.FORCED_PATH_ENV, forced)
     k = wo.kernel()
     g = torch.Generator().manual_seed(4)
-    for (length, d), scale in zip(((1, 72), (17, 64), (300, 128), (33, 8), (9, 13), (40, 64)),
-                                  (0.3, 0.3, 0.3, 0.3, 0.3, 40.0)):
-        q = torch.randn(1, 6, 3, d, generator=g)
-        keys, values = torch.randn(1, 2, length + 3, d, generator=g), torch.randn(1, 2, length + 3, d, generator=g)
+    for (length, d), scale in ATTENTION_CASES:
+        q, keys, values = _attention_inputs(g, length, d)
+        got = k.attend_causal(q, keys, values, scale, length)
+        for j in range(3):
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                q[:, :, j:j + 1].double(), keys[:, :, :length + j + 1].double().repeat_interleave(3, 1),
+                values[:, :, :length + j + 1].double().repeat_interleave(3, 1), scale=scale)
+            assert _rel(got[:, j:j + 1], ref.transpose(1, 2)) < 1e-6, (length, d, j)
+    q[0, 1, 0, 0] = float("nan")
+    out = k.attend_causal(q, keys, values, 0.3, 40)
+    assert out[0, 0, 1].isnan().all() and not out[0, 0, 0].isnan().any() and not out[0, 1:].isnan().any()
+
+
+@pytest.mark.skipif(not wo.available() or not wo.kernel().avx512_path(),
+                    reason="a CPU without AVX-512 runs attention's AVX2 path only: nothing to compare it with")
+def test_attention_s_avx2_path_gives_the_avx512_path_s_bits(monkeypatch):
+    """The AVX2 path (two 8-lane registers) computes every (query, head) as the AVX-512 path does, bit for bit."""
+    k = wo.kernel()
+    g = torch.Generator().manual_seed(4)
+    for (length, d), scale in ATTENTION_CASES:
+        q, keys, values = _attention_inputs(g, length, d)
         wide = k.attend_causal(q, keys, values, scale, length)
         monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
         narrow = k.attend_causal(q, keys, values, scale, length)
         monkeypatch.delenv(wo.FORCED_PATH_ENV)
         assert torch.equal(wide, narrow), (length, d)
-        for j in range(3):
-            ref = torch.nn.functional.scaled_dot_product_attention(
-                q[:, :, j:j + 1].double(), keys[:, :, :length + j + 1].double().repeat_interleave(3, 1),
-                values[:, :, :length + j + 1].double().repeat_interleave(3, 1), scale=scale)
-            assert _rel(wide[:, j:j + 1], ref.transpose(1, 2)) < 1e-6, (length, d, j)
-    q[0, 1, 0, 0] = float("nan")
-    for forced in (None, "AVX2"):  # the variable's case does not matter, as for the weight kernels
-        if forced:
-            monkeypatch.setenv(wo.FORCED_PATH_ENV, forced)
-        out = k.attend_causal(q, keys, values, 0.3, 40)
-        assert out[0, 0, 1].isnan().all() and not out[0, 0, 0].isnan().any() and not out[0, 1:].isnan().any()
 
 
 def test_a_model_with_the_fused_operations_is_the_stock_model_to_rounding(tiny_models):
