@@ -27,7 +27,7 @@ def category_ratios(run, pairs: dict[str, tuple[str, str]], rounds: str | None =
         row = {"Category": "all" if category is None else category.replace("_", " "),
                "Prompts": len({r["question_id"] for r in run.samples if category in (None, r.get("category", "?"))})}
         if rounds:
-            t = totals(of(rounds))
+            t = totals(of(rounds)) if of(rounds) else {"acceptance": float("nan"), "mean_emitted": float("nan")}
             row.update({"Acceptance": t["acceptance"], "Tokens per round": t["mean_emitted"]})
         for label, (mode, against) in pairs.items():
             a, b = of(mode), of(against)

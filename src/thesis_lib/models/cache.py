@@ -31,42 +31,49 @@ def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
     return h.hexdigest()
 
 
+def _flock(f) -> bool | None:
+    """Take ``f``'s OS lock without waiting: True, taken; False, another process holds it; None, no flock here."""
+    import fcntl
+
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+
+
 @contextlib.contextmanager
 def build_lock(directory: Path, what: str, *, timeout: float = 1800.0, stale: tuple[str, ...] = ()):
     """The right to build ``what`` in ``directory``, one process at a time: an OS lock on its ``.build-owner`` file,
     which the kernel releases when the holder dies however it dies (killed, out of memory, a closed terminal), with
     the holder's process and host written in it. A live holder is waited for up to ``timeout`` seconds, said on
     stderr every 15 s, then a :class:`ConfigError` names it. Files named in ``stale`` (torch's own build lock, which
-    nothing times out) are removed once the lock is held: only a builder that died can have left them."""
-    import fcntl
-
+    nothing times out) are removed once the lock is held: only a builder that died can have left them. On a
+    filesystem without ``flock`` the build goes ahead unlocked, removing nothing (as torch alone would); where
+    ``flock`` holds only within one host (some NFS mounts), a cache shared by several hosts is not guarded."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".build-owner", "a+") as f:
         start = said = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                f.seek(0)
-                owner, waited = f.read().strip() or "another process", time.monotonic() - start
-                if waited > timeout:
-                    raise ConfigError(f"{what}: {owner} has been building it in {directory} for over {timeout:.0f} s; "
-                                      f"wait for it or stop it.") from None
-                if time.monotonic() - said >= 15:
-                    print(f"{what}: waiting for {owner}, which is building it ({waited:.0f} s)", file=sys.stderr)
-                    said = time.monotonic()
-                time.sleep(0.2)
+        while (held := _flock(f)) is False:
+            f.seek(0)
+            owner, waited = f.read().strip() or "another process", time.monotonic() - start
+            if waited > timeout:
+                raise ConfigError(f"{what}: {owner} has been building it in {directory} for over {timeout:.0f} s; "
+                                  f"wait for it or stop it.")
+            if time.monotonic() - said >= 15:
+                print(f"{what}: waiting for {owner}, which is building it ({waited:.0f} s)", file=sys.stderr)
+                said = time.monotonic()
+            time.sleep(0.2)
+        if held is None:
+            print(f"{what}: {directory} cannot be locked here; building without a lock", file=sys.stderr)
+            yield
+            return
         f.seek(0)
         f.truncate()
         f.write(f"process {os.getpid()} on {socket.gethostname()}")
         f.flush()
         for name in stale:
             (directory / name).unlink(missing_ok=True)
-        try:
-            yield
-        finally:
-            f.seek(0)
-            f.truncate()
-            f.flush()
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield  # the lock goes with the file's closing, however the build ends

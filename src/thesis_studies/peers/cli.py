@@ -33,7 +33,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("llama-bench", help="llama.cpp at its best beside this project on the embedded pair's GGUF files",
                        description="Builds llama.cpp's server from source on first use (CMake, a C++ compiler; about "
                        "15 minutes on two cores), tunes its speculative decoding with the 0.5B GGUF as the draft "
-                       "(--draft-max, --draft-min, --draft-p-min) and its n-gram methods on held-out calibration "
+                       "(--spec-draft-n-max, --spec-draft-p-min) and its n-gram methods on held-out calibration "
                        "prompts, then times its plain, speculative and n-gram decoding beside this project's "
                        "target-only and FlashHead deferred decoding, interleaved per prompt of the default prompt set, "
                        "same threads and new tokens; bytes per step of each; where the texts part. One JSON document "

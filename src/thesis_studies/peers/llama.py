@@ -12,7 +12,7 @@ What this module knows:
   it, as this project counts) and its drafted and accepted tokens.
 - :func:`gguf_bytes_per_step`: the bytes of a GGUF file's tensors one decode step reads (every tensor but the token
   embedding, of which a step reads one row), from the file's own tensor table (``gguf``).
-- :func:`tune`: llama.cpp's speculative settings (``--draft-max``, ``--draft-min``, ``--draft-p-min``; its n-gram
+- :func:`tune`: llama.cpp's speculative settings (``--spec-draft-n-max``, ``--spec-draft-p-min``; its n-gram
   methods) swept on calibration prompts, the fastest kept.
 - :func:`run`: per prompt, in alternating order, llama.cpp's plain (target-only) decoding, its tuned speculative and n-gram
   decoding, and this project's target-only and FlashHead deferred decoding on the pair as ``DTYPE`` loads it.
@@ -47,8 +47,8 @@ from thesis_lib.models.cache import build_lock, cache_dir
 SOURCE = "llama-cpp-python==0.3.36"
 #: The n-gram (draft-free) methods of llama.cpp's speculative decoding measured beside its draft model.
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
-#: The draft-model settings swept on the calibration prompts: (draft-max, draft-min, draft-p-min); llama.cpp's
-#: defaults are 16, 0 and 0.75.
+#: The draft-model settings swept on the calibration prompts: (``--spec-draft-n-max``, ``--spec-draft-n-min``,
+#: ``--spec-draft-p-min``); llama.cpp's defaults are 16, 0 and 0.75.
 DRAFT_GRID = tuple((n_max, 0, p_min) for n_max in (4, 8, 16) for p_min in (0.0, 0.5, 0.75))
 
 
@@ -74,17 +74,17 @@ def build(*, progress: bool = True) -> Path:
     """``llama-server``, built once into the cache: the sdist downloaded by pip, its ``vendor/llama.cpp`` extracted,
     configured for this CPU (``GGML_NATIVE``) and compiled, each stage said on stderr with its time."""
     exe = server_path()
-    if exe.is_file():
+    root, t0 = exe.parents[2], time.perf_counter()
+    if (root / "built").is_file():  # written after a whole build: a link killed midway leaves none
         return exe
     check()
-    root, t0 = exe.parents[2], time.perf_counter()
 
     def say(text):
         if progress:
             print(f"llama.cpp: {text} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
 
-    with build_lock(root, "llama.cpp's server"):
-        if exe.is_file():  # built meanwhile by the process waited for
+    with build_lock(root, "llama.cpp's server", timeout=3 * 3600):
+        if (root / "built").is_file():  # built meanwhile by the process waited for
             return exe
         with tempfile.TemporaryDirectory() as tmp:
             say(f"downloading the sources of {SOURCE}")
@@ -97,18 +97,23 @@ def build(*, progress: bool = True) -> Path:
             flags = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF",
                      "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
             say("configuring")
-            subprocess.run(["cmake", "-S", str(src), "-B", str(root / "build"), *flags], check=True, capture_output=True)
+            configured = subprocess.run(["cmake", "-S", str(src), "-B", str(root / "build"), *flags], text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if configured.returncode:
+                raise ConfigError("llama.cpp's server could not be configured:\n" + configured.stdout[-2000:])
             say("compiling llama-server (about 15 minutes on two cores)")
             with subprocess.Popen(["cmake", "--build", str(root / "build"), "--target", "llama-server", "-j",
                                    str(os.cpu_count() or 1)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True) as proc:
-                last = 0.0
+                last, tail = 0.0, []
                 for line in proc.stdout:
-                    if line.startswith("[") and time.perf_counter() - last > 30:  # "[n/N] Building ..."
+                    tail = [*tail[-39:], line]
+                    if line.startswith("[") and time.perf_counter() - last > 30:  # "[ n%] Building ..."
                         say(f"compiling {line.split(']')[0]}]")
                         last = time.perf_counter()
             if proc.returncode or not exe.is_file():
-                raise ConfigError(f"llama.cpp's server did not build (cmake exited {proc.returncode}).")
+                raise ConfigError(f"llama.cpp's server did not build (cmake exited {proc.returncode}):\n" + "".join(tail))
+        (root / "built").write_text(SOURCE + "\n")
     say("llama-server ready")
     return exe
 
@@ -145,6 +150,7 @@ def server(model: Path, *, threads: int, draft: Path | None = None, spec: dict |
                     time.sleep(0.2)
             else:
                 proc.kill()
+                proc.wait()
             if proc.poll() is not None:
                 log.seek(0)
                 raise ConfigError("llama-server did not start: " + log.read().decode(errors="replace")[-600:])
@@ -155,6 +161,7 @@ def server(model: Path, *, threads: int, draft: Path | None = None, spec: dict |
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
 
 
 def complete(url: str, ids: Sequence[int], max_new_tokens: int) -> dict:
