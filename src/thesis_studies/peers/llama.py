@@ -108,7 +108,7 @@ def build(*, progress: bool = True) -> Path:
                 last, tail = 0.0, []
                 for line in proc.stdout:
                     tail = [*tail[-39:], line]
-                    if line.startswith("[") and time.perf_counter() - last > 30:  # "[ n%] Building ..."
+                    if line.startswith("[") and time.perf_counter() - last > 10:  # "[ n%] Building ...": a line every 10 s
                         say(f"compiling {line.split(']')[0]}]")
                         last = time.perf_counter()
             if proc.returncode or not exe.is_file():
