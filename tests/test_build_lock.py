@@ -106,3 +106,36 @@ def test_a_build_killed_mid_compile_leaves_nothing_that_stops_the_next(tmp_path)
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
     assert second.returncode == 0 and out.strip() == "built", err
+
+
+def test_a_writer_killed_before_its_rename_leaves_the_old_file_whole(tmp_path):
+    """The writer is killed (SIGKILL) with the new document fully in its temporary file but not yet renamed (its
+    fsync held): the old document is what a reader finds, and the next write replaces it."""
+    from thesis_lib.models.cache import write_json
+
+    path = tmp_path / "plan.json"
+    write_json(path, {"plan": "old"})
+    writer = _python("import os, time\nfrom thesis_lib.models import cache\n"
+                     "os.fsync = lambda fd: (print('written', flush=True), time.sleep(60))\n"
+                     f"cache.write_json({str(path)!r}, {{'plan': 'new', 'rows': list(range(100000))}})")
+    assert writer.stdout.readline().strip() == "written"
+    os.killpg(writer.pid, signal.SIGKILL)
+    writer.wait()
+    assert path.read_text() == '{\n "plan": "old"\n}\n'
+    write_json(path, {"plan": "next"})
+    assert path.read_text() == '{\n "plan": "next"\n}\n'
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_partial_one(tmp_path, monkeypatch):
+    from thesis_lib.models import cache
+
+    path = tmp_path / "doc.json"
+    cache.write_atomic(path, "old")
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        cache.write_atomic(path, "new")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["doc.json"]

@@ -13,8 +13,8 @@ from thesis_lib.models import weight_only as wo
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["compare", "--k", "0"], "--k must be >= 1"),
-    (["compare", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["compare", "--k", "0"], "--k must be an integer >= 1"),
+    (["compare", "--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1"),
     (["compare", "--modes", "baseline,warp"], "Unknown mode"),
     (["compare", "--categories", "poetry"], "Unknown category"),
     (["compare", "--target", "embedded:nope"], "Unknown model"),

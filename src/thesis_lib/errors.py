@@ -36,5 +36,13 @@ class ConfigError(ThesisLibError):
     """A parameter out of range (K < 1, max_new_tokens < 1, ...) or an inconsistent combination."""
 
 
+def at_least(name: str, value, low: int = 1, *, none: bool = False):
+    """``value`` where it is an integer >= ``low`` (or None, where ``none`` allows it); else a :class:`ConfigError`
+    naming ``name``, before any work starts."""
+    if (value is None and none) or (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+        return value
+    raise ConfigError(f"{name} must be an integer >= {low}{' or None' if none else ''} (got {value!r}).")
+
+
 class ClusteringAssetError(ThesisLibError):
     """FlashHead assets that do not fit the model (vocabulary or hidden size), or that cannot be read."""

@@ -18,7 +18,7 @@ import torch
 from ..decoding.clocks import alternating
 from ..decoding.costs import measure_costs
 from ..decoding.stats import Generation
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from .metrics import predicted_tokens_per_s, sample_record
 from .modes import DEFAULT_MODES, check_modes, is_sampled
 from .prompts import Prompt, encode, prompt_text
@@ -48,8 +48,7 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
         raise ConfigError("No prompts selected.")
     if iterations < 1 or warmup < 0:
         raise ConfigError(f"iterations must be >= 1 and warmup >= 0 (got {iterations}, {warmup}).")
-    if warmup_tokens is not None and (not isinstance(warmup_tokens, int) or warmup_tokens < 1):
-        raise ConfigError(f"warmup_tokens must be an integer >= 1 or None (got {warmup_tokens!r}).")
+    at_least("warmup_tokens", warmup_tokens, none=True)
     done = dict(done or {})
     random.seed(seed)
     torch.manual_seed(seed)

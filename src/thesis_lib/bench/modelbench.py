@@ -23,6 +23,7 @@ means (the thesis' definition) and of medians. Timing is :mod:`thesis_lib.bench.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from .. import extensions
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..heads.flashhead import check_probes
+from ..models.cache import write_atomic
 from ..progress import note
 from .prompts import Prompt, encode
 from .disturbance import Watch, judge_timed
@@ -99,9 +101,10 @@ def cached_hidden_states(loaded, prompts: Sequence[Prompt], path: str | None, *,
     hs = collect_hidden_states(loaded, prompts, max_new_tokens=max_new_tokens, chat=chat, progress=progress,
                                thinking=thinking)
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
         torch.save({"key": json.dumps(key, sort_keys=True), "states": hs.states, "question_ids": hs.question_ids,
-                    "categories": hs.categories, "dense_tokens": hs.dense_tokens}, path)
+                    "categories": hs.categories, "dense_tokens": hs.dense_tokens}, buffer)
+        write_atomic(path, buffer.getvalue())
     return hs, False
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..models.cache import cache_dir
+from ..models.cache import cache_dir, write_atomic
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
@@ -74,7 +74,6 @@ def prompt_cache_dir() -> Path:
 def fetch_prompt_file(url: str, *, timeout: float = 20.0, refresh: bool = False) -> Path:
     """Download a question file once into the prompt cache; later calls read the cached copy."""
     import hashlib
-    import os
     import urllib.error
     import urllib.request
 
@@ -88,11 +87,7 @@ def fetch_prompt_file(url: str, *, timeout: float = 20.0, refresh: bool = False)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise ConfigError(f"Cannot download the prompt file {url} ({exc}) and no copy is cached. "
                           "Download it elsewhere and pass its local path instead.") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, data)
 
 
 def select(prompts: list[Prompt], categories: str | list[str] | None = None, count: int | None = None,

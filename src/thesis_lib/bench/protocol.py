@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import extensions
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from ..progress import note
 from ..heads.clustering import check_cluster_count
 from ..heads.flashhead import check_probes, default_probes
@@ -184,18 +184,9 @@ class BenchConfig:
     def check(self) -> list[Prompt]:
         """Every cheap check; returns the selected prompts. Loads no weights."""
         self.check_name()
-        if not isinstance(self.k, int) or self.k < 1:
-            raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be an integer >= 1 (got {self.max_new_tokens!r}).")
-        if self.iterations < 1:
-            raise ConfigError(f"iterations must be >= 1 (got {self.iterations}).")
-        if self.warmup < 0:
-            raise ConfigError(f"warmup must be >= 0 (got {self.warmup}).")
-        if self.warmup_tokens is not None and (not isinstance(self.warmup_tokens, int) or self.warmup_tokens < 1):
-            raise ConfigError(f"warmup_tokens must be an integer >= 1 or None (got {self.warmup_tokens!r}).")
-        if self.threads is not None and not (isinstance(self.threads, int) and self.threads >= 1):
-            raise ConfigError(f"threads must be an integer >= 1 or None (got {self.threads!r}).")
+        at_least("K", self.k), at_least("max_new_tokens", self.max_new_tokens), at_least("iterations", self.iterations)
+        at_least("warmup", self.warmup, 0), at_least("warmup_tokens", self.warmup_tokens, none=True)
+        at_least("threads", self.threads, none=True)
         if self.turns not in TURNS:
             raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
         check_modes(self.modes)

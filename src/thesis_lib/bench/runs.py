@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..models.cache import write_json
 from .metrics import sample_key
 
 CONFIG, ENVIRONMENT, SAMPLES, SUMMARY = "config.json", "environment.json", "samples.jsonl", "summary.json"
@@ -92,13 +93,6 @@ def append_json_line(file: Path, doc: Any) -> None:
         f.write(json.dumps(doc) + "\n")
         f.flush()
         os.fsync(f.fileno())
-
-
-def write_json(path: Path, doc: Any) -> None:
-    """A JSON document written atomically (a temporary file renamed over the old one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _read_samples(path: Path, *, repair: bool) -> list[dict]:

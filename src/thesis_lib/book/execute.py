@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..bench.environment import code_digest
 from ..errors import ConfigError
+from ..models.cache import write_atomic, write_json
 from ..progress import ENV as PROGRESS_ENV
 from ..progress import Follower
 from .params import DEFAULT_SET, ROOT, Params, set_label
@@ -149,11 +150,11 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
         nb.setdefault("metadata", {})["thesis_companion"] = {
             "key": key, "parameter_set": set_name, "parameters": given, "seconds": seconds,
             "peak_rss_gib": report[-1]["peak_rss_gib"]}
-        tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, dest)
+        write_atomic(dest, json.dumps(nb, indent=1, ensure_ascii=False))
+        tmp.unlink()
         fates[name] = "executed"
     sockets.cleanup()
-    (out_dir / "execution.json").write_text(json.dumps(report, indent=1))
+    write_json(out_dir / "execution.json", report)
     return fates
 
 

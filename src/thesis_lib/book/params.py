@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import extensions
 from ..bench import protocol
 from ..bench.prompts import load_prompts, select
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from ..models import specs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -143,12 +143,11 @@ class Params:
 
     def check(self) -> "Params":
         for name in ("per_category", "max_new_tokens", "iterations"):
-            v = getattr(self, name)
-            if not (v is None and name == "per_category") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                why = "; auto is for `thesis-lib book`, which sizes the sample first" if v == "auto" else ""
-                raise ConfigError(f"{name.upper()} must be an integer >= 1 (got {v!r}){why}.")
-        if not isinstance(self.k, int) or self.k < 1:
-            raise ConfigError(f"K must be an integer >= 1 (got {self.k!r}).")
+            if getattr(self, name) == "auto":
+                raise ConfigError(f"{name.upper()}: auto is for `thesis-lib book`, which sizes the sample first; "
+                                  "give an integer >= 1 here.")
+            at_least(name.upper(), getattr(self, name), none=name == "per_category")
+        at_least("K", self.k)
         for name in ("k_sweep", "explorer_k", "explorer_probes"):
             v = getattr(self, name)
             if not (v is None and name == "explorer_k") and (
@@ -172,9 +171,7 @@ class Params:
 def counts(block, *names: str) -> None:
     """Each named parameter of ``block`` an integer >= 1, else a ``ConfigError`` naming it."""
     for name in names:
-        v = getattr(block, name)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ConfigError(f"{name.upper()} must be an integer >= 1 (got {v!r}).")
+        at_least(name.upper(), getattr(block, name))
 
 
 def selected_prompts(p: Params):

@@ -34,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..models.cache import write_json
 from .buildcosts import Costs, build_costs, matching, model, newest_of
 from .params import ROOT, Params, load_parameters, selected_prompts, set_label
 
@@ -229,8 +230,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
                                                 1) for k, c in costs.items()},
                "prompts": sizes[0],
                "planned_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([*plans, doc], indent=1) + "\n")
+        write_json(path, [*plans, doc])
         if progress:
             print(said(doc), file=sys.stderr)
     return {**values, **{k: chosen[k.lower()] for k in auto}}
@@ -285,8 +285,7 @@ def record_build(values: dict, total_s: float, started: float, notebooks: list[d
                 "date": datetime.date.today().isoformat(), "revision": git_revision().get("commit"),
                 "machine": plan["key"]["machine"], "precision": plan.get("precision"), "planned": plan})
     out = plan_path(values).with_name(f"{values['SET_NAME']}-build-costs.json")
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    return out
+    return write_json(out, doc)
 
 
 def _reference_prompts(values: dict) -> list[str] | None:

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..models.cache import cache_dir
+from ..models.cache import cache_dir, write_atomic
 
 #: npm packages the pages need, pinned by the registry's sha512 integrity.
 NPM = {
@@ -40,8 +40,7 @@ def _npm_tarball(package: str) -> bytes:
                           f"to show maths and widgets offline. Put the tarball at {cache} by hand.") from e
     if hashlib.sha512(data).digest() != want:
         raise ConfigError(f"{package}@{version} from {url} does not match its pinned sha512.")
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_bytes(data)
+    write_atomic(cache, data)
     return data
 
 

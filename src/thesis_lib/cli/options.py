@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from .. import extensions
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from ..models import specs
+from ..models.cache import write_json
 
 PROMPT_FILE_HELP = "a Spec-Bench-format question file (path or http(s) URL, cached), or a shipped set: {}"
 
@@ -94,10 +95,7 @@ def pack(args) -> bool | None:
 
 
 def check_decoding(args) -> None:
-    if args.k < 1:
-        raise ConfigError(f"--k must be >= 1 (got {args.k}).")
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens}).")
+    at_least("--k", args.k), at_least("--max-new-tokens", args.max_new_tokens)
     extensions.runner_options(args, [])  # the study loops' settings (a tree's width and shape), checked
 
 
@@ -145,12 +143,10 @@ def write_new(path: Path | None, doc: dict) -> None:
     """Save ``doc`` to the new file ``path`` (checked by :func:`new_out_path` before the work); where something made
     that file meanwhile, to a new name beside it, said on stderr: a finished measurement is never lost."""
     if path:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             path = path.with_name(f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
             print(f"--out appeared while this ran; the document goes to {path} instead", file=sys.stderr)
-        with open(path, "x", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
+        write_json(path, doc)
 
 
 def emit(doc: dict, text: str, path: Path | None) -> int:

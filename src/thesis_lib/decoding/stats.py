@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from .clocks import PhaseClock
 
 #: Phase names (the thesis' Table 4.5 columns); all in seconds.
@@ -92,10 +92,7 @@ class Generation:
 
 def check_request(max_new_tokens: int, prompt_ids: Sequence[int], k: int | None = None) -> None:
     """Refuse a bad request (K < 1, max_new_tokens < 1, an empty prompt) before any model runs."""
-    if k is not None and (not isinstance(k, int) or k < 1):
-        raise ConfigError(f"K (the block length) must be an integer >= 1, got {k!r}.")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
+    at_least("K (the block length)", k, none=True), at_least("max_new_tokens", max_new_tokens)
     if len(prompt_ids) == 0:
         raise ConfigError("The prompt is empty: at least one token is needed.")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import ClusteringAssetError
-from ..models.cache import cache_dir, sha256_file
+from ..models.cache import cache_dir, sha256_file, write_atomic, write_json
 from ..models.cpu import fast_bf16
 from .clustering import ALGORITHM_VERSION, Clustering, capacities, check_cluster_count, member_means, spherical_kmeans
 
@@ -33,21 +32,19 @@ SIDECAR_FILE = "thesis_lib_clustering.json"
 
 
 def save_assets(clustering: Clustering, folder: str | Path, *, extra: dict[str, Any] | None = None) -> Path:
-    """Write Embedl's two files and our sidecar, each under a temporary name then renamed (no half files)."""
-    from safetensors.torch import save_file
+    """Write Embedl's two files and our sidecar, each whole or not at all (:func:`write_atomic`), the sidecar last."""
+    from safetensors.torch import save
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / (CACHE_FILE + ".tmp")
-    save_file({"centroids": clustering.centroids.T.contiguous(),  # [hidden, C]: one column per centroid
-               "cluster_assignments": clustering.assignments.to(torch.int64).contiguous()}, str(tmp))
+    data = save({"centroids": clustering.centroids.T.contiguous(),  # [hidden, C]: one column per centroid
+                 "cluster_assignments": clustering.assignments.to(torch.int64).contiguous()})
     config = {"format": "safetensors", "vocab_size": clustering.vocab_size, "hidden_size": clustering.hidden_size}
-    sidecar = {"n_clusters": clustering.n_clusters, "sha256": {CACHE_FILE: sha256_file(tmp)},
+    sidecar = {"n_clusters": clustering.n_clusters, "sha256": {CACHE_FILE: hashlib.sha256(data).hexdigest()},
                **clustering.info, **(extra or {})}
-    _write_json(folder / CONFIG_FILE, config)
-    os.replace(tmp, folder / CACHE_FILE)
+    write_json(folder / CONFIG_FILE, config, indent=2)
+    write_atomic(folder / CACHE_FILE, data)
     sidecar["sha256"][CONFIG_FILE] = sha256_file(folder / CONFIG_FILE)
-    _write_json(folder / SIDECAR_FILE, sidecar)
+    write_json(folder / SIDECAR_FILE, sidecar, indent=2)
     return folder
 
 
@@ -101,12 +98,6 @@ def load_assets(folder: str | Path, *, vocab_size: int | None = None, hidden_siz
     return Clustering(centroids=cen.to(torch.float32).contiguous(), assignments=assign, info=info)
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -134,21 +125,17 @@ def cache_folder(weight_sha: str, n_clusters: int, seed: int, iterations: int, l
 def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: str | Path | None = None) -> Path:
     """Write ``clustering``'s assignments and record as the shipped file for cache key ``key`` (never
     overwriting one); centroids are rebuilt from the head on use."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     folder = Path(folder) if folder is not None else SHIPPED_DIR
     path = folder / f"{key}.safetensors"
     if path.exists():
         raise ClusteringAssetError(f"{path} exists; remove it first to ship another clustering under that key.")
-    folder.mkdir(parents=True, exist_ok=True)
     dtype = torch.int16 if clustering.n_clusters <= torch.iinfo(torch.int16).max else torch.int32
     info = {k: v for k, v in clustering.info.items() if k not in ("cache_key", "source", "shipped", "sha256", "head_sha256")}
     meta = {"head_sha256": weight_sha, "key": key, "n_clusters": str(clustering.n_clusters),
             "info": json.dumps(info)}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({"cluster_assignments": clustering.assignments.to(dtype).contiguous()}, str(tmp), metadata=meta)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, save({"cluster_assignments": clustering.assignments.to(dtype).contiguous()}, metadata=meta))
 
 
 def shipped_clustering(weight: torch.Tensor, weight_sha: str, key: str, n_clusters: int,

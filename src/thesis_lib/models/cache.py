@@ -1,12 +1,14 @@
 """Where the library keeps what it builds (:func:`cache_dir`: ``hf/``, ``gguf/``, ``flashhead/``, ``tiny/``,
 ``kernels/``, ``llama.cpp/``, ``prompts/``, token counts, the book's npm packages), one builder at a time in a
-folder (:func:`build_lock`), and file checksums (:func:`sha256_file`).
+folder (:func:`build_lock`), files written whole or not at all (:func:`write_atomic`, :func:`write_json`), and file
+checksums (:func:`sha256_file`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import sys
@@ -20,6 +22,28 @@ def cache_dir() -> Path:
     """Root of the cache: ``$THESIS_LIB_CACHE`` or ``~/.cache/thesis-companion``."""
     root = os.environ.get("THESIS_LIB_CACHE")
     return Path(root).expanduser() if root else Path.home() / ".cache" / "thesis-companion"
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """``data`` written to ``path`` whole or not at all: into a temporary file beside it, forced to disk, then
+    renamed over it, so a reader never sees half a file and a process killed midway leaves the old one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_json(path: str | Path, doc, indent: int = 1) -> Path:
+    """A JSON document written by :func:`write_atomic`."""
+    return write_atomic(path, json.dumps(doc, indent=indent) + "\n")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 24) -> str:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..bench import protocol
-from ..bench.runs import CONFIG, SUMMARY, load_run, write_json
+from ..bench.runs import CONFIG, SUMMARY, load_run
+from ..models.cache import write_json
 from ..errors import ConfigError
 
 SWEEP, JOBS = "sweep.json", "jobs"

@@ -13,6 +13,7 @@ from thesis_lib.bench.modelbench import collect_hidden_states
 from thesis_lib.bench.prompts import encode
 from thesis_lib.errors import ConfigError
 from thesis_lib.heads.assets import clustering_cache_root
+from thesis_lib.models.cache import write_atomic
 
 from .adaptive import AdaptiveFlashHead
 from .truncated import frequency_head
@@ -42,8 +43,7 @@ def count_tokens(loaded, prompts, *, max_new_tokens: int = 48, cache: str | Path
               "distinct": len(counts), "source": "calibration prompts (not measured) and the draft's greedy "
               "continuations of them"}
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "corpus": corpus, "counts": {str(t): c for t, c in counts.items()}}))
+        write_atomic(path, json.dumps({"key": key, "corpus": corpus, "counts": {str(t): c for t, c in counts.items()}}))
     return counts, corpus
 
 
