@@ -1423,38 +1423,6 @@ def test_the_byte_floor_and_the_weight_only_verdicts_follow_their_numbers():
     assert pa.weight_only(clear)["wo_same_text"] == "3 of 4"
 
 
-def _llama_doc(tps: dict, ours_gb: float = 1.78, llama_gb: float = 0.93) -> dict:
-    return {"bytes_per_step": {"llama.cpp target": llama_gb * 1e9, "ours target": ours_gb * 1e9,
-                               "llama.cpp draft": 0.4e9, "ours draft": 0.6e9},
-            "summary": {n: {"tokens_per_s": v, "ms_per_token": 1e3 / v} for n, v in tps.items()}}
-
-
-def test_the_llama_cpp_verdicts_follow_their_numbers():
-    """Our best setting over llama.cpp's, and whether the bytes per step explain the target-only gap."""
-    from thesis_studies.precision import floor
-
-    doc = _llama_doc({"llama.cpp target-only": 10.0, "llama.cpp speculative": 12.5, "ours target-only": 5.0,
-                      "ours FlashHead deferred": 6.0})
-    g = floor.llama_glued(doc)
-    assert g["llama_best"] == "ours FlashHead deferred"
-    assert g["llama_best_over_target"] == pytest.approx(0.6) and g["llama_best_over_spec"] == pytest.approx(0.48)
-    assert g["llama_byte_ratio"] == pytest.approx(1.78 / 0.93)
-    assert "2.00 times as fast as ours, about as much as its smaller steps explain" in g["llama_gap"]  # 1.91x the bytes
-    slower = _llama_doc({"llama.cpp target-only": 10.0, "llama.cpp speculative": 12.5, "ours target-only": 3.0,
-                         "ours FlashHead deferred": 3.5})
-    assert "3.33 times as fast as ours, more than its smaller steps explain" in floor.llama_glued(slower)["llama_gap"]
-    table = floor.llama_rows(doc).set_index("setting")
-    assert table.loc["ours target-only", "over llama.cpp target-only"] == pytest.approx(0.5)
-    assert table.loc["ours target-only", "target GB/step"] == pytest.approx(1.78)
-    faster = _llama_doc({"llama.cpp target-only": 4.0, "llama.cpp speculative": 5.0, "ours target-only": 5.0,
-                         "ours FlashHead deferred": 4.5})
-    assert floor.llama_glued(faster)["llama_gap"].startswith("our target-only decoding is 1.25 times as fast")
-    assert floor.llama_glued(None)["llama_best"] == "not measured"
-    doc["prompts"] = 5
-    doc["summary"]["llama.cpp speculative"]["equal_to_llama_target_only"] = 3
-    assert floor.llama_glued(doc)["llama_spec_equal"] == "3 of 5"
-
-
 def test_a_gguf_step_reads_every_tensor_but_the_token_embedding(tmp_path):
     import numpy as np
     from gguf import GGUFWriter

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from thesis_studies.peers import llama
+from thesis_studies.peers import llama, llama_tables
 
 
 def test_decode_speed_counts_the_tokens_after_the_first_over_the_seconds_after_it():
@@ -59,8 +59,77 @@ def test_the_comparison_is_paired_per_prompt_and_per_category():
            "categories": ["code", "code", "chat", "chat"],
            "summary": {"ours x": {"decode_tokens_per_s": 3.0}, "ours y": {"decode_tokens_per_s": 4.0},
                        "llama.cpp z": {"decode_tokens_per_s": 1.0}}}
-    got = llama.versus(doc, "a", "b")
+    got = llama_tables.versus(doc, "a", "b")
     assert got["code"]["value"] == pytest.approx(2.0) and got["code"]["lo"] == pytest.approx(2.0)
     assert got["chat"]["value"] == pytest.approx(1.0) and got["chat"]["hi"] == pytest.approx(1.0)
     assert got["all"]["value"] == pytest.approx(6.0 / 4.5) and got["all"]["lo"] < got["all"]["value"] < got["all"]["hi"]
-    assert llama.fastest(doc, "ours") == "ours y" and llama.fastest(doc, "llama.cpp") == "llama.cpp z"
+    assert llama_tables.fastest(doc, "ours") == "ours y" and llama_tables.fastest(doc, "llama.cpp") == "llama.cpp z"
+
+
+def _doc(ours_s: list[float], cats: list[str], capability: str = "AVX2") -> dict:
+    """Prompts of 10 tokens after the first: llama.cpp decodes each in 1 s plain, 2 s drafting and 0.8 s by n-grams;
+    ours in 1.5 s target-only and in ``ours_s`` with FlashHead deferred."""
+    settings = {"llama.cpp target-only": [1.0] * len(cats), "llama.cpp speculative": [2.0] * len(cats),
+                "llama.cpp n-gram": [0.8] * len(cats), "ours target-only": [1.5] * len(cats),
+                "ours FlashHead deferred": ours_s}
+    rows = [{name: {"tokens": list(range(11)), "decode_s": secs[i]} for name, secs in settings.items()}
+            for i in range(len(cats))]
+    summary = {name: {"decode_tokens_per_s": llama.decode_speed([r[name] for r in rows])} for name in settings}
+    summary["llama.cpp speculative"]["equal_to_llama_target_only"] = len(cats) - 1
+    return {"rows": rows, "categories": cats, "summary": summary, "prompts": len(cats), "processor": "CPU",
+            "cpu_capability": capability, "ours_precision": "int8-dynamic",
+            "tuning": {"best": {"speculative": {"draft_max": 8, "draft_min": 0, "draft_p_min": 0.5},
+                                "n-gram": {"type": "ngram-mod"}}},
+            "bytes_per_step": {"llama.cpp target": 1e9, "ours target": 1.5e9}}
+
+
+def test_the_book_reads_each_engine_at_its_best_and_says_which_is_faster():
+    """FlashHead deferred at 0.4 s a prompt on code and 0.7 s on chat against llama.cpp's n-grams at 0.8 s: faster
+    over all prompts (6.6 s against 9.6 s), 2x on code and 1.14x on chat; where every prompt is slower,
+    llama.cpp is faster; where they split evenly, the interval holds 1."""
+    cats = ["code"] * 6 + ["chat"] * 6
+    faster = _doc([0.4] * 6 + [0.7] * 6, cats)
+    g = llama_tables.book_glued([(faster, "label")])
+    assert (g["llama_ours"], g["llama_theirs"]) == ("ours FlashHead deferred", "llama.cpp n-gram")
+    assert g["llama_ratio"] == pytest.approx(9.6 / 6.6) and g["llama_lo"] < g["llama_ratio"] < g["llama_hi"]
+    assert g["llama_spec_over_plain"] == pytest.approx(0.5) and g["llama_ngram_over_plain"] == pytest.approx(1.25)
+    assert (g["llama_step_ms_ours"], g["llama_step_ms_theirs"]) == (pytest.approx(150.0), pytest.approx(100.0))
+    assert g["llama_byte_ratio"] == pytest.approx(1.5) and g["llama_spec_equal"] == "11 of 12"
+    assert g["llama_spec_setting"] == "up to 8 draft tokens, each above probability 0.5"
+    slower = _doc([0.9] * 12, cats, capability="AVX-512")
+    assert llama_tables.verdict(g["llama_lo"], g["llama_hi"]) == "this project at its best is faster"
+    lo, hi = (llama_tables.book_glued([(slower, "")])[k] for k in ("llama_lo", "llama_hi"))
+    assert llama_tables.verdict(lo, hi) == "llama.cpp at its best is faster"
+    even = _doc([0.4, 1.2] * 6, cats)  # 0.8 s on average, as llama.cpp's n-grams
+    assert "cannot be told apart" in llama_tables.verdict(*(llama_tables.book_glued([(even, "")])[k] for k in ("llama_lo", "llama_hi")))
+    table = llama_tables.book_rows([(faster, ""), (slower, "")])
+    assert list(table["machine, ours in"]) == ["CPU (AVX2), int8-dynamic", "CPU (AVX-512), int8-dynamic"]
+    assert g["llama_kinds"] == "CPU (AVX2) with ours in int8-dynamic"
+    assert list(table["verdict"]) == ["this project at its best is faster", "llama.cpp at its best is faster"]
+    assert table.loc[1, "ours FlashHead deferred"] == pytest.approx(10 / 0.9)
+    cat = llama_tables.category_rows([(faster, "")]).set_index("category")
+    assert cat.loc["code", "CPU (AVX2), int8-dynamic: ours / llama.cpp"] == "2.00x [2.00, 2.00]"
+    assert cat.loc["chat", "CPU (AVX2), int8-dynamic: ours / llama.cpp"] == "1.14x [1.14, 1.14]"
+    assert cat.loc["chat", "CPU (AVX2), int8-dynamic: its drafting / its plain"] == "0.50x [0.50, 0.50]"
+    assert set(cat.index) == {"all", "code", "chat"}
+
+
+def test_the_book_without_a_llama_document_says_so():
+    g = llama_tables.book_glued([])
+    assert g["llama_ours"] == "not measured" and llama_tables.verdict(g["llama_lo"], g["llama_hi"]) == "not measured"
+    assert "none named" in llama_tables.book_rows([]).iloc[0, 0] and "none named" in llama_tables.category_rows([]).iloc[0, 0]
+
+
+def test_the_readme_s_llama_rows_are_what_their_documents_say():
+    """Each README row that links a llama-bench document is that document's row, recomputed from its samples."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rows = re.findall(r"^\| \[[^]]+\]\((data/reference/llama-bench-[^)]+)\) .*$",
+                      (root / "README.md").read_text(encoding="utf-8"), re.M)
+    assert rows, "the README links no llama-bench document"
+    for path in rows:
+        doc = json.loads((root / path).read_text(encoding="utf-8"))
+        assert llama_tables.readme_row(doc, path) in (root / "README.md").read_text(encoding="utf-8")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..progress import note
 from ..bench.runs import SUMMARY, load_run
 from ..models import loading, weight_only
 from ..models.auto import draft_precision
+from ..models.cache import write_json
 from ..models.packing import BF16_ROWS_FLOOR, bf16_packing_available, float32_rows_floor
 from .params import ROOT, Params, selected_prompts
 
@@ -251,13 +251,12 @@ def model_bench(p: Params) -> dict:
 
 def precision_bench(p: Params, name: str = "PRECISION_FILE") -> tuple[dict | None, str]:
     """The saved measurement document the parameter ``name`` names (``thesis-lib studies precision-bench``'s:
-    ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``; ``thesis-lib studies llama-bench``'s:
-    ``LLAMA_FILE``), and a label: what, when and where it was measured."""
+    ``PRECISION_FILE``, ``PRECISION_FILE_NO_BF16``, ``PRECISION_FILE_LAYOUTS``), and a label: what, when and where it was measured."""
     return saved_document(getattr(p, name.lower()), name)
 
 
 def precision_benches(p: Params, name: str) -> list[tuple[dict, str]]:
-    """The saved documents a list parameter names (``PRECISION_FILES_WEIGHT_ONLY``), each with its label (as
+    """The saved documents a list parameter names (``PRECISION_FILES_WEIGHT_ONLY``, ``LLAMA_FILES``), each with its label (as
     :func:`precision_bench`); files that do not exist are left out."""
     return [(doc, label) for path in getattr(p, name.lower()) or []
             for doc, label in [saved_document(path, name)] if doc is not None]
@@ -314,8 +313,5 @@ def cached_document(p: Params, kind: str, key: dict, compute) -> dict:
     doc["key"] = key
     doc["measured"] = measured
     note(f"{path.name}: computed ({time.perf_counter() - t0:.0f} s)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(path, doc)
     return doc

@@ -7,7 +7,7 @@ from thesis_lib.errors import ConfigError
 
 
 def cmd_llama_bench(args) -> int:
-    from thesis_studies.peers import llama as llama_peer
+    from thesis_studies.peers import llama as llama_peer, llama_tables
     from thesis_lib.bench.prompts import encode, held_out, load_prompts, select
 
     llama_peer.check()  # before any model loads
@@ -26,7 +26,7 @@ def cmd_llama_bench(args) -> int:
     doc.update(measured=measured_by, **options.machine_record(),
                command=f"thesis-lib studies llama-bench --per-category {args.per_category} --calibration "
                        f"{args.calibration} --max-new-tokens {args.max_new_tokens} -k {args.k} --dtype {args.dtype}")
-    return options.emit(doc, llama_peer.text(doc), out_path)
+    return options.emit(doc, llama_tables.text(doc), out_path)
 
 
 def add_parsers(sub) -> None:

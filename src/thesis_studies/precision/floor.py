@@ -133,49 +133,6 @@ def fastest_precision(doc: dict, mode: str = "flash_deferred") -> str:
     return f"the fastest is {said}"
 
 
-def llama_rows(doc: dict | None) -> pd.DataFrame:
-    """``thesis-lib studies llama-bench``'s settings side by side: the target's GB per step, tokens/s (pooled over the
-    prompts, prefill included) and ms per token, and the speed over llama.cpp's target-only decoding."""
-    if not doc:
-        return pd.DataFrame({"llama.cpp document": ["none named (LLAMA_FILE)"]})
-    b, s = doc["bytes_per_step"], doc["summary"]
-    base = s["llama.cpp target-only"]["tokens_per_s"]
-    rows = []
-    for name, v in s.items():
-        engine = "llama.cpp target" if name.startswith("llama") else "ours target"
-        rows.append({"setting": name, "target GB/step": b[engine] / 1e9, "tokens/s": v["tokens_per_s"],
-                     "ms/token": v["ms_per_token"], "over llama.cpp target-only": v["tokens_per_s"] / base})
-    return pd.DataFrame(rows)
-
-
-def llama_glued(doc: dict | None) -> dict:
-    """The glued numbers of the llama.cpp comparison: our best setting's speed over llama.cpp's target-only and
-    speculative decoding, the ratio of the targets' bytes per step, and a sentence on whether bytes explain the
-    target-only gap (the byte ratio against the measured speed ratio)."""
-    nan = float("nan")
-    if not doc:
-        return {"llama_best_over_target": nan, "llama_best_over_spec": nan, "llama_byte_ratio": nan,
-                "llama_base_ratio": nan, "llama_best": "not measured", "llama_spec_equal": "not measured",
-                "llama_gap": "not measured (no llama.cpp document)"}
-    s, b = doc["summary"], doc["bytes_per_step"]
-    best = max(("ours target-only", "ours FlashHead deferred"), key=lambda n: s[n]["tokens_per_s"])
-    byte_ratio = b["ours target"] / b["llama.cpp target"]
-    base_ratio = s["llama.cpp target-only"]["tokens_per_s"] / s["ours target-only"]["tokens_per_s"]
-    if base_ratio < 1:
-        gap = (f"our target-only decoding is {1 / base_ratio:.2f} times as fast as llama.cpp's although ours reads "
-               f"{byte_ratio:.2f} times the bytes per step")
-    else:
-        share = "about as much as" if abs(base_ratio / byte_ratio - 1) < 0.15 else (
-            "more than" if base_ratio > byte_ratio else "less than")
-        gap = (f"llama.cpp's target-only decoding is {base_ratio:.2f} times as fast as ours, {share} its smaller "
-               f"steps explain: ours reads {byte_ratio:.2f} times its bytes per step")
-    return {"llama_best_over_target": s[best]["tokens_per_s"] / s["llama.cpp target-only"]["tokens_per_s"],
-            "llama_best_over_spec": s[best]["tokens_per_s"] / s["llama.cpp speculative"]["tokens_per_s"],
-            "llama_byte_ratio": byte_ratio, "llama_base_ratio": base_ratio, "llama_best": best, "llama_gap": gap,
-            "llama_spec_equal": (f"{s['llama.cpp speculative'].get('equal_to_llama_target_only', '?')} of "
-                                 f"{doc.get('prompts', '?')}")}
-
-
 #: the parts of a step the profile table shows, in ms, and the ones with a byte floor beside them
 STEP_PARTS = ("linear", "attention", "norms", "activation", "other", "head")
 _OVERHEAD = ("attention", "norms", "activation", "rotary_table", "embedding", "other")
