@@ -336,6 +336,35 @@ def test_run_folder_is_never_overwritten_and_resumes_after_an_interruption(pair_
     assert len((folder / "samples.jsonl").read_text().splitlines()) == 9
 
 
+def test_a_second_writer_of_a_run_folder_is_refused_while_the_first_lives(pair_dir, tmp_path, cache):
+    """Another process writes the folder (it holds the folder's writer lock, as a running bench does): a resumed
+    run is refused at once, naming it, and touches nothing; once that process is killed (SIGKILL), the resume
+    completes with every sample once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cfg = _config(pair_dir, tmp_path / "runs", name="busy")
+    protocol.run(cfg, progress=False)
+    before = (cfg.path / "samples.jsonl").read_text()
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom thesis_lib.bench import runs\n"
+                               f"with runs.one_writer({str(cfg.path)!r}):\n    print('writing', flush=True)\n"
+                               "    time.sleep(60)"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert holder.stdout.readline().strip() == "writing"
+        with pytest.raises(ConfigError, match=f"run folder busy is being written; a second writer: process "
+                                              f"{holder.pid} on "):
+            protocol.run(cfg, resume=True, progress=False)
+        assert (cfg.path / "samples.jsonl").read_text() == before
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    (cfg.path / "summary.json").unlink()
+    run = protocol.run(cfg, resume=True, progress=False)
+    assert (cfg.path / "samples.jsonl").read_text() == before and len(run.samples) == 9
+
+
 def test_iterations_multiply_the_measured_set_and_modes_alternate(pair_dir, tmp_path, cache):
     run = protocol.run(_config(pair_dir, tmp_path / "runs", iterations=2, prompts=2), progress=False)
     assert len(run.samples) == 2 * 2 * 3

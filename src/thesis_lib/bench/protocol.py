@@ -39,7 +39,7 @@ from .modes import (THESIS_MODES, base_mode, check_modes, is_sampled, is_specula
                     needs_flash_head, profile_modes, split_mode, tree_of, variant_of)
 from .prompts import TURNS, Prompt, held_out, load_prompts, select
 from .runner import Runner
-from .runs import Run, check_new_run, open_run, record_environment, write_environment
+from .runs import Run, check_new_run, one_writer, open_run, record_environment, write_environment
 
 
 @dataclass
@@ -277,8 +277,13 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     ``loaded``: an already loaded ``(target, draft)`` pair, or ``(target, draft, flash_head)``, to share
     between several runs of one session (their specs must be the configuration's)."""
     cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_dict(config)
-    started = time.perf_counter()
     cfg.check_name()
+    with one_writer(cfg.path):  # a second writer of this folder is refused, naming the first
+        return _run(cfg, resume=resume, replace=replace, progress=progress, loaded=loaded)
+
+
+def _run(cfg: BenchConfig, *, resume: bool, replace: bool, progress: bool, loaded: tuple | None) -> Run:
+    started = time.perf_counter()
     check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)  # first: it touches no model file
     prompts = cfg.check()
     torch.set_num_threads(cfg.threads or available_cores())

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..models.cache import write_json
+from ..models.cache import build_lock, write_json
 from .metrics import sample_key
 
 CONFIG, ENVIRONMENT, SAMPLES, SUMMARY = "config.json", "environment.json", "samples.jsonl", "summary.json"
@@ -139,6 +139,15 @@ def _aside(path: Path) -> Path:
     while (dest := path.with_name(f"{path.name}.old-{n}")).exists():
         n += 1
     return dest
+
+
+def one_writer(path: str | Path):
+    """The right to write the run folder ``path``, held for a whole run: an OS lock on ``.<name>.writer`` beside
+    it (:func:`~thesis_lib.models.cache.build_lock`), released however the writer ends. Another writer (a second
+    ``--resume``, a resubmitted job) is refused at once with the holder named: its samples would be duplicated."""
+    path = Path(path)
+    return build_lock(path.parent, f"run folder {path.name} is being written; a second writer", timeout=0,
+                      owner_file=f".{path.name}.writer")
 
 
 def check_new_run(path: str | Path, config: dict, *, resume: bool = False, replace: bool = False) -> str:

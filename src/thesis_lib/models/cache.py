@@ -69,8 +69,9 @@ def _flock(f) -> bool | None:
 
 
 @contextlib.contextmanager
-def build_lock(directory: Path, what: str, *, timeout: float = 1800.0, stale: tuple[str, ...] = ()):
-    """The right to build ``what`` in ``directory``, one process at a time: an OS lock on its ``.build-owner`` file,
+def build_lock(directory: Path, what: str, *, timeout: float = 1800.0, stale: tuple[str, ...] = (),
+               owner_file: str = ".build-owner"):
+    """The right to build ``what`` in ``directory``, one process at a time: an OS lock on its ``owner_file``,
     which the kernel releases when the holder dies however it dies (killed, out of memory, a closed terminal), with
     the holder's process and host written in it. A live holder is waited for up to ``timeout`` seconds, said on
     stderr every 15 s, then a :class:`ConfigError` names it. Files named in ``stale`` (torch's own build lock, which
@@ -78,20 +79,19 @@ def build_lock(directory: Path, what: str, *, timeout: float = 1800.0, stale: tu
     filesystem without ``flock`` the build goes ahead unlocked, removing nothing (as torch alone would); where
     ``flock`` holds only within one host (some NFS mounts), a cache shared by several hosts is not guarded."""
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".build-owner", "a+") as f:
+    with open(directory / owner_file, "a+") as f:
         start = said = time.monotonic()
         while (held := _flock(f)) is False:
             f.seek(0)
             owner, waited = f.read().strip() or "another process", time.monotonic() - start
-            if waited > timeout:
-                raise ConfigError(f"{what}: {owner} has been building it in {directory} for over {timeout:.0f} s; "
-                                  f"wait for it or stop it.")
+            if waited >= timeout:
+                raise ConfigError(f"{what}: {owner} holds it (waited {waited:.0f} s); wait for it or stop it.")
             if time.monotonic() - said >= 15:
                 print(f"{what}: waiting for {owner}, which is building it ({waited:.0f} s)", file=sys.stderr)
                 said = time.monotonic()
             time.sleep(0.2)
         if held is None:
-            print(f"{what}: {directory} cannot be locked here; building without a lock", file=sys.stderr)
+            print(f"{what}: {directory} cannot be locked here; going ahead without a lock", file=sys.stderr)
             yield
             return
         f.seek(0)
