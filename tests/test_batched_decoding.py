@@ -43,7 +43,7 @@ def test_every_row_is_its_prompts_target_only_output_and_its_rounds_the_one_row_
     first = greedy_generate(target, prompts[0], max_new_tokens=max_new).tokens
     eos = [first[stop % len(first)]] if stop < 30 else []
     refs = [greedy_generate(target, p, max_new_tokens=max_new, eos_ids=eos).tokens for p in prompts]
-    assert batched_greedy(target, prompts, max_new_tokens=max_new, eos_ids=eos).generations[0].tokens == refs[0]
+    assert [g.tokens for g in batched_greedy(target, prompts, max_new_tokens=max_new, eos_ids=eos).generations] == refs
     run = batched_speculative(target, ModelState(model, head=head, vocab_limit=TINY_VOCAB), prompts, k=k,
                               max_new_tokens=max_new, eos_ids=eos, schedule=schedule, name=name)
     assert [g.tokens for g in run.generations] == refs

@@ -606,18 +606,24 @@ def test_prompt_lookup_takes_no_ngram_shorter_than_its_least_and_begins_with_not
 
 
 def test_greedy_decoding_times_its_phases_on_the_callers_clock():
-    """The clock a caller passes receives the target-only loop's phases (seed-6 survivor: a loop that made its own
-    clock left the caller's empty)."""
+    """The clock a caller passes times the target-only loop (seed-6 survivor: a loop that made its own clock left
+    the caller's empty). On a clock that reads the target's cached positions (one "second" per token fed), the
+    prefill phase holds the 3 prompt tokens and is the whole TTFT, the decode time is the 5 one-token steps after
+    it, and the two add up to all the work done."""
     from thesis_lib.decoding.clocks import PhaseClock
-    from thesis_lib.decoding.greedy import greedy_generate
-    from thesis_lib.decoding.state import ModelState
     from thesis_lib.models import tiny
 
-    clock = PhaseClock()
-    greedy_generate(ModelState(tiny.tiny_model("qwen2", seed=0), vocab_limit=TINY_VOCAB), [3, 4, 5], max_new_tokens=6,
-                    clock=clock)
-    phases = clock.as_dict()
-    assert phases and all(s > 0 for s in phases.values())
+    target = ModelState(tiny.tiny_model("qwen2", seed=0), vocab_limit=TINY_VOCAB)
+
+    class TokenClock(PhaseClock):
+        def now(self, devices=None):
+            return float(target.length)
+
+    clock = TokenClock()
+    stats = greedy_generate(target, [3, 4, 5], max_new_tokens=6, clock=clock).stats
+    assert clock.as_dict() == stats.phase_s == {"prefill": 3.0} and clock.calls == {"prefill": 1}
+    assert (stats.ttft_s, stats.decode_s) == (3.0, 5.0)
+    assert stats.ttft_s + stats.decode_s == target.length == 8
 
 
 def test_the_cost_model_counts_a_failure_only_in_rounds_that_reject():

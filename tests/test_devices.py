@@ -172,11 +172,19 @@ def test_sampling_on_two_devices_draws_what_the_cpu_draws(pair, on_two_gpus, fla
     assert got.tokens == ref.tokens
 
 
-def test_runner_sampling_modes_on_two_devices(on_two_gpus):
+def test_runner_sampling_modes_on_two_devices_draw_what_the_cpu_runner_draws(pair, tok, on_two_gpus):
+    """Each sampling mode through the runner (its generator seeded per prompt, on the CPU) gives on two devices the
+    tokens the same runner gives on the CPU, all 8 of them."""
+    target, draft, clustering = pair
+    cpu_head = FlashHead(draft.get_output_embeddings().weight.detach(), clustering, n_probes=3, path="eager",
+                         vocab_limit=TINY_VOCAB)
+    cpu = Runner(_loaded(target, tok, "cpu"), _loaded(draft, tok, "cpu"), k=3, max_new_tokens=8, flash_head=cpu_head,
+                 sampler=sampling.Sampler(0.8))
     t, d, head, _ = on_two_gpus
     runner = Runner(t, d, k=3, max_new_tokens=8, flash_head=head, sampler=sampling.Sampler(0.8))
     for mode in ("sample_baseline", "sample_dense", "sample_flash"):
-        assert len(runner.run(mode, PROMPT).tokens) == 8
+        want = cpu.run(mode, PROMPT).tokens
+        assert runner.run(mode, PROMPT).tokens == want and len(want) == 8, mode
 
 
 def test_rehearsal_uses_real_gpus_only_where_every_named_one_exists(monkeypatch):

@@ -189,9 +189,27 @@ def test_sampling_counts_its_rounds_verifies_appends_and_tail(pair, schedule, n,
     assert (st.k, st.mode) == (k, f"{d.name}_{schedule}_sample")
 
 
-def test_target_only_sampling_names_its_mode(pair):
-    """A target-only sample is recorded as the sampling baseline (seed-6 survivor: a mode of None)."""
-    target, _, _ = pair
-    g = sampling.sample_generate(ModelState(target), PROMPT, max_new_tokens=4, sampler=sampling.Sampler(1.0),
-                                 generator=torch.Generator().manual_seed(1))
-    assert g.stats.mode == "baseline_sample" and len(g.tokens) == 4
+def test_each_sampling_mode_runs_the_loop_draft_and_warp_it_names(pair, tok):
+    """``sample_baseline`` is target-only sampling, recorded as the sampling baseline (seed-6 survivor: a mode of
+    None); ``sample_dense`` and ``sample_flash`` are speculative sampling with that draft, deferred, at the runner's
+    K; all draw with the runner's warp: at top_k=1 it leaves only the argmax, so every mode gives target-only greedy's
+    tokens. A mode naming no sampling draft, or the FlashHead draft without its head, is refused by name."""
+    from thesis_lib.bench.runner import Runner
+    from thesis_lib.decoding.greedy import greedy_generate
+    from thesis_lib.models.loading import LoadedModel
+
+    target, draft, flash = pair
+    t, d = (LoadedModel(spec="tiny", model=m, tokenizer=tok, path=None, device="cpu", dtype="float32")
+            for m in (target, draft))
+    argmax = sampling.Sampler(1.0, top_k=1)
+    runner = Runner(t, d, k=3, max_new_tokens=8, flash_head=flash, sampler=argmax)
+    greedy = greedy_generate(ModelState(target), PROMPT, max_new_tokens=8).tokens
+    named = {"sample_baseline": ("baseline_sample", 0), "sample_dense": ("dense_deferred_sample", 3),
+             "sample_flash": ("flash_deferred_sample", 3)}
+    for mode, (recorded, k) in named.items():
+        g = runner.run(mode, PROMPT)
+        assert (g.stats.mode, g.stats.k, g.tokens) == (recorded, k, greedy), mode
+    with pytest.raises(ConfigError, match="Unknown mode 'sample_shared'"):
+        runner.run("sample_shared", PROMPT)
+    with pytest.raises(ConfigError, match="mode sample_flash needs a FlashHead head"):
+        Runner(t, d, k=3, max_new_tokens=8, sampler=argmax).run("sample_flash", PROMPT)

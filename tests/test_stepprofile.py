@@ -3,6 +3,8 @@ and the whole profile on the tiny int8-dynamic pair."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -21,27 +23,40 @@ def test_the_operation_count_counts_dispatched_aten_operations():
     assert sp.count_ops(lambda: None) == 0
 
 
-def test_the_clock_times_each_part_and_leaves_no_hook_behind():
-    """A forward of the tiny int8 target under the clock: a hook pair on every decoder linear layer, norm, attention
-    module and activation, the final norm, the rotary table and the embedding (not the head); the parts add up to
-    the body, the linear layers inside attention counted once; no hook left on any module after."""
-    import time
-
+def test_a_step_s_parts_hold_each_module_once_and_add_up_to_its_body(monkeypatch):
+    """A hooked step of the tiny int8 target on a fake clock that moves only when a module runs: a tick for each
+    decoder linear layer, norm, attention module, activation, the final norm, the rotary table and the embedding,
+    100 for each decoder layer around them, 1,000 for the head. Each part holds its modules' ticks once (an
+    attention module its own tick, its linear layers theirs), ``other`` the layers' 100s that no part holds, the
+    parts add up to the body exactly, and the head is timed apart; no hook is left on any module after."""
     target, _, _ = int8_pair()
-    clock = sp.PartClock(target)
-    layers = target.config.num_hidden_layers
-    assert len(clock.handles) == 2 * (layers * (7 + 2 + 1 + 1) + 3)
+    now = [0]
+    monkeypatch.setattr(sp, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def costs(ticks):
+        def work(*_):
+            now[0] += ticks
+        return work
+
+    probe = sp.PartClock(target)
+    timed = [m for m in target.modules() if m._forward_hooks]
+    probe.remove()
     state = ModelState(target)
-    with torch.inference_mode():
-        start = time.perf_counter()
-        state.hidden(list(range(5, 15)))
-        body = time.perf_counter() - start
-    parts = clock.parts(body)
-    assert parts["attn_linear"] > 0 and parts["mlp_linear"] > 0 and parts["norms"] > 0 and parts["attention"] > 0
-    assert parts["linear"] == pytest.approx(parts["attn_linear"] + parts["mlp_linear"])
-    assert parts["other"] >= 0
-    assert sum(v for k, v in parts.items() if k not in ("attn_linear", "mlp_linear")) == pytest.approx(body)
-    clock.remove()
+    case = sp.StepCase(state, list(range(5, 15)), 2)
+    # registered before the step's own hooks, so each module's work runs inside its timed interval
+    work = [m.register_forward_hook(costs(1)) for m in timed]
+    work += [layer.register_forward_hook(costs(100)) for layer in target.get_decoder().layers]
+    work.append(state.head.register_forward_hook(costs(1000)))
+    case.once(hooked=True)
+    for h in work:
+        h.remove()
+    layers = target.config.num_hidden_layers
+    got = {part: times[0] for part, times in case.times.items()}
+    assert got == {"attn_linear": 4 * layers, "mlp_linear": 3 * layers, "linear": 7 * layers, "attention": layers,
+                   "norms": 2 * layers + 1, "activation": layers, "rotary_table": 1, "embedding": 1,
+                   "other": 100 * layers, "body": 111 * layers + 3, "head": 1000}
+    parts = ("linear", "attention", "norms", "activation", "rotary_table", "embedding", "other")
+    assert sum(got[p] for p in parts) == got["body"]
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in target.modules())
 
 
