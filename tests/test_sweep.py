@@ -31,6 +31,11 @@ CONTENT = ("iteration", "question_id", "mode", "k", "tokens", "new_tokens", "fir
            "accepted", "rounds", "emitted", "verify_calls", "append_calls", "matches_baseline", "accepted_per_round")
 
 
+def _submissions(home, run: str) -> list[str]:
+    """Every job id the ledger says was submitted for a run, oldest first."""
+    return [e["job_id"] for e in ledger.entries(home) if e["event"] == "submitted" and e["run"] == run]
+
+
 def _content(run) -> list[dict]:
     rows = [{k: r.get(k) for k in CONTENT} for r in run.samples]
     return sorted(rows, key=lambda r: (r["iteration"] or 0, str(r["question_id"]), r["mode"]))
@@ -132,7 +137,7 @@ def test_a_failed_run_is_reported_and_only_it_is_resubmitted(tmp_path, monkeypat
     states = driver.run_sweep(grid.from_grid("kp", BASE, {"k": [1, 3]}, tmp_path), local.LocalExecutor(progress=False),
                               progress=False)
     assert [s.state for s in states] == [ledger.DONE, ledger.DONE]
-    assert len(ledger.submissions(sw.home, "k1")) == 1 and len(ledger.submissions(sw.home, "k3")) == 2
+    assert len(_submissions(sw.home, "k1")) == 1 and len(_submissions(sw.home, "k3")) == 2
 
 
 def test_the_command_line_runs_a_sweep_from_a_file_and_flags(tmp_path, capsys):
@@ -245,7 +250,7 @@ def test_a_smoke_sweep_through_a_real_slurm_cluster(slurm_cluster, tmp_path):
         jobs = [env.get("scheduler", {}).get("job_id")] + [r.get("scheduler", {}).get("job_id")
                                                             for r in env.get("resumed", [])]
         assert s.job_id in jobs and jobs[0] is not None, (s.run, jobs)
-        assert ledger.submissions(sw.home, s.run) == ([victim.job_id, s.job_id] if s.run == victim.run else [s.job_id])
+        assert _submissions(sw.home, s.run) == ([victim.job_id, s.job_id] if s.run == victim.run else [s.job_id])
     deadline = time.monotonic() + 30  # a done run's job may still be exiting: then the queue empties, nothing stays
     while (left := subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, check=True).stdout.strip()):
         assert time.monotonic() < deadline, left

@@ -88,11 +88,6 @@ def jobs(home: Path) -> dict[str, dict]:
     return latest
 
 
-def submissions(home: Path, run: str) -> list[str]:
-    """Every job id submitted for a run, oldest first."""
-    return [e["job_id"] for e in entries(home) if e["event"] == "submitted" and e["run"] == run]
-
-
 def states(sweep, executor=None) -> list[RunState]:
     """Every run's state in the sweep's order; jobs the ledger has no end for are asked of
     ``executor.query(job_ids) -> {job_id: (state, detail)}`` and their ends written down (``unknown`` without one)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from thesis_lib.cli import options
-from thesis_lib.errors import ConfigError
+from thesis_lib.errors import ConfigError, at_least
 
 
 def cmd_llama_bench(args) -> int:
@@ -11,21 +11,18 @@ def cmd_llama_bench(args) -> int:
     from thesis_lib.bench.prompts import encode, held_out, load_prompts, select
 
     llama_peer.check()  # before any model loads
-    if args.per_category < 1 or args.calibration < 1 or args.max_new_tokens < 2 or args.k < 1:
-        raise ConfigError("--per-category, --calibration and -k must be >= 1, --max-new-tokens >= 2.")
+    at_least("--per-category", args.per_category), at_least("--calibration", args.calibration), at_least("-k", args.k)
+    at_least("--max-new-tokens", args.max_new_tokens, 2)
     pool = load_prompts("project")
     measured = select(pool, per_category=args.per_category)
     calibration = held_out(pool, measured, args.calibration)
     if not calibration:
         raise ConfigError(f"No calibration prompts are left beside {args.per_category} measured per category.")
     out_path, measured_by, target, draft, _ = options.embedded_pair(args)
-    ids = [encode(target.tokenizer, p.text) for p in measured]
-    doc = llama_peer.run(target, draft, ids, [encode(target.tokenizer, p.text) for p in calibration], k=args.k,
-                         max_new_tokens=args.max_new_tokens)
-    doc["categories"] = [p.category for p in measured]
-    doc.update(measured=measured_by, **options.machine_record(),
-               command=f"thesis-lib studies llama-bench --per-category {args.per_category} --calibration "
-                       f"{args.calibration} --max-new-tokens {args.max_new_tokens} -k {args.k} --dtype {args.dtype}")
+    ids, calib = ([encode(target.tokenizer, p.text) for p in ps] for ps in (measured, calibration))
+    doc = llama_peer.run(target, draft, ids, calib, k=args.k, max_new_tokens=args.max_new_tokens)
+    doc.update(categories=[p.category for p in measured], measured=measured_by, **options.machine_record(),
+               command=options.command_line())
     return options.emit(doc, llama_tables.text(doc), out_path)
 
 

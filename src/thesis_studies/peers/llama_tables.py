@@ -66,12 +66,12 @@ def book_glued(docs: list[tuple[dict, str]]) -> dict:
     s, best, b = doc["summary"], doc["tuning"]["best"], doc["bytes_per_step"]
     ours, theirs, ci = _best(doc)
     plain = s["llama.cpp target-only"]["decode_tokens_per_s"]
-    spec = best["speculative"]
     return {"llama_source": label, "llama_kinds": "; ".join(_kind(d, " with ours in ") for d, _ in docs),
             "llama_prompts": doc["prompts"], "llama_ours": ours, "llama_theirs": theirs, "llama_ratio": ci["value"],
             "llama_lo": ci["lo"], "llama_hi": ci["hi"],
             "llama_spec_over_plain": s["llama.cpp speculative"]["decode_tokens_per_s"] / plain,
-            "llama_spec_setting": f"up to {spec['draft_max']} draft tokens, each above probability {spec['draft_p_min']}",
+            "llama_spec_setting": "up to {draft_max} draft tokens, each above probability {draft_p_min}".format(
+                **best["speculative"]),
             "llama_ngram_over_plain": s["llama.cpp n-gram"]["decode_tokens_per_s"] / plain,
             "llama_ngram_type": best["n-gram"]["type"],
             "llama_spec_equal": f"{s['llama.cpp speculative']['equal_to_llama_target_only']} of {doc['prompts']}",
