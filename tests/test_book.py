@@ -1446,3 +1446,42 @@ def test_a_result_key_names_the_4_bit_layout_and_a_read_only_build_ignores_it():
     eight = shared.machine_key("int8-dynamic", "cpu", None, "int8-dynamic")
     assert four["layouts"] == {"int4-dynamic": "bfloat16 scales"} and "layouts" not in eight
     assert "layouts" in shared.MACHINE_FIELDS
+
+
+def test_an_edited_prompt_or_kernel_source_is_measured_again_not_reused(tmp_path, monkeypatch):
+    """A run's name hashes the prompts it measures (an edited line names another run; an edit to a prompt it does
+    not measure does not), and the library's digest, which keys every executed notebook, covers the C++ kernels'
+    sources as well as the Python ones (an edited ``.cpp`` changes it; an edited data file does not)."""
+    import json as _json
+
+    from thesis_lib.bench import environment
+    from thesis_lib.book import shared
+
+    shipped = Path(__file__).resolve().parents[1] / "src" / "thesis_lib" / "data" / "project_prompts.jsonl"
+    pool = [_json.loads(line) for line in shipped.read_text().splitlines() if line.strip()]
+    file = tmp_path / "q.jsonl"
+
+    def name_with(edit_at: int | None) -> str:
+        rows = [dict(r) for r in pool]
+        if edit_at is not None:
+            rows[edit_at]["turns"] = [rows[edit_at]["turns"][0] + " Answer briefly."]
+        file.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+        p = params.Params(runs_dir=str(tmp_path), prompt_file=str(file), per_category=1)
+        return shared.named(p.bench(), "set", "bench").name
+
+    measured = {q.question_id for q in params.Params(prompt_file=str(shipped), per_category=1).bench().check_prompts()}
+    first = next(i for i, r in enumerate(pool) if r["question_id"] in measured)
+    other = next(i for i, r in enumerate(pool) if r["question_id"] not in measured)
+    assert name_with(first) != name_with(None) == name_with(other)
+
+    tree = tmp_path / "src"
+    for rel in ("thesis_lib/bench/environment.py", "thesis_lib/models/csrc/k.cpp", "thesis_lib/data/notes.txt",
+                "thesis_studies/__init__.py"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("x = 1\n")
+    monkeypatch.setattr(environment, "__file__", str(tree / "thesis_lib/bench/environment.py"))
+    before = environment.code_digest.__wrapped__()
+    (tree / "thesis_lib/data/notes.txt").write_text("other\n")
+    assert environment.code_digest.__wrapped__() == before
+    (tree / "thesis_lib/models/csrc/k.cpp").write_text("int x = 2;\n")
+    assert environment.code_digest.__wrapped__() != before

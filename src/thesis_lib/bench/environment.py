@@ -17,14 +17,15 @@ from ..models.cpu import cpu_name
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """A short hash of this library's source and its studies' (every ``.py`` under ``thesis_lib`` and
-    ``thesis_studies``, paths included): what a result was measured with, so that a result made by other code can
-    be told apart. Taken once, when this module is first imported (the code a process runs is the code it loaded)."""
+    ``thesis_studies`` and the C++ kernels' sources, paths included): what a result was measured with, so that a
+    result made by other code can be told apart. Taken once, when this module is first imported (the code a process
+    runs is the code it loaded)."""
     import hashlib
 
     root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for package in ("thesis_lib", "thesis_studies"):
-        for f in sorted((root / package).rglob("*.py")):
+        for f in sorted(f for f in (root / package).rglob("*") if f.suffix in (".py", ".cpp", ".h")):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]

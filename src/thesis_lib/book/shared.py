@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -80,10 +80,12 @@ TIMING = {"ttft": "target and draft prefill"}
 
 
 def named(cfg: protocol.BenchConfig, set_name: str, kind: str) -> protocol.BenchConfig:
-    """``cfg`` named ``<set>-<kind>-<hash of its parameters>``."""
+    """``cfg`` named ``<set>-<kind>-<hash of its parameters and of the prompts it measures>``: an edited prompt
+    (its text, category or id) names another run, which is measured, not the old one reused."""
     doc = cfg.identity()
     doc.pop("name"), doc.pop("out")
-    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device, cfg.draft_dtype), **TIMING)
+    doc.update(machine_key(cfg.dtype, cfg.device, cfg.draft_device, cfg.draft_dtype), **TIMING,
+               prompts=digest([asdict(q) for q in cfg.check_prompts()]))
     cfg.name = f"{set_name}-{kind}-{digest(doc)}"
     return cfg
 
