@@ -27,7 +27,7 @@ NOT_OPTIONS = {
 RUN_OPTIONS = {"help", "no_chat", "no_costs", "no_pack", "resume", "replace"}
 #: Parameter-set keys the planner reads before any notebook runs (book.sizing); the notebooks declare them to
 #: show the plan, and Params does not carry them.
-PLANNER_KEYS = {"BUDGET_MINUTES", "COST_REFERENCE"}
+PLANNER_KEYS = set(params.PLANNER_KEYS)
 #: Params fields no parameter cell declares: read by ``thesis-lib book`` itself (the rehearsal's virtual GPUs are
 #: set up before a kernel starts), or left at their default in a notebook (progress bars on).
 BUILD_FIELDS = {"rehearsal", "progress"}

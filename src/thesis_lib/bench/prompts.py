@@ -48,6 +48,8 @@ def load_jsonl(path: str | Path) -> list[Prompt]:
         try:
             rec = json.loads(line)
             turns = tuple(str(t) for t in rec["turns"])
+            if not turns[0].strip():
+                raise ValueError("its first turn is empty")
             prompts.append(Prompt(str(rec["question_id"]), str(rec.get("category", "")), turns[0], turns))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ConfigError(f"{path.name}, line {line_no}: not a question record ({exc}).") from None

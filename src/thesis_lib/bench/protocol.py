@@ -190,6 +190,11 @@ class BenchConfig:
         if self.turns not in TURNS:
             raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
         check_modes(self.modes)
+        for name, device, dtype in (("device", self.device, self.dtype),
+                                    ("draft_device", self.draft_device, self.draft_dtype)):
+            loading.check_device(device, name)
+            if dtype not in (None, "auto", "same"):
+                loading.resolved_dtype(dtype, device or self.device)
         extensions.runner_options(self, self.modes)  # the study loops' settings (a tree's shape, a warp), checked
         if self.profile:
             bad = [m for m in self.modes if split_mode(m)[0] == "hf"]
@@ -201,6 +206,8 @@ class BenchConfig:
         check_beyond(self)
         for spec in (self.target, self.draft):
             specs.check_available(spec)
+        specs.check_context(self.target, self.max_new_tokens + self.largest_block(),
+                            f"max_new_tokens {self.max_new_tokens} and a block of {self.largest_block()}")
         return prompts
 
 
@@ -277,15 +284,16 @@ def run(config: BenchConfig | dict, *, resume: bool = False, replace: bool = Fal
     ``loaded``: an already loaded ``(target, draft)`` pair, or ``(target, draft, flash_head)``, to share
     between several runs of one session (their specs must be the configuration's)."""
     cfg = config if isinstance(config, BenchConfig) else BenchConfig.from_dict(config)
-    cfg.check_name()
-    with one_writer(cfg.path):  # a second writer of this folder is refused, naming the first
-        return _run(cfg, resume=resume, replace=replace, progress=progress, loaded=loaded)
-
-
-def _run(cfg: BenchConfig, *, resume: bool, replace: bool, progress: bool, loaded: tuple | None) -> Run:
     started = time.perf_counter()
+    cfg.check_name()
     check_new_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)  # first: it touches no model file
     prompts = cfg.check()
+    with one_writer(cfg.path):  # a second writer of this folder is refused, naming the first
+        return _run(cfg, prompts, started, resume=resume, replace=replace, progress=progress, loaded=loaded)
+
+
+def _run(cfg: BenchConfig, prompts: list[Prompt], started: float, *, resume: bool, replace: bool, progress: bool,
+         loaded: tuple | None) -> Run:
     torch.set_num_threads(cfg.threads or available_cores())
     if loaded is not None:
         target, draft, *rest = loaded

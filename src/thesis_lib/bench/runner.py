@@ -23,7 +23,7 @@ from ..decoding.clocks import ForwardTimer, PhaseClock
 from ..decoding.drafters import ModelDrafter, ProfiledDrafter
 from ..decoding.greedy import greedy_generate, speculative_generate
 from ..decoding.state import ModelState
-from ..decoding.stats import DecodeStats, Generation
+from ..decoding.stats import DecodeStats, Generation, check_request
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..models.loading import LoadedModel, output_rows
@@ -139,6 +139,11 @@ class Runner:
         return gen
 
     def _run(self, mode: str, ids: Sequence[int], clock: PhaseClock | None) -> Generation:
+        check_request(self.max_new_tokens, ids, self.k)
+        context = getattr(self.target.model.config, "max_position_embeddings", None)
+        if context and len(ids) + self.max_new_tokens + self.k + 1 > context:
+            raise ConfigError(f"{len(ids)} prompt tokens, {self.max_new_tokens} new ones and a block of {self.k + 1} "
+                              f"do not fit the target's context of {context} tokens.")
         draft, schedule = split_mode(mode)
         if draft == "hf":
             return self._hf(mode, ids)

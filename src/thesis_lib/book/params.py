@@ -23,7 +23,7 @@ def parameter_sets() -> list[str]:
     return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml"))
 
 
-def load_parameters(name: str) -> dict:
+def load_parameters(name: str, _seen: tuple = ()) -> dict:
     """A named parameter set (``params/<name>.yaml``) or a YAML file's path; UPPER_CASE names only. A set that
     names ``BASE`` (another set) takes that set's values and changes only those it gives."""
     import yaml
@@ -33,7 +33,17 @@ def load_parameters(name: str) -> dict:
         path = PARAMS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"Unknown parameter set {name!r}; use one of {', '.join(parameter_sets())} or a YAML file.")
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if path.resolve() in _seen:
+        raise ConfigError(f"{path.name}: BASE goes round in a circle ({' -> '.join(p.name for p in _seen)} -> "
+                          f"{path.name}).")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}"
+                          f"{f', line {where.line + 1}' if where else ''}).") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path.name} is not a mapping of parameter names to values.")
     bad = [k for k in doc if not (isinstance(k, str) and k.isupper())]
     if bad:
         raise ConfigError(f"{path.name}: parameter names are UPPER_CASE ({', '.join(map(str, bad))} are not).")
@@ -41,8 +51,29 @@ def load_parameters(name: str) -> dict:
     if base is not None:
         if Path(str(base)).stem == path.stem:
             raise ConfigError(f"{path.name}: BASE names the set itself.")
-        doc = {**load_parameters(str(base)), **doc}
+        doc = {**load_parameters(str(base), (*_seen, path.resolve())), **doc}
     return doc
+
+
+#: keys a parameter set holds beside the parameters: the planner's (:mod:`thesis_lib.book.sizing`)
+PLANNER_KEYS = ("BUDGET_MINUTES", "COST_REFERENCE")
+
+
+def check_set(values: dict) -> None:
+    """Every key and value of a parameter set, checked before the planner times anything and before any model file
+    is read: an unknown key named with the closest known one; the values as the notebooks check them (sizes left
+    to the planner at their smallest); the main run's configuration (modes, probes, clusters, models, precisions,
+    devices, prompts, context), all in one line each."""
+    import difflib
+
+    known = {n.upper() for n in Params.names()} | set(PLANNER_KEYS)
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            raise ConfigError(f"{key} is no parameter" + (f"; did you mean {close[0]}?" if close else "."))
+    smallest = {"PER_CATEGORY": 1, "MAX_NEW_TOKENS": 16, "ITERATIONS": 1}
+    p = Params.from_namespace({**values, **{k: v for k, v in smallest.items() if values.get(k) == "auto"}}).check()
+    p.bench().check()
 
 
 def set_label(set_name: str) -> str:

@@ -78,6 +78,8 @@ def cmd_generate(args) -> int:
 
     options.check_decoding(args)
     check_modes([args.mode])
+    if not args.prompt.strip():
+        raise ConfigError("The prompt is empty: give the text to continue.")
     runner = _runner(args, [args.mode])
     gen = runner.run(args.mode, encode(runner.target.tokenizer, args.prompt, chat=not args.no_chat,
                                        thinking=options.thinking(args)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from functools import partial
 
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from . import options
 
 
@@ -17,6 +17,10 @@ def cmd_model_bench(args) -> int:
     from ..bench import modelbench
     from ..models import loading
 
+    try:
+        probes = [at_least("--probe-list values", int(x)) for x in args.probe_list.split(",")] if args.probe_list else None
+    except ValueError:
+        raise ConfigError(f"--probe-list takes whole numbers separated by commas (got {args.probe_list!r}).") from None
     parts = tuple(args.parts.split(","))
     known = modelbench.known_parts()
     bad = [p for p in parts if p not in known]
@@ -27,9 +31,6 @@ def cmd_model_bench(args) -> int:
         if part is not None and part.available is not None and not part.available():
             raise ConfigError(part.missing)
     options.check_flash(args, args.draft)
-    probes = [int(x) for x in args.probe_list.split(",")] if args.probe_list else None
-    if probes and min(probes) < 1:
-        raise ConfigError("--probe-list values must be >= 1.")
     if args.state_tokens < 1:
         raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
     prompts = options.select_prompts(args)

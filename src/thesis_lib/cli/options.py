@@ -96,6 +96,8 @@ def pack(args) -> bool | None:
 
 def check_decoding(args) -> None:
     at_least("--k", args.k), at_least("--max-new-tokens", args.max_new_tokens)
+    specs.check_context(args.target, args.max_new_tokens + args.k + 1, f"--max-new-tokens {args.max_new_tokens} "
+                        f"and a block of {args.k + 1}")
     extensions.runner_options(args, [])  # the study loops' settings (a tree's width and shape), checked
 
 

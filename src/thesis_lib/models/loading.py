@@ -111,6 +111,17 @@ def resolved_dtype(name: str, device: str = "cpu") -> str:
     return weight_format(name, device) or str(_dtype(name, device)).replace("torch.", "")
 
 
+def check_device(device: str | None, name: str = "device") -> None:
+    """A clear error for a device string torch cannot read (None: the default device)."""
+    import torch
+
+    try:
+        if device is not None:
+            torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{name} {device!r} is no device torch knows (cpu, cuda, cuda:1, mps, ...).") from None
+
+
 def resolved_attention(device: str = "cpu") -> str:
     """The attention a model loads with on ``device``: "exact" (row-exact, :mod:`~thesis_lib.models.attention`) on
     a CPU, the model's own ("model") elsewhere (row-exactness there is not measured)."""

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import UnknownModelError
+from ..errors import ConfigError, UnknownModelError
 from . import embedded
 from .embedded import EMBEDDED, EMBEDDED_PREFIX, EmbeddedModel
 from .hub import hub_snapshot
@@ -100,11 +100,8 @@ def resolve(spec: str) -> ModelSpec:
 
 
 def _unknown_message(spec: str) -> str:
-    known = "\n  ".join(known_specs())
-    return (
-        f"Unknown model {spec!r}. Use one of:\n  {known}\n"
-        "or a local Hugging Face model folder, or another hub id of the form 'org/name'."
-    )
+    return (f"Unknown model {spec!r}; use one of {', '.join(known_specs())}, a local Hugging Face model folder or "
+            "another hub id of the form 'org/name'.")
 
 
 #: What each step needs of a hub repo (``allow_patterns``): reading a config or a tokenizer never downloads
@@ -128,7 +125,7 @@ def check_available(spec: str | ModelSpec, dtype: str | None = None) -> ModelSpe
     ms = resolve(spec) if isinstance(spec, str) else spec
     if ms.kind == "embedded":
         assert ms.embedded is not None
-        if not embedded.converted_ok(ms.embedded, dtype):
+        if not _converted(ms.embedded, dtype):
             embedded.part_files(ms.embedded)  # raises MissingPackageError naming the first missing package
     elif ms.kind == "hub":
         _hub(ms.repo_id, "config")
@@ -151,11 +148,31 @@ def local_dir(spec: str | ModelSpec, *, progress: bool = True, what: str = "mode
     return _hub(ms.repo_id, what)
 
 
+def _converted(model, dtype: str | None) -> bool:
+    """Whether a conversion serves loads in ``dtype``; for ``auto`` (None), whether any does, without deciding this
+    CPU's precision (which builds the kernel first)."""
+    if dtype in (None, "auto"):
+        return any(embedded.converted_ok(model, d) for d in ("bfloat16", "float32"))
+    return embedded.converted_ok(model, dtype)
+
+
+def check_context(spec: str, tokens: int, what: str) -> None:
+    """A clear error where ``tokens`` (``what`` they are) do not fit the model's context (``max_position_embeddings``
+    of its config, read without loading weights): past it the positions would be extrapolated."""
+    context = model_config(spec).get("max_position_embeddings")
+    if context and tokens > context:
+        raise ConfigError(f"{what} ({tokens} tokens) do not fit {spec}'s context of {context} tokens.")
+
+
 def model_config(spec: str) -> dict:
     """A model's ``config.json`` (a multimodal wrapper's text config) without loading or converting weights (an
     unconverted embedded model answers from its registry entry)."""
     ms = resolve(spec)
-    if ms.kind == "embedded" and not embedded.converted_ok(ms.embedded):
-        return dict(ms.embedded.config)
+    if ms.kind == "embedded":
+        stored = next((d for d in ("bfloat16", "float32") if embedded.converted_ok(ms.embedded, d)), None)
+        if stored is None:
+            return dict(ms.embedded.config)
+        cfg = json.loads((embedded.converted_dir(ms.embedded, stored) / "config.json").read_text(encoding="utf-8"))
+        return cfg.get("text_config", cfg)
     cfg = json.loads((local_dir(ms, what="config") / "config.json").read_text(encoding="utf-8"))
     return cfg.get("text_config", cfg)

@@ -49,6 +49,13 @@ class Resources:
     #: further ``sbatch`` options, as given (e.g. ``--constraint=h100``)
     extra: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        for name, value in [(n, getattr(self, n)) for n in ("partition", "mem", "time", "account")] + [
+                ("sbatch-arg", v) for v in self.extra]:
+            if value is not None and not str(value).isprintable():
+                raise ConfigError(f"--{name} holds a control character ({value!r}); it would become a line of the "
+                                  "batch script.")
+
     def options(self, cfg) -> list[str]:
         gpus = gpus_of(cfg) if self.gpus is None else self.gpus
         cpus = self.cpus or (GPU_CPUS if gpus else (cfg.threads or 2))
