@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from thesis_lib import cli
+from thesis_lib.book import params
 
 _spec = importlib.util.spec_from_file_location("bad_inputs", Path(__file__).resolve().parents[1] / "tools" / "bad_inputs.py")
 bad_inputs = importlib.util.module_from_spec(_spec)
@@ -30,3 +31,8 @@ def test_a_bad_input_is_refused_in_one_line_before_anything_is_written(case, inp
     assert len(err) == 1 and bad_inputs.CASES[case][1] in err[0], err
     assert not cache.exists() or not any(cache.rglob("*")), sorted(cache.rglob("*"))[:5]
 
+
+
+@pytest.mark.parametrize("set_name", [s for s in params.parameter_sets() if s != "gpu-thesis"])  # its hub models
+def test_every_shipped_parameter_set_passes_the_first_check(set_name):  # are not reachable here
+    params.check_set(params.load_parameters(set_name))

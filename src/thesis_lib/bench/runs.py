@@ -142,12 +142,12 @@ def _aside(path: Path) -> Path:
 
 
 def one_writer(path: str | Path):
-    """The right to write the run folder ``path``, held for a whole run: an OS lock on ``.<name>.writer`` beside
-    it (:func:`~thesis_lib.models.cache.build_lock`), released however the writer ends. Another writer (a second
-    ``--resume``, a resubmitted job) is refused at once with the holder named: its samples would be duplicated."""
+    """The right to write the run folder ``path``, held for a whole run: an OS lock on ``.writers/<name>`` beside
+    it (:func:`~thesis_lib.models.cache.build_lock`; one hidden folder, which no reader of run folders lists),
+    released however the writer ends. Another writer (a second ``--resume``, a resubmitted job) is refused at once
+    with the holder named: its samples would be duplicated."""
     path = Path(path)
-    return build_lock(path.parent, f"run folder {path.name} is being written; a second writer", timeout=0,
-                      owner_file=f".{path.name}.writer")
+    return build_lock(path.parent / ".writers", f"run folder {path.name}", timeout=0, owner_file=path.name)
 
 
 def check_new_run(path: str | Path, config: dict, *, resume: bool = False, replace: bool = False) -> str:
