@@ -39,9 +39,8 @@ def load_parameters(name: str, _seen: tuple = ()) -> dict:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}"
-                          f"{f', line {where.line + 1}' if where else ''}).") from None
+        at = f", line {exc.problem_mark.line + 1}" if getattr(exc, "problem_mark", None) else ""
+        raise ConfigError(f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}{at}).") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path.name} is not a mapping of parameter names to values.")
     bad = [k for k in doc if not (isinstance(k, str) and k.isupper())]

@@ -143,7 +143,14 @@ def plan_path(values: dict) -> Path:
 
 
 def _plans(path: Path) -> list[dict]:
-    return json.loads(path.read_text()) if path.is_file() else []
+    """The plans saved in ``path`` (none without the file). A file that is no JSON (torn by a version that wrote it
+    in place, or edited by hand) is moved aside, which is said, and the sizes are planned again."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else []
+    except ValueError:
+        path.replace(aside := path.with_name(path.name + ".unreadable"))
+        print(f"{path.name} is no JSON; moved aside to {aside.name}, the sizes are planned again", file=sys.stderr)
+        return []
 
 
 def _plan_that_chose(path: Path, sizes: dict) -> dict | None:

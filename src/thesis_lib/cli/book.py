@@ -12,9 +12,7 @@ from . import options
 
 
 def cmd_book(args) -> int:
-    from ..book import browser, build, execute, params
-
-    from ..book import sizing
+    from ..book import browser, build, execute, params, sizing
 
     t0, started = time.perf_counter(), time.time()
     if args.budget is not None and args.budget <= 0:

@@ -116,8 +116,7 @@ def check_device(device: str | None, name: str = "device") -> None:
     import torch
 
     try:
-        if device is not None:
-            torch.device(device)
+        torch.device(device or "cpu")
     except (RuntimeError, TypeError):
         raise ConfigError(f"{name} {device!r} is no device torch knows (cpu, cuda, cuda:1, mps, ...).") from None
 

@@ -50,8 +50,8 @@ class Resources:
     extra: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        for name, value in [(n, getattr(self, n)) for n in ("partition", "mem", "time", "account")] + [
-                ("sbatch-arg", v) for v in self.extra]:
+        for name, value in [*((n, getattr(self, n)) for n in ("partition", "mem", "time", "account")),
+                            *(("sbatch-arg", v) for v in self.extra)]:
             if value is not None and not str(value).isprintable():
                 raise ConfigError(f"--{name} holds a control character ({value!r}); it would become a line of the "
                                   "batch script.")

@@ -57,11 +57,10 @@ def book_glued(docs: list[tuple[dict, str]]) -> dict:
     fastest settings and ours over theirs with its interval, llama.cpp's tuned drafting over its plain decoding, the
     target-only steps and their bytes; and the kinds of machine all the documents were measured on."""
     if not docs:
+        said = "ours theirs spec_setting ngram_type spec_equal".split()
+        numbers = "ratio lo hi spec_over_plain ngram_over_plain step_ms_ours step_ms_theirs byte_ratio".split()
         return {"llama_source": "no llama.cpp document named (LLAMA_FILES)", "llama_kinds": "none", "llama_prompts": 0,
-                **dict.fromkeys(("llama_ours", "llama_theirs", "llama_spec_setting", "llama_ngram_type",
-                                 "llama_spec_equal"), "not measured"),
-                **dict.fromkeys(("llama_ratio", "llama_lo", "llama_hi", "llama_spec_over_plain", "llama_ngram_over_plain",
-                                 "llama_step_ms_ours", "llama_step_ms_theirs", "llama_byte_ratio"), float("nan"))}
+                **{f"llama_{k}": "not measured" for k in said}, **{f"llama_{k}": float("nan") for k in numbers}}
     doc, label = docs[0]
     s, best, b = doc["summary"], doc["tuning"]["best"], doc["bytes_per_step"]
     ours, theirs, ci = _best(doc)
