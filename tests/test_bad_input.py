@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from thesis_lib import cli
-from thesis_lib.book import params
+from thesis_lib.book import params, sizing
 
 _spec = importlib.util.spec_from_file_location("bad_inputs", Path(__file__).resolve().parents[1] / "tools" / "bad_inputs.py")
 bad_inputs = importlib.util.module_from_spec(_spec)
@@ -35,4 +35,4 @@ def test_a_bad_input_is_refused_in_one_line_before_anything_is_written(case, inp
 
 @pytest.mark.parametrize("set_name", [s for s in params.parameter_sets() if s != "gpu-thesis"])  # its hub models
 def test_every_shipped_parameter_set_passes_the_first_check(set_name):  # are not reachable here
-    params.check_set(params.load_parameters(set_name))
+    sizing.check_set(params.load_parameters(set_name))

@@ -10,7 +10,7 @@ from dataclasses import fields
 import pytest
 
 from thesis_lib.bench.protocol import BenchConfig
-from thesis_lib.book import execute, params
+from thesis_lib.book import execute, params, sizing
 from thesis_lib.cli import build_parser
 
 #: BenchConfig fields no option of ``thesis-lib bench`` sets under their own name, and why.
@@ -27,7 +27,7 @@ NOT_OPTIONS = {
 RUN_OPTIONS = {"help", "no_chat", "no_costs", "no_pack", "resume", "replace"}
 #: Parameter-set keys the planner reads before any notebook runs (book.sizing); the notebooks declare them to
 #: show the plan, and Params does not carry them.
-PLANNER_KEYS = set(params.PLANNER_KEYS)
+PLANNER_KEYS = set(sizing.PLANNER_KEYS)
 #: Params fields no parameter cell declares: read by ``thesis-lib book`` itself (the rehearsal's virtual GPUs are
 #: set up before a kernel starts), or left at their default in a notebook (progress bars on).
 BUILD_FIELDS = {"rehearsal", "progress"}

@@ -54,28 +54,6 @@ def load_parameters(name: str, _seen: tuple = ()) -> dict:
     return doc
 
 
-#: keys a parameter set holds beside the parameters: the planner's (:mod:`thesis_lib.book.sizing`)
-PLANNER_KEYS = ("BUDGET_MINUTES", "COST_REFERENCE")
-
-
-def check_set(values: dict) -> None:
-    """Every key and value of a parameter set, checked before the planner times anything and before any model file
-    is read: an unknown key named with the closest known one; the values as the notebooks check them (sizes left
-    to the planner at their smallest); the main run's configuration (modes, probes, clusters, models, precisions,
-    devices, prompts, context), all in one line each."""
-    import difflib
-
-    known = {n.upper() for n in Params.names()} | set(PLANNER_KEYS)
-    for key in values:
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            raise ConfigError(f"{key} is no parameter" + (f"; did you mean {close[0]}?" if close else "."))
-    smallest = {"PER_CATEGORY": 1, "MAX_NEW_TOKENS": 16, "ITERATIONS": 1}
-    p = Params.from_namespace({**values, **{k: v for k, v in smallest.items() if values.get(k) == "auto"}}).check()
-    if not p.rehearsal:  # a rehearsal's stand-in models exist only in its notebooks' environment
-        p.bench().check()
-
-
 def set_label(set_name: str) -> str:
     """A parameter set's name: a named set's own, a YAML file's stem."""
     return Path(set_name).stem if set_name.endswith((".yaml", ".yml")) else set_name

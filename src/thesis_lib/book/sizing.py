@@ -42,6 +42,8 @@ AUTO = "auto"
 SIZED = ("PER_CATEGORY", "MAX_NEW_TOKENS", "ITERATIONS")
 TOKENS = (16, 24, 32, 48, 64)  # the new-token counts the planner chooses from
 MIN_TOKENS = TOKENS[0]  # below this a K = 4 block runs about three rounds: the ratios would describe the first ones
+#: the smallest sample, taken where no plan is saved and none is made (and the sizes the first check assumes)
+SMALLEST = {"per_category": 1, "max_new_tokens": MIN_TOKENS, "iterations": 1}
 MAX_ITERATIONS = 3
 
 
@@ -136,6 +138,27 @@ def sized_keys(values: dict) -> list[str]:
     return [k for k in SIZED if values.get(k) == AUTO]
 
 
+#: keys a parameter set holds beside the parameters: the planner's (this module's)
+PLANNER_KEYS = ("BUDGET_MINUTES", "COST_REFERENCE")
+
+
+def check_set(values: dict) -> None:
+    """Every key and value of a parameter set, checked before the planner times anything and before any model file
+    is read: an unknown key named with the closest known one; the values as the notebooks check them (sizes left
+    to the planner at their smallest); the main run's configuration (modes, probes, clusters, models, precisions,
+    devices, prompts, context), all in one line each."""
+    import difflib
+
+    known = {n.upper() for n in Params.names()} | set(PLANNER_KEYS)
+    for key in sorted(set(values) - known):
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        raise ConfigError(f"{key} is no parameter" + (f"; did you mean {close[0]}?" if close else "."))
+    sized = {k.upper(): v for k, v in SMALLEST.items() if values.get(k.upper()) == "auto"}
+    p = Params.from_namespace({**values, **sized}).check()
+    if not p.rehearsal:  # a rehearsal's stand-in models exist only in its notebooks' environment
+        p.bench().check()
+
+
 def plan_path(values: dict) -> Path:
     """Where a set's plans are kept: ``<RUNS_DIR>/<SET_NAME>-plan.json`` (a list, newest last)."""
 
@@ -203,7 +226,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
     if saved and not replan:
         chosen = saved["chosen"]
     elif not measure:
-        chosen = {"per_category": 1, "max_new_tokens": MIN_TOKENS, "iterations": 1}
+        chosen = dict(SMALLEST)
     else:
         from ..bench.prompts import load_prompts
 

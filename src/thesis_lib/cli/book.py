@@ -20,7 +20,7 @@ def cmd_book(args) -> int:
     if args.retries < 0 or args.poll <= 0:
         raise ConfigError("--retries must be >= 0 and --poll > 0.")
     overrides = {"BUDGET_MINUTES": args.budget} if args.budget is not None else {}
-    params.check_set({**params.load_parameters(args.params), **overrides})  # before the planner times anything
+    sizing.check_set({**params.load_parameters(args.params), **overrides})  # before the planner times anything
     # sizes left to the planner are chosen once, here: the scheduled runs and the notebooks then share them
     values = sizing.values_of(args.params, overrides, measure=True, replan=args.recompute)
     planned = bool(sizing.sized_keys(params.load_parameters(args.params)))
