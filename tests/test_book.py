@@ -668,6 +668,20 @@ def test_a_finding_is_judged_by_its_interval_against_the_thesis_value():
         "tell their direction")
 
 
+def test_a_printed_interval_stands_where_its_verdict_says():
+    """The strip prints each bound on the same side of the thesis' value (and of 1) as the bound itself: a lower
+    bound of 1.7086 beside the thesis' 1.709 is inside (reproduced), and two decimals (1.71) would print it above;
+    one of 1.7092 is above (larger), and 1.71 stays. The thesis' value the verdict uses is the one printed, to three
+    decimals, the derived control included."""
+    key = "4.6|Baseline vs. dense draft"  # the thesis: 1.709x
+    for lo, verdict, printed in ((1.7086, "reproduced", "1.7086"), (1.7092, "larger", "1.71")):
+        shown = headline.strip(headline.judge({key: (1.8, lo, 1.9)}).set_index("Key").loc[[key]])
+        assert shown["95 % interval"].tolist() == [f"{printed}-1.90x"]
+        assert shown["Against the thesis"].tolist() == [verdict]
+    control = headline.judge({}).set_index("Key").loc[f"4.7|{headline.CONTROL}", "Thesis"]
+    assert control == float(f"{control:.3f}") and abs(control - 1.00738) < 5e-4
+
+
 def test_the_loop_gap_is_said_by_where_the_prediction_falls():
     assert headline.gap_said(1.2, 1.1, 1.3).startswith("inside the measured interval")
     assert headline.gap_said(1.4, 1.1, 1.3).startswith("above the measured interval")

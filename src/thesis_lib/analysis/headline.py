@@ -53,10 +53,11 @@ NAN = float("nan")
 
 
 def thesis_value(table: str, row: str) -> float:
-    """The thesis' ratio of a finding: the row's Speedup, or for the control Table 4.7's two Decode Tok/s."""
+    """The thesis' ratio of a finding: the row's Speedup, or for the control Table 4.7's two Decode Tok/s, rounded to
+    the three decimals the thesis gives its speedups in (the value the page prints is the one its verdict uses)."""
     if row == CONTROL:
-        return reference.value("4.7", "Dense shared", "Decode Tok/s") / reference.value("4.7", "Dense draft",
-                                                                                       "Decode Tok/s")
+        return round(reference.value("4.7", "Dense shared", "Decode Tok/s")
+                     / reference.value("4.7", "Dense draft", "Decode Tok/s"), 3)
     return reference.value(table, row, "Speedup")
 
 
@@ -202,8 +203,8 @@ def side_by_side(default: pd.DataFrame, regime: pd.DataFrame, columns: dict | No
 
 def strip(df: pd.DataFrame) -> pd.DataFrame:
     """The findings ``df`` (:func:`judge`) as the page shows them: the interval as one text column."""
-    interval = [f"{uncertainty.bound_text(lo)}-{uncertainty.bound_text(hi)}x" if lo == lo else "not recorded"
-                for lo, hi in zip(df["95 % low"], df["95 % high"])]
+    interval = [f"{uncertainty.bound_text(lo, at)}-{uncertainty.bound_text(hi, at)}x" if lo == lo else "not recorded"
+                for lo, hi, at in zip(df["95 % low"], df["95 % high"], df["Thesis"])]
     return pd.DataFrame({"Finding": df["Finding"], "Thesis": df["Thesis"], "This build": df["This build"],
                          "95 % interval": interval, "Against the thesis": df["Against the thesis"],
                          "Same direction": df["Same direction"]})

@@ -213,12 +213,13 @@ def glued_intervals(run: Run, keys=tuple(RATIOS) + tuple(QUANTITIES)) -> dict:
     return {**out, "ci_prompts": prompts, "ci_resamples": RESAMPLES}
 
 
-def bound_text(x: float) -> str:
-    """An interval's bound to two decimals, or to as many more (up to six) as it takes not to print 1.00 for a
-    bound that is not 1: a reader tells from the printed interval whether it holds 1, as the verdict beside it does."""
+def bound_text(x: float, *lines: float) -> str:
+    """An interval's bound to two decimals, or to as many more (up to six) as it takes for the printed bound to
+    stand on the same side of each line (1, and any in ``lines``, such as the thesis' value) as the bound itself: a
+    reader tells from the printed interval whether it holds 1 or the thesis' value, as the verdict beside it does."""
     for digits in (2, 3, 4, 5, 6):
-        text = f"{x:.{digits}f}"
-        if float(text) != 1 or x == 1:
+        text, sides = f"{x:.{digits}f}", [(x > at, x < at) for at in (1.0, *lines)]
+        if [(float(text) > at, float(text) < at) for at in (1.0, *lines)] == sides:
             return text
     return text
 
