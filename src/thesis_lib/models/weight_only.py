@@ -62,8 +62,8 @@ def build_dir() -> Path:
     """Where the kernel is compiled: under the model cache, per source, flags and torch version."""
     from .cache import cache_dir
 
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES) + " ".join(_FLAGS).encode()
-                         + torch.__version__.encode()).hexdigest()
+    sources = b"".join(p.read_bytes() for p in sorted(_SOURCE.parent.glob("*.[ch]*")))  # the headers too
+    key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + torch.__version__.encode()).hexdigest()
     return cache_dir() / "kernels" / f"weight_only-{key[:12]}"
 
 

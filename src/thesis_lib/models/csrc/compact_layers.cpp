@@ -4,7 +4,10 @@
 // aten's add, silu and mul), so the hidden states are the Python loop's bit for bit, without Python and the
 // bindings' argument handling between the two dozen calls a layer makes.
 #include <torch/extension.h>
+#include <string>
 #include <vector>
+
+#include "checks.h"
 
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
 std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin);
@@ -34,19 +37,43 @@ c10::optional<torch::Tensor> given(const torch::Tensor& t) {
 torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> keys,
                              std::vector<torch::Tensor> values, std::vector<torch::Tensor> weights,
                              std::vector<int64_t> dims, int64_t start, double eps, double scale, int64_t path) {
+  const char* fn = "compact_layers";
   const int64_t layers = static_cast<int64_t>(keys.size());
   TORCH_CHECK(values.size() == keys.size() && static_cast<int64_t>(weights.size()) == layers * kSlots &&
                   dims.size() == 8, "compact_layers: one cache and ", kSlots, " tensors per layer, 8 dims");
   const int64_t h = dims[0], hkv = dims[1], d = dims[2], nq = dims[3], nk = dims[4], nv = dims[5], inter = dims[6];
   const bool int4 = dims[7] != 0;
-  const int64_t n = x.size(1), end = start + n;
+  for (int64_t i = 0; i < 7; ++i) checks::positive(fn, ("dims[" + std::to_string(i) + "]").c_str(), dims[i]);
+  TORCH_CHECK(nq == h * d && nk == hkv * d && nv == nk, "compact_layers: dims' widths differ from their heads");
+  checks::tensor(fn, "x", x, {torch::kFloat32}, 3);
+  checks::tensor(fn, "cos", cos, {torch::kFloat32}, 3);
+  checks::tensor(fn, "sin", sin, {torch::kFloat32}, 3);
+  TORCH_CHECK(x.size(0) == 1, "compact_layers: x must be one sequence [1, n, D]");
+  const int64_t n = x.size(1);
+  checks::positive(fn, "x's block length", n);
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    checks::tensor(fn, "keys" + at, keys[i], {torch::kFloat32}, 4, true);  // written in place
+    checks::tensor(fn, "values" + at, values[i], {torch::kFloat32}, 4, true);
+    TORCH_CHECK(keys[i].size(1) == hkv && keys[i].size(3) == d && values[i].sizes() == keys[i].sizes(), fn,
+                ": keys", at, " and values", at, " must be [1, Hkv, capacity, d]");
+    checks::window(fn, start, n, keys[i].size(2));  // before any position of the cache is written
+    for (int64_t j = 0; j < kSlots; ++j) {
+      const bool norm = j == kNorm1 || j == kQNorm || j == kKNorm || j == kNorm2;
+      const bool scale = j == kQkvScale || j == kOScale || j == kGateUpScale || j == kDownScale;
+      const bool packed = j == kQkv || j == kO || j == kGateUp || j == kDown;
+      checks::tensor(fn, "weights[" + std::to_string(i * kSlots + j) + "]", weights[i * kSlots + j],
+                     {packed ? torch::kUInt8 : scale && int4 ? torch::kBFloat16 : torch::kFloat32}, norm || packed ? 1 : -1,
+                     true);
+    }
+  }
+  const int64_t end = start + n;
   auto product = [&](const torch::Tensor& rows, const torch::Tensor* w, int64_t N) {
     return int4 ? linear_dynamic4(rows, w[0], N, w[1], given(w[2]), path)
                 : linear_dynamic(rows, w[0], N, w[1], given(w[2]), path);
   };
   for (int64_t i = 0; i < layers; ++i) {
     const torch::Tensor* w = weights.data() + i * kSlots;
-    TORCH_CHECK(keys[i].size(2) >= end, "compact_layers: layer ", i, "'s cache has no room for the block");
     auto rows = rms_norm(x, w[kNorm1], eps).view({n, -1});
     auto qkv = product(rows, w + kQkv, nq + nk + nv).split_with_sizes({nq, nk, nv}, 1);
     auto q = qkv[0].view({1, n, h, d}), kk = qkv[1].view({1, n, hkv, d});

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "checks.h"
+
 
 bool avx512_path();  // weight_only.cpp: whether the CPU has AVX-512 (F and BW)
 
@@ -44,9 +46,12 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 // x [..., D] float32, w [D] float32: x / sqrt(mean(x^2) + eps) * w, row by row.
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32, "rms_norm: float32 only");
+  checks::tensor("rms_norm", "x", x, {torch::kFloat32});
+  checks::tensor("rms_norm", "w", w, {torch::kFloat32});
+  TORCH_CHECK(x.dim() >= 1, "rms_norm: x must have a last dimension");
   const int64_t D = x.size(-1);
-  TORCH_CHECK(w.numel() == D, "rms_norm: the weight's width differs from the rows'");
+  checks::positive("rms_norm", "x's last dimension", D);
+  TORCH_CHECK(w.numel() == D, "rms_norm: w's width differs from x's rows'");
   auto xc = x.contiguous();
   auto wc = w.contiguous();
   auto y = torch::empty_like(xc);
@@ -70,13 +75,13 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
 // q [B, Hq, S, d], k [B, Hk, S, d], cos and sin [B, S, d]: x * cos + rotate_half(x) * sin for both, where
 // rotate_half(x) = (-x[d/2:], x[:d/2]).
 std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && cos.dim() == 3 && sin.dim() == 3, "rotary: q, k [B, H, S, d]; cos, sin [B, S, d]");
-  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
-                  cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
-              "rotary: float32 only");
+  checks::tensor("rotary", "q", q, {torch::kFloat32}, 4);
+  checks::tensor("rotary", "k", k, {torch::kFloat32}, 4);
+  checks::tensor("rotary", "cos", cos, {torch::kFloat32}, 3);
+  checks::tensor("rotary", "sin", sin, {torch::kFloat32}, 3);
   const int64_t B = q.size(0), S = q.size(2), d = q.size(3), h = d / 2;
   TORCH_CHECK(d % 2 == 0 && k.size(0) == B && k.size(3) == d && cos.size(2) == d && cos.size(1) == S &&
-                  k.size(2) == S, "rotary: shapes do not match");
+                  k.size(2) == S && sin.sizes() == cos.sizes(), "rotary: shapes do not match (q, k [B, H, S, d]; cos, sin [B, S, d])");
   auto cc = cos.expand({B, S, d}).contiguous(), sc = sin.expand({B, S, d}).contiguous();
   std::vector<torch::Tensor> out;
   for (auto x : {q, k}) {
@@ -279,11 +284,13 @@ bool attention_wide() {
 }
 
 void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const char* what) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(), what, ": q [B, Hq, n, d], k and v [B, Hk, L, d]");
-  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
-                  v.scalar_type() == torch::kFloat32, what, ": float32 only");
-  TORCH_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(3) && q.size(1) % k.size(1) == 0, what,
-              ": shapes do not match");
+  checks::tensor(what, "q", q, {torch::kFloat32}, 4);
+  checks::tensor(what, "k", k, {torch::kFloat32}, 4);
+  checks::tensor(what, "v", v, {torch::kFloat32}, 4);
+  checks::positive(what, "k's head count", k.size(1));
+  checks::positive(what, "the head width", q.size(3));
+  TORCH_CHECK(v.sizes() == k.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3) && q.size(1) % k.size(1) == 0,
+              what, ": shapes do not match (q [B, Hq, n, d], k and v [B, Hk, L, d])");
 }
 
 }  // namespace
@@ -296,6 +303,7 @@ torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, d
 torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale) {
   check_qkv(q, k, v, "attend_one");
   TORCH_CHECK(q.size(2) == 1, "attend_one: one query");
+  checks::positive("attend_one", "the cache's length", k.size(2));
   return attend_causal(q, k, v, scale, k.size(2) - 1);
 }
 
@@ -305,7 +313,8 @@ torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, doub
 torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start) {
   check_qkv(q, k, v, "attend_causal");
   const int64_t B = q.size(0), Hq = q.size(1), n = q.size(2), d = q.size(3), Hk = k.size(1);
-  TORCH_CHECK(start >= 0 && k.size(2) >= start + n, "attend_causal: the cache holds fewer keys than the queries see");
+  checks::window("attend_causal", start, n, k.size(2));
+  checks::avx2("attend_causal");
   auto qc = q.contiguous();
   auto kc = k.stride(3) == 1 ? k : k.contiguous();
   auto vc = v.stride(3) == 1 ? v : v.contiguous();
@@ -316,8 +325,6 @@ torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, d
   float* op = out.data_ptr<float>();
   const int64_t group = Hq / Hk;
   const float sc = static_cast<float>(scale);
-  TORCH_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-              "attend_causal: this CPU lacks AVX2 and FMA");
   const bool w512 = attention_wide();
   at::parallel_for(0, B * Hq * n, kHeadsPerTask, [&](int64_t r0, int64_t r1) {
     std::vector<float> p(static_cast<size_t>((start + n + 15) / 16 * 16));

@@ -19,6 +19,8 @@
 #include <numeric>
 #include <vector>
 
+#include "checks.h"
+
 namespace {
 
 constexpr int kLanes = 16;
@@ -157,25 +159,27 @@ int64_t greedy_row(const float* h, int64_t D, const C* cen, int64_t n_clusters, 
 torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tensor rows, torch::Tensor slot_bias,
                            torch::Tensor tokens, torch::Tensor special_w, torch::Tensor special_b,
                            torch::Tensor special_ids, int64_t n_probes, int64_t sentinel, int64_t path) {
-  for (const auto* t : {&h, &centroids, &rows, &slot_bias, &tokens, &special_w, &special_b, &special_ids})
-    TORCH_CHECK(t->device().is_cpu(), "flash_greedy: every tensor must be on the CPU");
-  TORCH_CHECK(h.dim() == 2 && h.scalar_type() == torch::kFloat32, "flash_greedy: h must be [S, D] float32");
+  const char* fn = "flash_greedy";
+  const auto heads = {torch::kBFloat16, torch::kFloat32};
+  checks::tensor(fn, "h", h, {torch::kFloat32}, 2);
+  checks::tensor(fn, "centroids", centroids, heads, 2, true);
+  checks::tensor(fn, "rows", rows, heads, 3, true);
+  checks::tensor(fn, "slot_bias", slot_bias, {torch::kFloat32}, 2, true);
+  checks::tensor(fn, "tokens", tokens, {torch::kLong}, 2, true);
+  checks::tensor(fn, "special_w", special_w, {rows.scalar_type()}, 2, true);
+  checks::tensor(fn, "special_b", special_b, {torch::kFloat32}, 1, true);
+  checks::tensor(fn, "special_ids", special_ids, {torch::kLong}, 1, true);
   const int64_t S = h.size(0), D = h.size(1), C = centroids.size(0), b = rows.size(1), ns = special_ids.numel();
   const auto cdt = centroids.scalar_type(), rdt = rows.scalar_type();
-  TORCH_CHECK((cdt == torch::kBFloat16 || cdt == torch::kFloat32) && (rdt == torch::kBFloat16 || rdt == torch::kFloat32) &&
-                  special_w.scalar_type() == rdt, "flash_greedy: centroids and rows in bfloat16 or float32");
-  TORCH_CHECK(centroids.dim() == 2 && centroids.size(1) == D && rows.dim() == 3 && rows.size(0) == C &&
-                  rows.size(2) == D && slot_bias.sizes() == tokens.sizes() && tokens.size(0) == C && tokens.size(1) == b &&
-                  special_b.numel() == ns && special_w.dim() == 2 && special_w.size(0) == ns &&
+  checks::positive(fn, "h's width", D);
+  checks::positive(fn, "rows' slots per cluster", b);
+  TORCH_CHECK(centroids.size(1) == D && rows.size(0) == C && rows.size(2) == D && slot_bias.sizes() == tokens.sizes() &&
+                  tokens.size(0) == C && tokens.size(1) == b && special_b.numel() == ns && special_w.size(0) == ns &&
                   (ns == 0 || special_w.size(1) == D),
               "flash_greedy: shapes do not match");
-  TORCH_CHECK(tokens.scalar_type() == torch::kLong && special_ids.scalar_type() == torch::kLong &&
-                  slot_bias.scalar_type() == torch::kFloat32 && special_b.scalar_type() == torch::kFloat32,
-              "flash_greedy: ids int64, biases float32");
   TORCH_CHECK(n_probes >= 1 && n_probes <= C, "flash_greedy: n_probes must be in 1..C");
-  TORCH_CHECK(centroids.is_contiguous() && rows.is_contiguous() && slot_bias.is_contiguous() && tokens.is_contiguous() &&
-                  special_w.is_contiguous() && special_b.is_contiguous() && special_ids.is_contiguous(),
-              "flash_greedy: contiguous tensors only");
+  checks::times(fn, "n_probes x slots", n_probes, b);
+  checks::avx2(fn);
   auto hc = h.contiguous();
   auto out = torch::empty({S}, torch::kLong);
   int64_t* op = out.data_ptr<int64_t>();

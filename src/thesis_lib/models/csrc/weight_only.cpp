@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "checks.h"
+
 namespace {
 
 // Packed layout: output rows in blocks of kRows; within a block, the input dimension in chunks of kChunk; a chunk
@@ -380,14 +382,25 @@ AVX2_ATTR void quantize_row(const float* x, int64_t K, int8_t* q, int8_t* aq, fl
   }
 }
 
+// N output rows (positive, and small enough that a padded count of them cannot overflow) and the optional per-row
+// scale and bias: CPU tensors of N elements.
+void outputs(const char* fn, int64_t N, const c10::optional<torch::Tensor>& scale, const c10::optional<torch::Tensor>& bias) {
+  checks::positive(fn, "N", N);
+  TORCH_CHECK(N <= (int64_t{1} << 40), fn, ": N = ", N, " is no layer's output count");
+  for (const auto& [name, t] : {std::pair{"scale", scale}, std::pair{"bias", bias}}) {
+    if (!t.has_value()) continue;
+    checks::tensor(fn, name, *t, {torch::kFloat32, torch::kBFloat16, torch::kFloat16});
+    TORCH_CHECK(t->numel() == N, fn, ": ", name, " must hold N = ", N, " values, not ", t->numel());
+  }
+}
+
 }  // namespace
 
 // [N, K] weights (bfloat16 or int8) -> the packed layout, [ceil(N / 4) * 4 * K] of the same dtype (rows past N zero).
 torch::Tensor pack(torch::Tensor w) {
-  TORCH_CHECK(w.dim() == 2, "w must be 2-D");
-  TORCH_CHECK(w.scalar_type() == torch::kBFloat16 || w.scalar_type() == torch::kInt8, "w must be bfloat16 or int8");
+  checks::tensor("pack", "w", w, {torch::kBFloat16, torch::kInt8}, 2);
   const int64_t N = w.size(0), K = w.size(1);
-  TORCH_CHECK(K % kChunk == 0, "the input width must be a multiple of ", kChunk);
+  TORCH_CHECK(K % kChunk == 0, "pack: w's input width must be a multiple of ", kChunk);
   const int64_t Np = (N + kRows - 1) / kRows * kRows;
   auto padded = torch::zeros({Np, K}, w.options());
   padded.narrow(0, 0, N).copy_(w);
@@ -399,15 +412,18 @@ torch::Tensor pack(torch::Tensor w) {
 // 1 = AVX2 (the path of CPUs without AVX-512, to test it here).
 torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::optional<torch::Tensor> scale,
                      c10::optional<torch::Tensor> bias, int64_t path) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 2, "x must be a 2-D float32 tensor");
+  checks::tensor("linear", "x", x, {torch::kFloat32}, 2);
+  checks::tensor("linear", "packed", packed, {torch::kBFloat16, torch::kInt8}, 1, true);
   const bool bf16 = packed.scalar_type() == torch::kBFloat16;
-  TORCH_CHECK(bf16 || packed.scalar_type() == torch::kInt8, "weights must be bfloat16 or int8");
-  TORCH_CHECK(bf16 || scale.has_value(), "int8 weights need a scale per output row");
-  TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
+  TORCH_CHECK(bf16 || scale.has_value(), "linear: int8 weights need a scale per output row");
+  outputs("linear", N, scale, bias);
+  checks::avx2("linear");
   const bool avx512 = path == 0 && has_avx512();
   const int64_t M = x.size(0), K = x.size(1);
+  checks::positive("linear", "x's width", K);
   const int64_t blocks = (N + kRows - 1) / kRows;
-  TORCH_CHECK(K % kChunk == 0 && packed.numel() == blocks * kRows * K, "packed weights do not match x and N");
+  TORCH_CHECK(K % kChunk == 0 && packed.numel() == checks::times("linear", "N x K", blocks * kRows, K),
+              "linear: packed does not match x and N");
   auto xc = x.contiguous();
   const int64_t Np = blocks * kRows;
   auto y = torch::empty({M, Np}, x.options());
@@ -436,10 +452,10 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::opti
 
 // [N, K] int8 weights -> the int8-dynamic layout, [ceil(N / 32) * 32 * K] bytes of w + 128 (rows past N zero).
 torch::Tensor pack_dynamic(torch::Tensor w) {
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kInt8, "w must be a 2-D int8 tensor");
+  checks::tensor("pack_dynamic", "w", w, {torch::kInt8}, 2);
   const int64_t N = w.size(0), K = w.size(1);
-  TORCH_CHECK(K % kBlock == 0, "the input width must be a multiple of ", kBlock);
-  TORCH_CHECK(w.numel() == 0 || w.min().item<int8_t>() > -128, "int8 levels must lie in -127..127");
+  TORCH_CHECK(K % kBlock == 0, "pack_dynamic: w's input width must be a multiple of ", kBlock);
+  TORCH_CHECK(w.numel() == 0 || w.min().item<int8_t>() > -128, "pack_dynamic: w's int8 levels must lie in -127..127");
   const int64_t Np = (N + kGroupOut - 1) / kGroupOut * kGroupOut;
   auto padded = torch::zeros({Np, K}, w.options());
   padded.narrow(0, 0, N).copy_(w);
@@ -502,12 +518,15 @@ torch::Tensor dynamic_product(const torch::Tensor& x, int64_t N, const c10::opti
 // y = quantised(x) @ (w * scale)^T + bias, w packed by `pack_dynamic` from [N, K]; path as for `linear`.
 torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scale,
                              c10::optional<torch::Tensor> bias, int64_t path) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 2, "x must be a 2-D float32 tensor");
-  TORCH_CHECK(packed.scalar_type() == torch::kUInt8, "weights must be packed by pack_dynamic");
-  TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
+  checks::tensor("linear_dynamic", "x", x, {torch::kFloat32}, 2);
+  checks::tensor("linear_dynamic", "packed", packed, {torch::kUInt8}, 1, true);
+  outputs("linear_dynamic", N, scale, bias);
+  checks::avx2("linear_dynamic");
   const bool vnni = path == 0 && has_vnni();
   const int64_t K = x.size(1), groups = (N + kGroupOut - 1) / kGroupOut;
-  TORCH_CHECK(K % kBlock == 0 && packed.numel() == groups * kGroupOut * K, "packed weights do not match x and N");
+  checks::positive("linear_dynamic", "x's width", K);
+  TORCH_CHECK(K % kBlock == 0 && packed.numel() == checks::times("linear_dynamic", "N x K", groups * kGroupOut, K),
+              "linear_dynamic: packed does not match x and N (pack_dynamic's layout)");
   const Quantised qx = quantize(x);
   const QRows a = qx.rows();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
@@ -525,14 +544,17 @@ torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, t
 // [N/32][K/32][32]).
 torch::Tensor linear_dynamic4(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scales,
                               c10::optional<torch::Tensor> bias, int64_t path) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 2, "x must be a 2-D float32 tensor");
-  TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.scalar_type() == torch::kBFloat16 &&
-                  packed.is_contiguous() && scales.is_contiguous(), "weights must be in the int4-dynamic layout");
-  TORCH_CHECK(has_avx2(), "this CPU lacks AVX2 and FMA");
+  checks::tensor("linear_dynamic4", "x", x, {torch::kFloat32}, 2);
+  checks::tensor("linear_dynamic4", "packed", packed, {torch::kUInt8}, 1, true);
+  checks::tensor("linear_dynamic4", "scales", scales, {torch::kBFloat16}, -1, true);
+  outputs("linear_dynamic4", N, c10::nullopt, bias);
+  checks::avx2("linear_dynamic4");
   const bool vnni = path == 0 && has_vnni();
   const int64_t K = x.size(1), groups = (N + kGroupOut - 1) / kGroupOut, nb = K / kBlock;
-  TORCH_CHECK(K % kBlock == 0 && packed.numel() == groups * kGroupOut * K / 2 &&
-                  scales.numel() == groups * kGroupOut * nb, "packed weights do not match x and N");
+  checks::positive("linear_dynamic4", "x's width", K);
+  const int64_t rows = groups * kGroupOut;
+  TORCH_CHECK(K % kBlock == 0 && packed.numel() == checks::times("linear_dynamic4", "N x K", rows, K) / 2 &&
+                  scales.numel() == rows * nb, "linear_dynamic4: packed and scales do not match x and N");
   const Quantised qx = quantize(x);
   const QRows a = qx.rows();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
