@@ -9,8 +9,20 @@
 
 namespace checks {
 
+// an argument's name, with its index in a list argument (spelt out only when a check fails)
+struct Name {
+  Name(const char* base, int64_t index = -1) : base(base), index(index) {}
+  const char* base;
+  int64_t index;
+};
+inline std::ostream& operator<<(std::ostream& o, const Name& n) {
+  o << n.base;
+  if (n.index >= 0) o << "[" << n.index << "]";
+  return o;
+}
+
 // `t` is a dense CPU tensor of one of `dtypes` (empty: any), of rank `dim` (-1: any), contiguous when `flat`.
-inline void tensor(const char* fn, const std::string& name, const torch::Tensor& t,
+inline void tensor(const char* fn, const Name& name, const torch::Tensor& t,
                    std::initializer_list<c10::ScalarType> dtypes, int64_t dim = -1, bool flat = false) {
   TORCH_CHECK(t.defined(), fn, ": ", name, " is undefined");
   TORCH_CHECK(t.layout() == c10::kStrided && t.device().is_cpu(), fn, ": ", name,

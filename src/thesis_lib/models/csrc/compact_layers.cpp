@@ -4,7 +4,6 @@
 // aten's add, silu and mul), so the hidden states are the Python loop's bit for bit, without Python and the
 // bindings' argument handling between the two dozen calls a layer makes.
 #include <torch/extension.h>
-#include <string>
 #include <vector>
 
 #include "checks.h"
@@ -43,7 +42,7 @@ torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
                   dims.size() == 8, "compact_layers: one cache and ", kSlots, " tensors per layer, 8 dims");
   const int64_t h = dims[0], hkv = dims[1], d = dims[2], nq = dims[3], nk = dims[4], nv = dims[5], inter = dims[6];
   const bool int4 = dims[7] != 0;
-  for (int64_t i = 0; i < 7; ++i) checks::positive(fn, ("dims[" + std::to_string(i) + "]").c_str(), dims[i]);
+  for (int64_t i = 0; i < 7; ++i) TORCH_CHECK(dims[i] > 0, fn, ": dims[", i, "] must be positive, not ", dims[i]);
   TORCH_CHECK(nq == h * d && nk == hkv * d && nv == nk, "compact_layers: dims' widths differ from their heads");
   checks::tensor(fn, "x", x, {torch::kFloat32}, 3);
   checks::tensor(fn, "cos", cos, {torch::kFloat32}, 3);
@@ -52,17 +51,16 @@ torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
   const int64_t n = x.size(1);
   checks::positive(fn, "x's block length", n);
   for (int64_t i = 0; i < layers; ++i) {
-    const std::string at = "[" + std::to_string(i) + "]";
-    checks::tensor(fn, "keys" + at, keys[i], {torch::kFloat32}, 4, true);  // written in place
-    checks::tensor(fn, "values" + at, values[i], {torch::kFloat32}, 4, true);
+    checks::tensor(fn, {"keys", i}, keys[i], {torch::kFloat32}, 4, true);  // written in place
+    checks::tensor(fn, {"values", i}, values[i], {torch::kFloat32}, 4, true);
     TORCH_CHECK(keys[i].size(1) == hkv && keys[i].size(3) == d && values[i].sizes() == keys[i].sizes(), fn,
-                ": keys", at, " and values", at, " must be [1, Hkv, capacity, d]");
+                ": keys[", i, "] and values[", i, "] must be [1, Hkv, capacity, d]");
     checks::window(fn, start, n, keys[i].size(2));  // before any position of the cache is written
     for (int64_t j = 0; j < kSlots; ++j) {
       const bool norm = j == kNorm1 || j == kQNorm || j == kKNorm || j == kNorm2;
       const bool scale = j == kQkvScale || j == kOScale || j == kGateUpScale || j == kDownScale;
       const bool packed = j == kQkv || j == kO || j == kGateUp || j == kDown;
-      checks::tensor(fn, "weights[" + std::to_string(i * kSlots + j) + "]", weights[i * kSlots + j],
+      checks::tensor(fn, {"weights", i * kSlots + j}, weights[i * kSlots + j],
                      {packed ? torch::kUInt8 : scale && int4 ? torch::kBFloat16 : torch::kFloat32}, norm || packed ? 1 : -1,
                      true);
     }
