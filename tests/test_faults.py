@@ -1,7 +1,7 @@
 """Faults injected into a real ``thesis-lib bench`` process (tiny models, a fresh process each): SIGKILLed while it
 generates a sample, while it writes a sample's line, and while it writes the summary. After each, ``--resume``
 completes the run, and its samples are an uninterrupted run's: the same prompts, iterations and modes, each once,
-with the same tokens. (The kernel build's and the JSON writer's faults are in ``test_build_lock.py``, a second
+with the same tokens. A book build killed mid-notebook completes on its next run. (The kernel build's and the JSON writer's faults are in ``test_build_lock.py``, a second
 writer and an interrupted run in ``test_protocol.py``.)"""
 
 from __future__ import annotations
@@ -91,3 +91,91 @@ def test_a_torn_plan_file_is_set_aside_and_the_sizes_planned_again(tmp_path, cap
     assert "moved aside to set-plan.json.unreadable" in capsys.readouterr().err
     path.write_text('[{"chosen": {"per_category": 2}}]\n')
     assert sizing._plans(path) == [{"chosen": {"per_category": 2}}]
+
+
+#: a book build of chapter 4 alone: argv[1] the parameter file, argv[2] the run folder; prints the notebook's fate
+_BOOK = """
+import sys
+from thesis_lib.book import execute
+fates = execute.execute(sys.argv[1], only=["ch4_results"], overrides={"RUNS_DIR": sys.argv[2]}, progress=False)
+print(fates["ch4_results"], flush=True)
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes started by ``pid``, and theirs (from ``/proc``)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), set()).add(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_book_build_killed_mid_notebook_completes_on_its_next_run(tmp_path):
+    """A book build SIGKILLed while chapter 4's notebook is midway through its benchmark (the build dies; the
+    notebook's kernel is orphaned): the kernel exits of itself, releasing the run folder; the notebook half run is
+    not taken for done; the next build executes it to the end, resuming the run: the sample lines written before the
+    kill are kept as they were, and every (iteration, prompt, mode) is measured once, as many as the plan."""
+    import shutil
+    import time
+
+    from thesis_lib.book import execute
+
+    params = tmp_path / "killed-notebook.yaml"
+    params.write_text("BASE: smoke\nITERATIONS: 2\n")
+    shutil.rmtree(execute.build_dir(str(params)), ignore_errors=True)
+    runs = tmp_path / "runs"
+
+    def build() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", _BOOK, str(params), str(runs)], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    try:
+        proc = build()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines = [f for f in runs.glob("*-bench-*/samples.jsonl") if f.read_text().count("\n") >= 3]
+            if lines:
+                break
+            time.sleep(0.05)
+        assert lines, f"the benchmark never reached its third sample: {proc.communicate()[1][-2000:]}"
+        kernels = _descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kept = lines[0].read_text()
+        kept = kept[:kept.rfind("\n") + 1]
+        assert kernels, "the build had started no kernel"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(k) for k in kernels):
+            time.sleep(0.2)
+        assert not any(_alive(k) for k in kernels), "the orphaned kernel still runs 30 s after the build died"
+        notebook = execute.build_dir(str(params)) / "notebooks" / "ch4_results.ipynb"
+        assert not notebook.exists()
+        again = build()
+        out, err = again.communicate(timeout=900)
+        assert again.returncode == 0 and out.strip() == "executed", err[-3000:]
+        samples = lines[0].read_text()
+        assert samples.startswith(kept)
+        rows = [json.loads(line) for line in samples.splitlines()]
+        measured = [(r["iteration"], r["question_id"], r["mode"]) for r in rows]
+        config = json.loads((lines[0].parent / "config.json").read_text())
+        assert len({r["question_id"] for r in rows}) == config["prompts"]
+        assert len(set(measured)) == len(measured) == config["prompts"] * config["iterations"] * len(config["modes"])
+        assert notebook.exists()
+    finally:
+        shutil.rmtree(execute.build_dir(str(params)).parent, ignore_errors=True)
