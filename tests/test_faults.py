@@ -1,8 +1,8 @@
 """Faults injected into a real ``thesis-lib bench`` process (tiny models, a fresh process each): SIGKILLed while it
 generates a sample, while it writes a sample's line, and while it writes the summary. After each, ``--resume``
 completes the run, and its samples are an uninterrupted run's: the same prompts, iterations and modes, each once,
-with the same tokens. A book build killed mid-notebook completes on its next run. (The kernel build's and the JSON writer's faults are in ``test_build_lock.py``, a second
-writer and an interrupted run in ``test_protocol.py``.)"""
+with the same tokens. A book build killed mid-notebook completes on its next run. (The kernel build's and the JSON
+writer's faults are in ``test_build_lock.py``, a second writer and an interrupted run in ``test_protocol.py``.)"""
 
 from __future__ import annotations
 
