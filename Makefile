@@ -28,8 +28,8 @@ PY := $(VENV)/bin/python
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.thesis-lib-installed
 PYTEST_ARGS ?=
-# Runs a quiet command with a line every 20 s saying it goes on (pip says nothing for minutes while it downloads).
-talk = ( while sleep 20; do echo "  $(1): still working"; done ) & talker=$$!; $(2); status=$$?; \
+# Runs a quiet command with a line every 10 s saying it goes on (pip says nothing for minutes while it downloads).
+talk = ( while sleep 10; do echo "  $(1): still working"; done ) & talker=$$!; $(2); status=$$?; \
 	kill $$talker 2>/dev/null; exit $$status
 
 .PHONY: env models book read explore demo browser slurm test test-fast mutation clean-venv

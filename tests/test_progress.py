@@ -134,3 +134,24 @@ def test_a_heartbeat_speaks_on_a_pipe(monkeypatch, capsys):
     assert err.startswith("  converting x: still working (0 s)") and 1 <= err.count("\n") <= elapsed / 0.05 + 1
     time.sleep(0.12)
     assert capsys.readouterr().err == ""
+
+
+def test_a_heartbeat_speaks_on_a_terminal_too_but_not_inside_a_book_kernel(monkeypatch, tmp_path):
+    """Work without a bar of its own (a compile) says it goes on on a terminal as on a pipe; inside a book build's
+    kernel it stays quiet, since the build's terminal says it (the Follower)."""
+    import time
+
+    class _Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(progress, "PIPE_EVERY_S", 0.05)
+    for in_kernel in (False, True):
+        if in_kernel:
+            monkeypatch.setattr(progress, "_STREAM", None)  # opened afresh for this file, and reset after
+            monkeypatch.setenv(progress.ENV, str(tmp_path / "progress.log"))
+        term = _Terminal()
+        monkeypatch.setattr(progress.sys, "stderr", term)
+        with progress.heartbeat("compiling"):
+            time.sleep(0.15)
+        assert ("compiling: still working" in term.getvalue()) != in_kernel

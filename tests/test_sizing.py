@@ -1,11 +1,13 @@
 """The book's sample sized to a time budget (thesis_lib.book.sizing): the cost model, the choice, the fit from
 reference builds, the committed reference, and the plan's reuse, on constructed costs (no model is loaded)."""
 
+import io
 import json
 import math
 
 import pytest
 
+from thesis_lib import progress
 from thesis_lib.book import buildcosts, params, sizing
 from thesis_lib.errors import ConfigError
 
@@ -330,3 +332,27 @@ def test_each_run_is_charged_to_the_notebook_running_when_it_began(tmp_path):
     assert on_refs["step_by_prompt_s"] == {"q3": 0.13, "q2": 0.07} and on_refs["step_s"] == 0.1
     assert buildcosts.build_costs(tmp_path, values, 300.0, cost_prompts=["q9"])["step_by_prompt_s"] == doc[
         "step_by_prompt_s"]  # a reference prompt the run did not run: its own first prompts
+
+
+def test_a_build_reads_each_notebooks_planned_seconds_from_the_plan_that_chose_its_sizes(tmp_path, monkeypatch):
+    """The build's terminal shows a chapter's planned seconds (the Follower's lines say "of about N planned"): from
+    the newest plan made on this machine that chose the sizes being built; none from another machine's plan or
+    another size's."""
+    monkeypatch.setattr(sizing, "ROOT", tmp_path)
+    values = {"SET_NAME": "s", "RUNS_DIR": "runs", "PER_CATEGORY": 2, "MAX_NEW_TOKENS": 24, "ITERATIONS": 1}
+    here, sizes = sizing.machine(), {"per_category": 2, "max_new_tokens": 24, "iterations": 1}
+
+    def plan(machine, parts, **chosen):
+        return {"key": {"machine": machine}, "chosen": {**sizes, **chosen, "fits": True},
+                "predicted_by_part_s": parts}
+
+    (tmp_path / "runs").mkdir()
+    sizing.plan_path(values).write_text(json.dumps([
+        plan(here, {"ch4_results": 100.0}), plan("another CPU", {"ch4_results": 5.0}),
+        plan(here, {"ch4_results": 7.0}, max_new_tokens=32)]))
+    assert sizing.planned_s(values) == {"ch4_results": 100.0}
+    assert sizing.planned_s({**values, "ITERATIONS": 2}) == {}
+    out = io.StringIO()
+    f = progress.Follower(tmp_path / "progress.log", out=out, pipe_every=0.01)
+    f.follow(lambda: "still working" in out.getvalue(), interval=0.01, label="ch4_results", planned=100.0)
+    assert "ch4_results: still working (0 s of about 100 planned)" in out.getvalue()

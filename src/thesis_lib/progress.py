@@ -11,6 +11,7 @@ layers, like :mod:`thesis_lib.errors`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import time
@@ -18,8 +19,9 @@ from pathlib import Path
 
 ENV = "THESIS_LIB_PROGRESS"
 _STREAM = None
-#: How often a bar still running is shown again where the terminal cannot redraw a line (a pipe, a log file).
-PIPE_EVERY_S = 20.0
+#: How often a bar still running is shown again where the terminal cannot redraw a line (a pipe, a log file), and
+#: work without a bar says it goes on: no silence of a build's output lasts 15 s.
+PIPE_EVERY_S = 10.0
 
 
 class _KnownNoise:
@@ -92,8 +94,9 @@ def tqdm(*args, **kwargs):
 
 
 class heartbeat:
-    """``with heartbeat(what):`` a line every :data:`PIPE_EVERY_S` seconds on stderr saying ``what`` goes on, where
-    stderr is a pipe or a file (work whose own bar, a library's, only redraws a terminal's line)."""
+    """``with heartbeat(what):`` a line every :data:`PIPE_EVERY_S` seconds on stderr saying ``what`` goes on, for work
+    without a bar of its own (a compile, a conversion, a load); in a book build's kernel the build's terminal says it
+    (:class:`Follower`)."""
 
     def __init__(self, what: str):
         self.what, self.done = what, None
@@ -101,7 +104,7 @@ class heartbeat:
     def __enter__(self):
         import threading
 
-        if getattr(sys.stderr, "isatty", lambda: False)() or _stream() is not None:
+        if _stream() is not None:
             return self
         self.done, t0 = threading.Event(), time.monotonic()
 
@@ -114,6 +117,31 @@ class heartbeat:
     def __exit__(self, *exc):
         if self.done is not None:
             self.done.set()
+
+
+@contextlib.contextmanager
+def without_library_bars(warnings: bool = True):
+    """transformers' bars off while a model loads from local files ("Loading weights", and its GGUF reader's own
+    "Converting and de-quantizing" bar): the load is one step of ours, said by our own lines (:class:`heartbeat`).
+    ``warnings=False`` silences its warnings too (a conversion's: how a GGUF model would run, which it never does)."""
+    from functools import partial
+
+    from tqdm import tqdm as plain
+    from transformers import modeling_gguf_pytorch_utils as gguf
+    from transformers.utils import logging
+
+    on, saved, verbosity = logging.is_progress_bar_enabled(), gguf.tqdm, logging.get_verbosity()
+    logging.disable_progress_bar()
+    if not warnings:
+        logging.set_verbosity_error()
+    gguf.tqdm = partial(plain, disable=True)
+    try:
+        yield
+    finally:
+        gguf.tqdm = saved
+        logging.set_verbosity(verbosity)
+        if on:
+            logging.enable_progress_bar()
 
 
 def note(message: str) -> None:
@@ -151,7 +179,7 @@ class Follower:
     def __init__(self, path: Path, out=sys.stderr, pipe_every: float = PIPE_EVERY_S):
         self.path, self.out, self.pos, self.peaks, self.partial = Path(path), out, 0, [], ""
         self.pipe_every, self.shown_at, self.shown = pipe_every, time.monotonic(), ""
-        self.active_at, self.started, self.label = self.shown_at, self.shown_at, "working"
+        self.active_at, self.started, self.label, self.planned = self.shown_at, self.shown_at, "working", None
         self.path.write_text("")
 
     def poll(self) -> None:
@@ -184,14 +212,15 @@ class Follower:
             self.shown_at = self.active_at = now
             self.shown = running
         if now - self.active_at >= 1.25 * self.pipe_every:
-            self.out.write(("\r\033[K" if tty else "") + f"  {self.label}: still working ({now - self.started:.0f} s)\n")
+            of = f" of about {self.planned:.0f} planned" if self.planned else ""
+            self.out.write(("\r\033[K" if tty else "") + f"  {self.label}: still working ({now - self.started:.0f} s{of})\n")
             self.active_at = now
         self.out.flush()
 
-    def follow(self, stop, interval: float = 1.0, label: str = "working") -> None:
+    def follow(self, stop, interval: float = 1.0, label: str = "working", planned: float | None = None) -> None:
         """Poll until ``stop()`` is true (run in a thread beside the notebook's execution), naming the work
-        ``label`` in the lines that say it goes on."""
-        self.label, self.started = label, time.monotonic()
+        ``label`` in the lines that say it goes on, beside the seconds ``planned`` for it where a plan said."""
+        self.label, self.started, self.planned = label, time.monotonic(), planned
         self.active_at = self.started
         while not stop():
             self.poll()

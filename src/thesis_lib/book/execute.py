@@ -19,7 +19,7 @@ from ..models.cache import write_atomic, write_json
 from ..progress import ENV as PROGRESS_ENV
 from ..progress import Follower
 from .params import DEFAULT_SET, ROOT, Params, set_label
-from .sizing import values_of
+from .sizing import planned_s, values_of
 from .shared import digest
 
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -104,7 +104,7 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
     env.update({PROGRESS_ENV: str(follower.path), "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     values["FIG_DIR"] = str((out_dir / "figures").relative_to(ROOT))
-    lib = code_digest()
+    lib, planned = code_digest(), planned_s(values)
     fates, report = {}, []
     sockets = tempfile.TemporaryDirectory(prefix="thesis-kernels-")  # the kernels' IPC sockets
     order = sorted(names, key=RUN_ORDER.index)
@@ -122,10 +122,12 @@ def execute(set_name: str = DEFAULT_SET, *, recompute: bool = False, only: list[
                 continue
         t0, started = time.perf_counter(), time.time()
         if progress:
-            print(f"[{i}/{len(order)}] {name}: executing ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+            plan = f"; planned at {planned[name] / 60:.1f} min" if name in planned else ""
+            print(f"[{i}/{len(order)}] {name}: executing ({time.strftime('%H:%M:%S')}{plan})", file=sys.stderr, flush=True)
         tmp = dest.with_suffix(".partial.ipynb")
         done = threading.Event()
-        watcher = threading.Thread(target=follower.follow, args=(done.is_set,), kwargs={"label": name}, daemon=True)
+        watcher = threading.Thread(target=follower.follow, args=(done.is_set,), daemon=True,
+                                   kwargs={"label": name, "planned": planned.get(name)})
         watcher.start()
         try:
             with _environment(env):  # the kernels inherit it

@@ -181,6 +181,14 @@ def _plan_that_chose(path: Path, sizes: dict) -> dict | None:
     return next((pl for pl in reversed(_plans(path)) if all(pl["chosen"][k] == v for k, v in sizes.items())), None)
 
 
+def planned_s(values: dict) -> dict[str, float]:
+    """The seconds the newest plan of this machine that chose ``values``' sizes predicted for each notebook ({} where
+    none did: sizes given as numbers, or chosen elsewhere)."""
+    sizes = {k.lower(): values.get(k) for k in SIZED}
+    return next((pl.get("predicted_by_part_s", {}) for pl in reversed(_plans(plan_path(values)))
+                 if pl["key"].get("machine") == machine() and pl["chosen"].items() >= sizes.items()), {})
+
+
 def machine() -> str:
     """This machine as a plan names it: CPU model, cores, whether bf16 is native."""
     import os

@@ -42,18 +42,15 @@ def cmd_prepare(args) -> int:
 
 
 def _build_kernel() -> None:
-    """Compile the weight-only CPU kernel once (``DTYPE: auto`` runs it where bf16 is not native), or say why not."""
+    """Compile the C++ kernels once (``DTYPE: auto`` runs them where bf16 is not native), or say why not."""
     from ..models import weight_only
 
-    print("building the weight-only CPU kernel (models/csrc/weight_only.cpp; about half a minute the first time)",
-          flush=True)
-    t0 = time.perf_counter()
     try:
-        weight_only.kernel()
+        weight_only.kernel()  # says so where it compiles
     except ConfigError as e:
-        print(f"  not built: {e}; DTYPE auto uses float32 where bf16 is not native")
+        print(f"  the C++ kernels were not built: {e}; DTYPE auto uses float32 where bf16 is not native")
         return
-    print(f"  ready ({weight_only.kernel_path('int8-dynamic')} path for int8-dynamic) in {time.perf_counter() - t0:.0f} s: {weight_only.build_dir()}")
+    print(f"C++ kernels: {weight_only.kernel_path('int8-dynamic')} path for int8-dynamic, in {weight_only.build_dir()}")
 
 
 def _runner(args, modes):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ChecksumError, MissingPackageError
-from ..progress import heartbeat
+from ..progress import heartbeat, without_library_bars
 from .cache import cache_dir, sha256_file
 
 EMBEDDED_PREFIX = "embedded:"
@@ -195,38 +195,27 @@ def prepare_embedded(model: EmbeddedModel, *, progress: bool = True, keep_gguf: 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with heartbeat(f"converting {model.name}"):
+    with heartbeat(f"converting {model.name}"), without_library_bars(warnings=False):
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # Loaded straight into the stored precision: transformers de-quantises each GGUF tensor to float32 and
         # casts it as it places it, so no float32 copy of the whole model is held.
         lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, stored))
-    # save_pretrained refuses GGUF-loaded models, so write the plain parts by hand.
-    config = lm.config
-    for attr in ("quantization_config",):
-        if hasattr(config, attr):
-            delattr(config, attr)
-    config.save_pretrained(tmp)
-    lm.generation_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    state = {k: v.contiguous() for k, v in lm.state_dict().items()}
-    if getattr(config, "tie_word_embeddings", False):
-        state.pop("lm_head.weight", None)
-    save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
-    (tmp / "thesis_lib.json").write_text(
-        json.dumps(
-            {
-                "format": CONVERSION_FORMAT,
-                "spec": EMBEDDED_PREFIX + model.name,
-                "gguf_sha256": model.sha256,
-                "gguf_bytes": model.size,
-                "packages": model.requirements,
-                "dtype": stored,
-                "convert_seconds": round(time.perf_counter() - t0, 1),
-            },
-            indent=2,
-        )
-    )
-    del lm, state
+        # save_pretrained refuses GGUF-loaded models, so write the plain parts by hand.
+        config = lm.config
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        config.save_pretrained(tmp)
+        lm.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        state = {k: v.contiguous() for k, v in lm.state_dict().items()}
+        if getattr(config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        del lm, state
+    (tmp / "thesis_lib.json").write_text(json.dumps(
+        {"format": CONVERSION_FORMAT, "spec": EMBEDDED_PREFIX + model.name, "gguf_sha256": model.sha256,
+         "gguf_bytes": model.size, "packages": model.requirements, "dtype": stored,
+         "convert_seconds": round(time.perf_counter() - t0, 1)}, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     if not keep_gguf:

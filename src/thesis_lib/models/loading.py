@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MissingPackageError, TokenizerMismatchError
+from ..progress import heartbeat, without_library_bars
 from . import attention as attn
 from . import embedl, fused, virtual, weight_only
 from .auto import draft_precision
@@ -278,7 +279,8 @@ def load_model(spec: str, *, device: str = "cpu", dtype: str = "auto", tokenizer
     raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if embedl.is_checkpoint(raw):
         kwargs["config"] = embedl.base_config(raw)
-    model, loading_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
+    with heartbeat(f"loading {spec}"), without_library_bars():
+        model, loading_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
     missing = [k for k in loading_info.get("missing_keys", []) if "lm_head" not in k]
     if missing:
         raise ConfigError(f"{spec}: {len(missing)} weights of the model are missing from its files "

@@ -29,6 +29,7 @@ the bytes of bfloat16 rows, and a verified block's rows at about the cost of one
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import torch
@@ -68,7 +69,7 @@ def build_dir() -> Path:
 
 
 def kernel(*, verbose: bool = False):
-    """The compiled kernel module (built on first call, about half a minute on two cores; later calls load it).
+    """The compiled kernel module (built on first call, which it says, 85-92 s on two AVX2 cores; later calls load it).
     Raises :class:`ConfigError` where it cannot be built (no C++ compiler, no AVX2 and FMA)."""
     global _kernel, _kernel_error
     if _kernel is not None:
@@ -83,13 +84,21 @@ def kernel(*, verbose: bool = False):
         raise ConfigError(_kernel_error)
     from torch.utils.cpp_extension import load
 
+    from ..progress import heartbeat, note
     from .cache import build_lock
 
     d = build_dir()
     try:
         with build_lock(d, "the weight-only kernel", stale=("lock",)):  # torch's lock waits forever on a dead builder
-            _kernel = load("thesis_weight_only", [str(p) for p in _SOURCES], extra_cflags=_FLAGS,
-                           extra_ldflags=["-fopenmp"], build_directory=str(d), verbose=verbose)
+            fresh, t0 = not any(d.glob("*.so")), time.perf_counter()
+            if fresh:
+                note("compiling the project's C++ kernels (models/csrc; about a minute and a half on two cores, the "
+                     "first time and after a change of their sources)")
+            with heartbeat("compiling the C++ kernels"):
+                _kernel = load("thesis_weight_only", [str(p) for p in _SOURCES], extra_cflags=_FLAGS,
+                               extra_ldflags=["-fopenmp"], build_directory=str(d), verbose=verbose)
+            if fresh:
+                note(f"C++ kernels ready in {time.perf_counter() - t0:.0f} s")
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, no ninja, a failed build
         _kernel_error = f"the weight-only kernel could not be built ({type(e).__name__}: {str(e).splitlines()[0]})"
         raise ConfigError(_kernel_error) from e
