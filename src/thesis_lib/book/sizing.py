@@ -117,6 +117,7 @@ def measure_speed(p, reference_steps: dict[str, float]) -> dict:
     import time
 
     from ..bench.prompts import load_prompts
+    from ..progress import heartbeat
 
     pool = {q.question_id for q in load_prompts(p.prompt_file)}
     missing = [q for q in reference_steps if q not in pool]
@@ -124,7 +125,8 @@ def measure_speed(p, reference_steps: dict[str, float]) -> dict:
         raise ConfigError(f"The cost reference's prompts {', '.join(missing)} are not in {p.prompt_file!r}.")
     t0 = time.perf_counter()
     arg = json.dumps({"params": p.values(), "reference": reference_steps})
-    proc = subprocess.run([sys.executable, "-m", "thesis_lib.book.sizing", arg], stdout=subprocess.PIPE, text=True)
+    with heartbeat("timing this machine's steps"):  # about a minute, without a bar
+        proc = subprocess.run([sys.executable, "-m", "thesis_lib.book.sizing", arg], stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise ConfigError(f"Timing this machine's steps failed (exit {proc.returncode}); see the messages above.")
     here = json.loads(proc.stdout.strip().splitlines()[-1])

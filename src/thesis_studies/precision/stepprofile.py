@@ -1,4 +1,4 @@
-"""Where a decode step's time goes on this machine (``thesis-lib studies step-profile``; issue 60, item 1).
+"""Where a decode step's time goes on this machine (``thesis-lib studies step-profile``).
 
 A model's forward over a block of n tokens, then its greedy head, is split into parts by timing modules with
 hooks (:class:`PartClock`; a CPU runs each module synchronously, so a module's wall time is its work):

@@ -1,4 +1,4 @@
-"""Heads and whole decoding at batch B (issue 48): the dense head against FlashHead on B hidden states at once,
+"""Heads and whole decoding at batch B: the dense head against FlashHead on B hidden states at once,
 and greedy decoding of B prompts at once, target-only against speculative.
 
 At batch B the dense head is one matrix product that reads the vocabulary's rows once for all B rows, so its cost

@@ -1,4 +1,4 @@
-"""Longer generations (issue 48, item 3): the speedup and acceptance as the output grows, and the head's share of a
+"""Longer generations: the speedup and acceptance as the output grows, and the head's share of a
 draft step as the context grows.
 
 :func:`by_length` decodes each prompt once per length N (32 to 256 new tokens by default), target-only and each

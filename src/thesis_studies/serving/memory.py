@@ -1,4 +1,4 @@
-"""Memory (issue 48, item 4): the bytes each part of a mode holds, counted from the tensors themselves, and the
+"""Memory: the bytes each part of a mode holds, counted from the tensors themselves, and the
 peak resident memory of each mode's run.
 
 - :func:`tensor_bytes`: the bytes of every distinct tensor storage a module holds (parameters, buffers, and tensors

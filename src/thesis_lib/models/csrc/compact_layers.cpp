@@ -7,14 +7,7 @@
 #include <vector>
 
 #include "checks.h"
-
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
-std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin);
-torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start);
-torch::Tensor linear_dynamic(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scale,
-                             c10::optional<torch::Tensor> bias, int64_t path);
-torch::Tensor linear_dynamic4(torch::Tensor x, torch::Tensor packed, int64_t N, torch::Tensor scales,
-                              c10::optional<torch::Tensor> bias, int64_t path);
+#include "kernels.h"
 
 namespace {
 

@@ -17,9 +17,7 @@
 #include <vector>
 
 #include "checks.h"
-
-
-bool avx512_path();  // weight_only.cpp: whether the CPU has AVX-512 (F and BW)
+#include "kernels.h"
 
 namespace {
 
@@ -294,8 +292,6 @@ void check_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tens
 }
 
 }  // namespace
-
-torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start);
 
 // q [B, Hq, 1, d], k and v [B, Hk, L, d] (Hq a multiple of Hk: grouped queries; any strides with the last
 // dimension contiguous, so a prefix of a cache is read in place): softmax(q k^T * scale) v per head, as

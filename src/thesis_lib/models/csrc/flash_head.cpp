@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "kernels.h"
 
 namespace {
 

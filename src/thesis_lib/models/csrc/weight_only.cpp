@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "checks.h"
+#include "kernels.h"
 
 namespace {
 
@@ -573,20 +574,6 @@ torch::Tensor linear_dynamic4(torch::Tensor x, torch::Tensor packed, int64_t N, 
 bool vnni_path() { return has_vnni(); }
 
 bool avx512_path() { return has_avx512(); }
-
-// decode_ops.cpp, built into the same module
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);
-std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin);
-torch::Tensor attend_one(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale);
-torch::Tensor attend_causal(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t start);
-// compact_layers.cpp
-torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> keys,
-                             std::vector<torch::Tensor> values, std::vector<torch::Tensor> weights,
-                             std::vector<int64_t> dims, int64_t start, double eps, double scale, int64_t path);
-// flash_head.cpp
-torch::Tensor flash_greedy(torch::Tensor h, torch::Tensor centroids, torch::Tensor rows, torch::Tensor slot_bias,
-                           torch::Tensor tokens, torch::Tensor special_w, torch::Tensor special_b,
-                           torch::Tensor special_ids, int64_t n_probes, int64_t sentinel, int64_t path);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "weights in the kernel's block layout");
