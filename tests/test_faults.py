@@ -136,7 +136,7 @@ def test_a_book_build_killed_mid_notebook_completes_on_its_next_run(tmp_path):
 
     from thesis_lib.book import execute
 
-    params = tmp_path / "killed-notebook.yaml"
+    params = tmp_path / f"killed-notebook-{os.getpid()}.yaml"  # its own build folder, whatever else runs
     params.write_text("BASE: smoke\nITERATIONS: 2\n")
     shutil.rmtree(execute.build_dir(str(params)), ignore_errors=True)
     runs = tmp_path / "runs"
@@ -145,28 +145,28 @@ def test_a_book_build_killed_mid_notebook_completes_on_its_next_run(tmp_path):
         return subprocess.Popen([sys.executable, "-c", _BOOK, str(params), str(runs)], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
+    builds, lines = [], []
     try:
-        proc = build()
+        builds.append(proc := build())
         deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and proc.poll() is None and not lines:
             lines = [f for f in runs.glob("*-bench-*/samples.jsonl") if f.read_text().count("\n") >= 3]
-            if lines:
-                break
             time.sleep(0.05)
-        assert lines, f"the benchmark never reached its third sample: {proc.communicate()[1][-2000:]}"
         kernels = _descendants(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        kept = lines[0].read_text()
-        kept = kept[:kept.rfind("\n") + 1]
+        assert lines, f"the benchmark never reached its third sample: {proc.stderr.read()[-2000:]}"
         assert kernels, "the build had started no kernel"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_alive(k) for k in kernels):
             time.sleep(0.2)
         assert not any(_alive(k) for k in kernels), "the orphaned kernel still runs 30 s after the build died"
+        kept = lines[0].read_text()
+        kept = kept[:kept.rfind("\n") + 1]  # what the next build finds: the run unfinished
+        assert not (lines[0].parent / "summary.json").exists() and kept.count("\n") < 36
         notebook = execute.build_dir(str(params)) / "notebooks" / "ch4_results.ipynb"
         assert not notebook.exists()
-        again = build()
+        builds.append(again := build())
         out, err = again.communicate(timeout=900)
         assert again.returncode == 0 and out.strip() == "executed", err[-3000:]
         samples = lines[0].read_text()
@@ -178,4 +178,8 @@ def test_a_book_build_killed_mid_notebook_completes_on_its_next_run(tmp_path):
         assert len(set(measured)) == len(measured) == config["prompts"] * config["iterations"] * len(config["modes"])
         assert notebook.exists()
     finally:
+        for p in builds:  # a failed check leaves nothing running
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
         shutil.rmtree(execute.build_dir(str(params)).parent, ignore_errors=True)

@@ -135,6 +135,14 @@ def cases(entry: str, args: dict):
         dims = list(args["dims"])
         dims[j] = 0
         yield f"dims[{j}] = 0", f"dims[{j}]", with_("dims", None, dims), "refused"
+    if "dims" in args:  # a query width that is not heads x head width
+        dims = list(args["dims"])
+        dims[3] += 16
+        yield "dims' widths", "dims'", with_("dims", None, dims), "refused"
+    if entry == "linear":  # N x K past int64: N under the cap, x one row of 2^23 columns, bf16 weights (no scale)
+        big = {**with_("N", None, 2 ** 40), "x": torch.zeros(1, 2 ** 23), "scale": None, "bias": None,
+               "packed": args["packed"].view(torch.bfloat16)}
+        yield "N x K overflows", "N x K", big, "refused"
 
 
 def _outcome(fn, name: str, run, expect: str) -> str:

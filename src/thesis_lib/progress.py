@@ -14,11 +14,13 @@ import atexit
 import contextlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 ENV = "THESIS_LIB_PROGRESS"
 _STREAM = None
+_LIBRARY_STATE = threading.RLock()
 #: How often a bar still running is shown again where the terminal cannot redraw a line (a pipe, a log file), and
 #: work without a bar says it goes on: no silence of a build's output lasts 15 s.
 PIPE_EVERY_S = 10.0
@@ -102,8 +104,6 @@ class heartbeat:
         self.what, self.done = what, None
 
     def __enter__(self):
-        import threading
-
         if _stream() is not None:
             return self
         self.done, t0 = threading.Event(), time.monotonic()
@@ -111,12 +111,14 @@ class heartbeat:
         def beat():
             while not self.done.wait(PIPE_EVERY_S):
                 print(f"  {self.what}: still working ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-        threading.Thread(target=beat, daemon=True).start()
+        self.thread = threading.Thread(target=beat, daemon=True)
+        self.thread.start()
         return self
 
     def __exit__(self, *exc):
-        if self.done is not None:
+        if self.done is not None:  # no line after the work has ended
             self.done.set()
+            self.thread.join()
 
 
 @contextlib.contextmanager
@@ -130,18 +132,19 @@ def without_library_bars(warnings: bool = True):
     from transformers import modeling_gguf_pytorch_utils as gguf
     from transformers.utils import logging
 
-    on, saved, verbosity = logging.is_progress_bar_enabled(), gguf.tqdm, logging.get_verbosity()
-    logging.disable_progress_bar()
-    if not warnings:
-        logging.set_verbosity_error()
-    gguf.tqdm = partial(plain, disable=True)
-    try:
-        yield
-    finally:
-        gguf.tqdm = saved
-        logging.set_verbosity(verbosity)
-        if on:
-            logging.enable_progress_bar()
+    with _LIBRARY_STATE:  # one load at a time changes and restores transformers' process-wide settings
+        on, saved, verbosity = logging.is_progress_bar_enabled(), gguf.tqdm, logging.get_verbosity()
+        logging.disable_progress_bar()
+        if not warnings:
+            logging.set_verbosity_error()
+        gguf.tqdm = partial(plain, disable=True)
+        try:
+            yield
+        finally:
+            gguf.tqdm = saved
+            logging.set_verbosity(verbosity)
+            if on:
+                logging.enable_progress_bar()
 
 
 def note(message: str) -> None:
@@ -185,7 +188,7 @@ class Follower:
     def poll(self) -> None:
         """Show what arrived since the last poll: each finished line once (a bar's last state); the bar still
         running is redrawn in place on a terminal, and elsewhere shown as a line of its own every
-        ``pipe_every`` seconds when it has moved; after 1.25 of those with nothing to show (25 s), a line says
+        ``pipe_every`` seconds when it has moved; after 1.25 of those with nothing to show (12.5 s), a line says
         the work goes on. Peak-memory records are kept, not shown."""
         with open(self.path, encoding="utf-8", newline="") as f:  # keep the bars' \r as written
             f.seek(self.pos)

@@ -184,11 +184,12 @@ def _plan_that_chose(path: Path, sizes: dict) -> dict | None:
 
 
 def planned_s(values: dict) -> dict[str, float]:
-    """The seconds the newest plan of this machine that chose ``values``' sizes predicted for each notebook ({} where
-    none did: sizes given as numbers, or chosen elsewhere)."""
+    """The seconds the newest plan of this machine and budget that chose ``values``' sizes predicted for each
+    notebook ({} where none did)."""
     sizes = {k.lower(): values.get(k) for k in SIZED}
     return next((pl.get("predicted_by_part_s", {}) for pl in reversed(_plans(plan_path(values)))
-                 if pl["key"].get("machine") == machine() and pl["chosen"].items() >= sizes.items()), {})
+                 if pl["key"].get("machine") == machine() and pl["key"].get("budget_minutes") ==
+                 values.get("BUDGET_MINUTES") and pl["chosen"].items() >= sizes.items()), {})
 
 
 def machine() -> str:

@@ -46,7 +46,8 @@ torch::Tensor compact_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
   for (int64_t i = 0; i < layers; ++i) {
     checks::tensor(fn, {"keys", i}, keys[i], {torch::kFloat32}, 4, true);  // written in place
     checks::tensor(fn, {"values", i}, values[i], {torch::kFloat32}, 4, true);
-    TORCH_CHECK(keys[i].size(1) == hkv && keys[i].size(3) == d && values[i].sizes() == keys[i].sizes(), fn,
+    TORCH_CHECK(keys[i].size(0) == 1 && keys[i].size(1) == hkv && keys[i].size(3) == d &&
+                    values[i].sizes() == keys[i].sizes(), fn,
                 ": keys[", i, "] and values[", i, "] must be [1, Hkv, capacity, d]");
     checks::window(fn, start, n, keys[i].size(2));  // before any position of the cache is written
     for (int64_t j = 0; j < kSlots; ++j) {

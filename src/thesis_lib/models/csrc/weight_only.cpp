@@ -141,11 +141,6 @@ bool has_avx512() {
   return v;
 }
 
-bool has_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return v;
-}
-
 
 // ---- int8 weights x int8 activations ("int8-dynamic") ----
 // Each input row is quantised on the fly, in blocks of kBlock values along the input dimension: a float32 scale per
