@@ -99,13 +99,8 @@ def kernel(*, verbose: bool = False):
             if fresh:
                 note("compiling the project's C++ kernels (models/csrc; about a minute and a half on two cores, the "
                      "first time and after a change of their sources)")
-            copies = d / "src"  # compiled from copies: torch's build file names its sources' paths, and another
-            copies.mkdir(parents=True, exist_ok=True)  # checkout's paths would rebuild the module in this folder
-            for p in _csrc():
-                if not (copies / p.name).is_file() or (copies / p.name).read_bytes() != p.read_bytes():
-                    (copies / p.name).write_bytes(p.read_bytes())
             with heartbeat("compiling the C++ kernels"):
-                _kernel = load("thesis_weight_only", [str(copies / p.name) for p in _SOURCES], extra_cflags=_FLAGS,
+                _kernel = load("thesis_weight_only", [str(p) for p in _SOURCES], extra_cflags=_FLAGS,
                                extra_ldflags=["-fopenmp"], build_directory=str(d), verbose=verbose)
             if fresh:
                 note(f"C++ kernels ready in {time.perf_counter() - t0:.0f} s")
