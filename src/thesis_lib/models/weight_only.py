@@ -59,16 +59,11 @@ _kernel = None
 _kernel_error: str | None = None
 
 
-def _csrc() -> list[Path]:
-    """The kernels' sources and headers."""
-    return sorted(p for p in _SOURCE.parent.iterdir() if p.suffix in (".cpp", ".h"))
-
-
 def build_dir() -> Path:
     """Where the kernel is compiled: under the model cache, per source, flags and torch version."""
     from .cache import cache_dir
 
-    sources = b"".join(p.read_bytes() for p in _csrc())
+    sources = b"".join(p.read_bytes() for p in sorted(_SOURCE.parent.iterdir()) if p.suffix in (".cpp", ".h"))
     key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + torch.__version__.encode()).hexdigest()
     return cache_dir() / "kernels" / f"weight_only-{key[:12]}"
 
