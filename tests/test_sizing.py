@@ -18,6 +18,7 @@ REFERENCE = params.ROOT / "data" / "reference" / "book-costs-cpu-embedded.json"
 def _a_machine_the_reference_does_not_know(monkeypatch):
     """Plans are made as on a CPU none of the reference's builds ran on (whatever CPU runs the tests)."""
     monkeypatch.setattr(sizing, "machine", lambda: "a test CPU, 2 cores, no native bf16")
+    monkeypatch.setattr(sizing, "kmeans_to_run", lambda values, draft_precision: {})  # every clustering at hand
 
 
 def test_the_choice_takes_prompts_before_tokens_and_tokens_before_iterations():
@@ -359,3 +360,65 @@ def test_a_build_reads_each_notebooks_planned_seconds_from_the_plan_that_chose_i
     f = progress.Follower(tmp_path / "progress.log", out=out, pipe_every=0.01)
     f.follow(lambda: "still working" in out.getvalue(), interval=0.01, label="ch4_results", planned=100.0)
     assert "ch4_results: still working (0 s of about 100 planned)" in out.getvalue()
+
+
+def test_the_plan_counts_the_k_means_the_build_would_run(tmp_path, monkeypatch):
+    """Clusterings neither shipped nor cached cost k-means time inside the notebooks: the plan takes it from the
+    budget before it sizes the sample, adds it to the prediction and says so before the build starts."""
+    monkeypatch.setattr(sizing, "measure_speed", lambda p, steps: {"speed": 1.0, "step_by_prompt_s": dict(steps),
+                                                                   "measure_s": 0.0})
+    monkeypatch.setattr(sizing, "precision", lambda values: "bfloat16/bfloat16")
+    free = sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="free"), progress=False)
+    monkeypatch.setattr(sizing, "kmeans_to_run", lambda values, draft_precision: {4748: 900.0, 9496: 1500.0})
+    clustered = sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="kmeans"), progress=False)
+    plan, plan_free = (json.loads((tmp_path / f"{n}-plan.json").read_text())[-1] for n in ("kmeans", "free"))
+    assert plan["kmeans_s"] == {"4748": 900.0, "9496": 1500.0} and plan_free["kmeans_s"] == {}
+    size = [clustered[k] * (7 if k == "PER_CATEGORY" else 1) for k in sizing.SIZED]
+    assert size < [free[k] * (7 if k == "PER_CATEGORY" else 1) for k in sizing.SIZED]  # 40 minutes fewer to spend
+    costs = {k: sizing.Costs(**c) for k, c in plan["costs"].items()}
+    runs = sizing.predict(costs, 1.0, 7 * clustered["PER_CATEGORY"], clustered["MAX_NEW_TOKENS"],
+                          clustered["ITERATIONS"], sweep_prompts=clustered["SWEEP_PROMPTS"])
+    assert math.isclose(plan["chosen"]["predicted_s"], round(runs, 1) + 2400.0, abs_tol=0.1)
+    assert "40 of them for k-means (C = 4,748, 9,496: neither shipped nor cached)" in sizing.said(plan)
+    assert "k-means" not in sizing.said(plan_free)
+
+
+def test_the_clusterings_to_make_are_those_neither_cached_nor_shipped(tmp_path, monkeypatch):
+    """On a constructed draft head in an empty cache: the main head's and the co-design's cluster counts, less those
+    cached; none where the set gives FlashHead's assets or a draft this machine has not converted."""
+    import torch
+    from safetensors.torch import save_file
+
+    from thesis_lib.heads import assets
+    from thesis_lib.models.embedded import EMBEDDED, converted_dir
+
+    monkeypatch.undo()  # the real function, not the fixture's stand-in
+    monkeypatch.setenv("THESIS_LIB_CACHE", str(tmp_path))
+    values = {"DRAFT": "embedded:qwen2.5-coder-0.5b-instruct", "CLUSTERS": 4, "CODESIGN_CLUSTER_SIZES": [16, 8, 16],
+              "KMEANS_ITERATIONS": 3}
+    assert sizing.kmeans_to_run(values, "int4-dynamic") == {}  # not converted here: nothing to read
+    head = torch.randn(64, 8, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    folder = converted_dir(EMBEDDED["qwen2.5-coder-0.5b-instruct"], "int4-dynamic")
+    folder.mkdir(parents=True)
+    save_file({"lm_head.weight": head, "model.embed_tokens.weight": torch.zeros(64, 8)}, str(folder / "model.safetensors"))
+    todo = sizing.kmeans_to_run(values, "int4-dynamic")
+    assert sorted(todo) == [4, 8] and all(s > 0 for s in todo.values())  # 64/16 = 4 is the main head's count
+    sha = assets.head_sha256(head.float())
+    assert sha != assets.head_sha256(torch.zeros(64, 8))  # the head's rows, not the embedding's, are the key
+    assets.cache_folder(sha, 8, 0, 3, assets.fast_bf16()).mkdir(parents=True)
+    assert sorted(sizing.kmeans_to_run(values, "int4-dynamic")) == [4]
+    assert sorted(sizing.kmeans_to_run({**values, "KMEANS_ITERATIONS": 20}, "int4-dynamic")) == [4, 8]  # other key
+    assert sizing.kmeans_to_run({**values, "ASSETS": "embedl/Qwen3-0.6B-FlashHead"}, "int4-dynamic") == {}
+    assert sizing.kmeans_to_run({**values, "DRAFT": "Qwen/Qwen3-0.6B"}, "int4-dynamic") == {}
+
+
+@pytest.mark.real
+def test_the_default_set_s_clusterings_are_shipped_for_its_draft(monkeypatch):
+    """The default draft's head, read from its converted folder as the planner reads it, has the key of the shipped
+    clusterings: a fresh build of the default set runs no k-means."""
+    monkeypatch.undo()
+    kmeans_to_run = sizing.kmeans_to_run
+    values = params.load_parameters("cpu-embedded")
+    draft = sizing.precision(values).split("/")[1]
+    assert kmeans_to_run(values, draft) == {}
+    assert sorted(kmeans_to_run({**values, "CLUSTERS": 9000}, draft)) == [9000]

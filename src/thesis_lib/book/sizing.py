@@ -15,6 +15,9 @@ the work outside the runs (calibration outputs, lookaheads, the model bench, ren
 does not grow with them). :func:`fit` takes the coefficients from reference builds (:func:`build_costs`); a
 machine's ``speed`` is its target-plus-draft step time over the reference's, on the same prompts.
 
+Clusterings the build would make by k-means (:func:`kmeans_to_run`: none for the default set, whose clusterings are
+shipped) are timed on this machine before the choice, taken from the budget and said with the plan.
+
 The choice (:func:`choose`): prompts first (the intervals are mostly prompt-to-prompt spread: speedups depend on the
 category), then new tokens, then iterations, never below one prompt per category and :data:`MIN_TOKENS` tokens.
 Sizes the parameter set gives as numbers are kept as given. :func:`values_of` (a set's values, sizes resolved) and
@@ -133,6 +136,35 @@ def measure_speed(p, reference_steps: dict[str, float]) -> dict:
     ratios = [here[q] / reference_steps[q] for q in reference_steps]
     return {"step_by_prompt_s": {q: round(v, 5) for q, v in here.items()}, "speed": statistics.median(ratios),
             "measure_s": round(time.perf_counter() - t0, 1)}
+
+
+def kmeans_to_run(values: dict, draft_precision: str) -> dict[int, float]:
+    """The draft's clusterings this build would make by k-means (neither cached nor shipped: the default set's are
+    shipped), each cluster count with its predicted seconds (:func:`~..heads.clustering.kmeans_seconds`): the main
+    head's (``CLUSTERS``, V/16 by default) and the co-design study's (V over each ``CODESIGN_CLUSTER_SIZES``). {}
+    where the set gives FlashHead's assets or its draft is not an embedded model converted here (a hub model's head
+    is read only where a notebook downloads it)."""
+    import torch
+    from safetensors import safe_open
+
+    from ..heads.assets import head_sha256, needs_kmeans
+    from ..heads.clustering import kmeans_seconds
+    from ..models.embedded import EMBEDDED, EMBEDDED_PREFIX, converted_dir
+
+    draft = str(values.get("DRAFT") or Params.draft)
+    model = EMBEDDED.get(draft.removeprefix(EMBEDDED_PREFIX)) if draft.startswith(EMBEDDED_PREFIX) else None
+    file = converted_dir(model, draft_precision) / "model.safetensors" if model else None
+    if values.get("ASSETS") or file is None or not file.is_file():
+        return {}
+    with safe_open(str(file), framework="pt") as f:
+        weight = f.get_tensor("lm_head.weight" if "lm_head.weight" in f.keys() else "model.embed_tokens.weight")
+    weight = weight.to(torch.float32)  # the loaded head's rows, as its clustering's key hashes them
+    v, d = weight.shape
+    sha = head_sha256(weight)
+    counts = {int(values.get("CLUSTERS") or v // 16)} | {v // int(b) for b in values.get("CODESIGN_CLUSTER_SIZES") or ()}
+    iterations = int(values.get("KMEANS_ITERATIONS", 20))
+    return {c: kmeans_seconds(v, d, c, iterations=iterations) for c in sorted(counts)
+            if needs_kmeans(sha, c, iterations=iterations)}
 
 
 def sized_keys(values: dict) -> list[str]:
@@ -256,14 +288,15 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         pool = load_prompts(p.prompt_file)
         cats = sorted({q.category for q in pool})
         per_cat = min(sum(q.category == c for q in pool) for c in cats) - values.get("CALIBRATION_PER_CATEGORY", 0)
-        chosen = choose(costs, speed["speed"], budget * 60 - speed["measure_s"], categories=len(cats),
-                        max_per_category=max(1, per_cat), sweep_prompts=values["SWEEP_PROMPTS"],
-                        fixed=fixed)  # the timing itself is part of the build
-        chosen["predicted_s"] = round(chosen["predicted_s"] + speed["measure_s"], 1)
+        kmeans = kmeans_to_run(values, prec.split("/")[1])
+        before = speed["measure_s"] + sum(kmeans.values())  # the timing and the clusterings are part of the build
+        chosen = choose(costs, speed["speed"], budget * 60 - before, categories=len(cats),
+                        max_per_category=max(1, per_cat), sweep_prompts=values["SWEEP_PROMPTS"], fixed=fixed)
+        chosen["predicted_s"] = round(chosen["predicted_s"] + before, 1)
         sizes = (len(cats) * chosen["per_category"], chosen["max_new_tokens"], chosen["iterations"])
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
-               "precision": prec, "timed": not own,
+               "precision": prec, "timed": not own, "kmeans_s": {str(c): round(s, 1) for c, s in kmeans.items()},
                **({"costed_from": f"{own[0]['date']} at {str(own[0].get('revision'))[:7]}"} if own else {}),
                "references": [f"{b['date']} {b['machine']}" for b in builds],
                "costs": {k: asdict(c) for k, c in costs.items()},
@@ -299,6 +332,9 @@ def said(plan: dict) -> str:
     text = (f"{plan['prompts']} prompts x {c['max_new_tokens']} new tokens x {c['iterations']} iteration"
             f"{'s' if c['iterations'] > 1 else ''}, chosen for a {plan['budget_minutes']:g}-minute build: {basis}, "
             f"so the build is predicted to take {c['predicted_s'] / 60:.0f} minutes")
+    if plan.get("kmeans_s"):
+        text += (f", {sum(plan['kmeans_s'].values()) / 60:.0f} of them for k-means (C = "
+                 f"{', '.join(f'{int(c):,}' for c in plan['kmeans_s'])}: neither shipped nor cached)")
     if not c["fits"]:
         text += " (over the budget: this is the smallest sample the book runs)"
     return text

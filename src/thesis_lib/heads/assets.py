@@ -122,6 +122,15 @@ def cache_folder(weight_sha: str, n_clusters: int, seed: int, iterations: int, l
     return clustering_cache_root() / key / ASSET_DIR
 
 
+def needs_kmeans(weight_sha: str, n_clusters: int, *, seed: int = 0, iterations: int = 20,
+                 low_precision: bool | None = None) -> bool:
+    """Whether :func:`cached_clustering` would run k-means for this head and these parameters: neither a cache
+    entry nor a shipped clustering under their key."""
+    folder = cache_folder(weight_sha, n_clusters, seed, iterations, fast_bf16() if low_precision is None else
+                          low_precision)
+    return not folder.is_dir() and not (SHIPPED_DIR / f"{folder.parent.name}.safetensors").is_file()
+
+
 def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: str | Path | None = None) -> Path:
     """Write ``clustering``'s assignments and record as the shipped file for cache key ``key`` (never
     overwriting one); centroids are rebuilt from the head on use."""
