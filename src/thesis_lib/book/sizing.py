@@ -139,32 +139,16 @@ def measure_speed(p, reference_steps: dict[str, float]) -> dict:
 
 
 def kmeans_to_run(values: dict, draft_precision: str) -> dict[int, float]:
-    """The draft's clusterings this build would make by k-means (neither cached nor shipped: the default set's are
-    shipped), each cluster count with its predicted seconds (:func:`~..heads.clustering.kmeans_seconds`): the main
-    head's (``CLUSTERS``, V/16 by default) and the co-design study's (V over each ``CODESIGN_CLUSTER_SIZES``). {}
-    where the set gives FlashHead's assets or its draft is not an embedded model converted here (a hub model's head
-    is read only where a notebook downloads it)."""
-    import torch
-    from safetensors import safe_open
+    """The draft's clusterings this build would make by k-means, each with its predicted seconds
+    (:func:`~..heads.for_model.kmeans_ahead`): the main head's (``CLUSTERS``) and the co-design study's (V over each
+    ``CODESIGN_CLUSTER_SIZES``); none where the set gives FlashHead's assets."""
+    from ..heads.for_model import kmeans_ahead
 
-    from ..heads.assets import head_sha256, needs_kmeans
-    from ..heads.clustering import kmeans_seconds
-    from ..models.embedded import EMBEDDED, EMBEDDED_PREFIX, converted_dir
-
-    draft = str(values.get("DRAFT") or Params.draft)
-    model = EMBEDDED.get(draft.removeprefix(EMBEDDED_PREFIX)) if draft.startswith(EMBEDDED_PREFIX) else None
-    file = converted_dir(model, draft_precision) / "model.safetensors" if model else None
-    if values.get("ASSETS") or file is None or not file.is_file():
+    if values.get("ASSETS"):
         return {}
-    with safe_open(str(file), framework="pt") as f:
-        weight = f.get_tensor("lm_head.weight" if "lm_head.weight" in f.keys() else "model.embed_tokens.weight")
-    weight = weight.to(torch.float32)  # the loaded head's rows, as its clustering's key hashes them
-    v, d = weight.shape
-    sha = head_sha256(weight)
-    counts = {int(values.get("CLUSTERS") or v // 16)} | {v // int(b) for b in values.get("CODESIGN_CLUSTER_SIZES") or ()}
-    iterations = int(values.get("KMEANS_ITERATIONS", 20))
-    return {c: kmeans_seconds(v, d, c, iterations=iterations) for c in sorted(counts)
-            if needs_kmeans(sha, c, iterations=iterations)}
+    return kmeans_ahead(str(values.get("DRAFT") or Params.draft), draft_precision, clusters=values.get("CLUSTERS"),
+                        block_sizes=values.get("CODESIGN_CLUSTER_SIZES") or (),
+                        iterations=int(values.get("KMEANS_ITERATIONS", 20)))
 
 
 def sized_keys(values: dict) -> list[str]:

@@ -5,7 +5,8 @@ scores (thesis section 3.4).
 checkpoint's folder or hub id, :mod:`thesis_lib.models.embedl`), else the model folder's own, else this
 library's clustering of the model's head (built once, cached). A checkpoint's config sets the probe count and
 the special tokens; :func:`special_token_ids` finds them in a tokenizer otherwise, and :func:`outlier_tokens`
-adds, on request, the tokens that fit their cluster worst.
+adds, on request, the tokens that fit their cluster worst. :func:`kmeans_ahead` says, before a model loads, which
+clusterings of its head would be made by k-means and how long they would take.
 """
 
 from __future__ import annotations
@@ -79,6 +80,33 @@ def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | 
         check_probes(n_probes, c)
     weight = out.weight.detach() if weight is None else weight
     return cached_clustering(weight, c, seed=seed, iterations=iterations, progress=progress, log=log)
+
+
+def kmeans_ahead(draft: str, precision: str, *, clusters: int | None = None, block_sizes=(),
+                 iterations: int = 20) -> dict[int, float]:
+    """Before ``draft`` loads: the clusterings of its head that :func:`clustering_for` would make by k-means (neither
+    cached nor shipped), each cluster count (``clusters``, V/16 by default, and V over each of ``block_sizes``) with
+    its predicted seconds on this machine (:func:`~.clustering.kmeans_seconds`). The head is read from the embedded
+    model's converted folder for loads in ``precision``; {} for any other draft (a hub model's head is read only where
+    it is downloaded) or one not converted here."""
+    from safetensors import safe_open
+
+    from ..models.embedded import EMBEDDED, EMBEDDED_PREFIX, converted_dir
+    from .assets import head_sha256, needs_kmeans
+    from .clustering import kmeans_seconds
+
+    model = EMBEDDED.get(draft.removeprefix(EMBEDDED_PREFIX)) if draft.startswith(EMBEDDED_PREFIX) else None
+    file = converted_dir(model, precision) / "model.safetensors" if model else None
+    if file is None or not file.is_file():
+        return {}
+    with safe_open(str(file), framework="pt") as f:
+        weight = f.get_tensor("lm_head.weight" if "lm_head.weight" in f.keys() else "model.embed_tokens.weight")
+    weight = weight.to(torch.float32)  # the loaded head's rows, as its clustering's key hashes them
+    v, d = weight.shape
+    sha = head_sha256(weight)
+    counts = {int(clusters or v // 16)} | {v // int(b) for b in block_sizes}
+    return {c: kmeans_seconds(v, d, c, iterations=iterations) for c in sorted(counts)
+            if needs_kmeans(sha, c, iterations=iterations)}
 
 
 def _candidate_rows(out, weight: torch.Tensor, given: bool) -> torch.Tensor:
