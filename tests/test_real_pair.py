@@ -92,9 +92,8 @@ def _check_lossless(target, ids, ref, got, what):
     assert gap < allowed, (what, j, gap, allowed, target.tokenizer.decode(got))
 
 
-#: a second prompt for the dense draft's two schedules, 32 new tokens (the code prompt's are in the every-greedy-mode
-#: run below, 16 tokens there); the chat prompt was dropped from the default run for time (67 s of 24 min on the AVX2
-#: EPYC): row-exact verification is pinned bit for bit by tests/test_attention.py
+#: the library's own loop functions (not the runner) on a demo prompt, 32 new tokens, for the dense draft's two
+#: schedules; every mode through the runner is below
 @pytest.mark.parametrize("qid", ["demo-translation-1"])
 def test_dense_draft_equals_target_only_greedy(real_pair, qid):
     target, draft = real_pair
@@ -110,46 +109,76 @@ def test_dense_draft_equals_target_only_greedy(real_pair, qid):
         assert spec.stats.acceptance > 0.2  # a real same-family draft agrees often (a broken loop would not)
 
 
-#: Every greedy mode of the benchmark: the thesis' drafts and schedules, and chapter 6's drafters and block-length
-#: policies (adaptive K: heuristic and cost model; the confidence stop), and chapter 8's token trees (a beam, and
-#: the 6 most probable nodes under the prior), through the runner the benchmark uses.
-GREEDY_MODES = ("dense_ordinary", "dense_deferred", "dense_pipelined", "flash_ordinary", "flash_deferred",
-                "flash_pipelined", "shared_ordinary", "adaflash_deferred", "ngram_deferred", "hybrid_deferred",
-                "dense_deferred_hk", "flash_deferred_ck", "flash_deferred_sk", "hybrid_deferred_sk", "flash_tree@k4w2",
-                "dense_tree@n6")
+#: Every greedy mode the command line accepts, by name (the thesis' drafts and schedules; chapter 6's drafters and
+#: block-length policies; chapter 8's token trees), and transformers' greedy ``generate()``: each through the runner
+#: the benchmark uses, on one prompt of each of five categories of the project's set, 24 new tokens, K = 4.
+CATEGORIES, NEW_TOKENS = ("coding", "conversation", "math_reasoning", "qa", "translation"), 24
+#: the token trees at a width and at a node count (a beam; the most probable nodes under the prior)
+TREE_SHAPES = ("flash_tree@k4w2", "dense_tree@n6")
+
+
+def greedy_modes() -> tuple[str, ...]:
+    from thesis_lib.bench.modes import all_modes, is_speculative
+
+    return tuple(m for m in all_modes() if is_speculative(m))
 
 
 @pytest.fixture(scope="module")
 def every_greedy_mode(real_pair):
-    """One real prompt (the code prompt, 16 new tokens, K = 4) through the benchmark's runner: target-only
-    greedy decoding and every greedy mode, with the FlashHead draft at its default probes. Returns the prompt's
-    ids, the baseline's tokens, each mode's generation and the head."""
-    from thesis_lib.bench.modes import all_modes, base_mode
+    """Per prompt: its question id, ids, target-only greedy tokens and every greedy mode's generation (with
+    ``hf_greedy``); and the FlashHead head (its default probes)."""
+    from collections import Counter
+
     from thesis_lib.bench.runner import Runner
     from thesis_studies.beyond.adaptive import AdaptiveFlashHead
+    from thesis_studies.beyond.truncated import frequency_head
     from thesis_lib.heads.for_model import flashhead_for
 
-    assert {base_mode(m) for m in GREEDY_MODES} <= set(all_modes())
     target, draft = real_pair
     head = flashhead_for(draft, progress=False)
-    runner = Runner(target, draft, k=4, max_new_tokens=16, flash_head=head, k_max=8, stop_below=0.6,
-                    extra_heads={"adaflash": AdaptiveFlashHead(head, margin=0.12, min_probes=8)})
-    prompt = next(p for p in prompts.demo_prompts() if p.question_id == "demo-code-1")
-    ids = prompts.encode(target.tokenizer, prompt.text)
-    ref = runner.run("baseline", ids).tokens
-    return ids, ref, {mode: runner.run(mode, ids) for mode in GREEDY_MODES}, head
+    pool = prompts.load_prompts("project")
+    # the frequency head's counts from the prompt set's own tokens (the study counts generated ones; any counts do here)
+    counts = Counter(t for p in pool for t in prompts.encode(target.tokenizer, p.text))
+    freq = frequency_head(draft, counts, head.n_probes * head.cluster_size, head.special_ids.tolist())
+    runner = Runner(target, draft, k=4, max_new_tokens=NEW_TOKENS, flash_head=head, k_max=8, stop_below=0.6,
+                    extra_heads={"adaflash": AdaptiveFlashHead(head, margin=0.12, min_probes=8), "freq": freq})
+    chosen = prompts.select(pool, categories=list(CATEGORIES), per_category=1)
+    assert sorted(p.category for p in chosen) == sorted(CATEGORIES)
+    runs = []
+    for p in chosen:
+        ids = prompts.encode(target.tokenizer, p.text)
+        runs.append((p.question_id, ids, runner.run("baseline", ids).tokens,
+                     {mode: runner.run(mode, ids) for mode in (*greedy_modes(), *TREE_SHAPES, "hf_greedy")}))
+    return runs, head
 
 
 def test_every_greedy_mode_equals_target_only_greedy(real_pair, every_greedy_mode):
-    """Each greedy mode's output is target-only greedy output (or parts from it only where the target's top two
-    logits nearly tie), and a drafter with a model agrees often."""
+    """Each greedy mode's output is target-only greedy output on every prompt (or parts from it only where the
+    target's top two logits nearly tie), and a drafter with a model agrees often."""
     target, _ = real_pair
-    ids, ref, gens, _ = every_greedy_mode
-    assert len(ref) == 16 or ref[-1] in target.eos_ids
-    for mode, gen in gens.items():
-        _check_lossless(target, ids, ref, gen.tokens, mode)
-        if mode.startswith(("dense", "flash", "shared", "adaflash", "hybrid")):
-            assert gen.stats.acceptance > 0.2, mode
+    runs, _ = every_greedy_mode
+    assert len(greedy_modes()) >= 25 and {"shared_deferred", "flash_ordinary_sk", "freq_deferred"} <= set(greedy_modes())
+    for qid, ids, ref, gens in runs:
+        assert len(ref) == NEW_TOKENS or ref[-1] in target.eos_ids
+        for mode, gen in gens.items():
+            if mode != "hf_greedy":
+                _check_lossless(target, ids, ref, gen.tokens, (qid, mode))
+    accepted = {m: sum(sum(gens[m].stats.accepted) for *_, gens in runs) /
+                max(1, sum(sum(gens[m].stats.drafted) for *_, gens in runs)) for m in (*greedy_modes(), *TREE_SHAPES)}
+    assert all(a > 0.2 for m, a in accepted.items() if m.startswith(("dense", "flash", "shared", "adaflash"))), accepted
+
+
+def test_transformers_greedy_decoding_is_the_modes_reference(real_pair, every_greedy_mode):
+    """transformers' own greedy ``generate()`` on the same model gives the target-only tokens every mode is compared
+    with (or parts from them only at a near tie of the target's top two logits)."""
+    target, _ = real_pair
+    for qid, ids, ref, gens in every_greedy_mode[0]:
+        got = gens["hf_greedy"].tokens
+        if got != ref:
+            j = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), None)
+            assert j is not None, f"{qid}: one output is a strict prefix of the other"
+            gap, allowed = _near_tie(target, ids + ref[:j])
+            assert gap < allowed, (qid, j, gap, allowed)
 
 
 def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair, every_greedy_mode):
@@ -161,7 +190,8 @@ def test_flashhead_draft_is_lossless_and_exact_with_all_probes(real_pair, every_
     from thesis_lib.heads.dense import DenseGreedyHead
 
     target, draft = real_pair
-    ids, ref, gens, head = every_greedy_mode
+    runs, head = every_greedy_mode
+    _, ids, ref, gens = next(r for r in runs if r[0].startswith("tc-code"))
     assert (head.n_clusters, head.cluster_size, head.n_probes) == (9496, 16, 593)
     for mode in ("flash_ordinary", "flash_deferred"):
         assert gens[mode].tokens == ref, mode
@@ -191,7 +221,7 @@ def test_batched_speculative_decoding_is_lossless_per_row(real_pair, every_greed
     from thesis_lib.decoding.stats import cut_at_eos
 
     target, draft = real_pair
-    head = every_greedy_mode[3]
+    head = every_greedy_mode[1]
     ids = [prompts.encode(target.tokenizer, p.text) for p in prompts.demo_prompts()[:3]]
     t = ModelState(target.model, vocab_limit=target.vocab_limit)
     plain = [greedy_generate(t, x, max_new_tokens=12, eos_ids=target.eos_ids).tokens for x in ids]
