@@ -60,11 +60,14 @@ _kernel_error: str | None = None
 
 
 def build_dir() -> Path:
-    """Where the kernel is compiled: under the model cache, per source, flags and torch version."""
+    """Where the kernel is compiled: under the model cache, per source, flags and torch version, and per the paths
+    torch's build file names (the sources' and torch's headers': two checkouts or virtual environments sharing a
+    cache would otherwise rebuild the one folder in turn, each seeing the other's build file)."""
     from .cache import cache_dir
 
     sources = b"".join(p.read_bytes() for p in sorted(_SOURCE.parent.iterdir()) if p.suffix in (".cpp", ".h"))
-    key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + torch.__version__.encode()).hexdigest()
+    paths = f"{_SOURCE.parent}|{Path(torch.__file__).parent}"
+    key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + torch.__version__.encode() + paths.encode()).hexdigest()
     return cache_dir() / "kernels" / f"weight_only-{key[:12]}"
 
 
