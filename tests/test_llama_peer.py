@@ -107,11 +107,13 @@ def test_the_book_reads_each_engine_at_its_best_and_says_which_is_faster():
     assert g["llama_kinds"] == "CPU (AVX2) with ours in int8-dynamic"
     assert list(table["verdict"]) == ["this project at its best is faster", "llama.cpp at its best is faster"]
     assert table.loc[1, "ours FlashHead deferred"] == pytest.approx(10 / 0.9)
-    cat = llama_tables.category_rows([(faster, "")]).set_index("category")
-    assert cat.loc["code", "CPU (AVX2), int8-dynamic: ours / llama.cpp"] == "2.00x [2.00, 2.00]"
-    assert cat.loc["chat", "CPU (AVX2), int8-dynamic: ours / llama.cpp"] == "1.14x [1.14, 1.14]"
-    assert cat.loc["chat", "CPU (AVX2), int8-dynamic: its drafting / its plain"] == "0.50x [0.50, 0.50]"
-    assert set(cat.index) == {"all", "code", "chat"}
+    both = llama_tables.category_rows([(faster, ""), (slower, "")])
+    assert list(both.columns) == ["machine, ours in", "category", "ours / llama.cpp", "its drafting / its plain"]
+    cat = both.set_index(["machine, ours in", "category"])
+    assert cat.loc[("CPU (AVX2), int8-dynamic", "code"), "ours / llama.cpp"] == "2.00x [2.00, 2.00]"
+    assert cat.loc[("CPU (AVX2), int8-dynamic", "chat"), "ours / llama.cpp"] == "1.14x [1.14, 1.14]"
+    assert cat.loc[("CPU (AVX2), int8-dynamic", "chat"), "its drafting / its plain"] == "0.50x [0.50, 0.50]"
+    assert {c for k, c in cat.index if k == "CPU (AVX-512), int8-dynamic"} == {"all", "code", "chat"} and len(cat) == 6
 
 
 def test_the_book_without_a_llama_document_says_so():

@@ -66,8 +66,8 @@ def build_dir() -> Path:
     from .cache import cache_dir
 
     sources = b"".join(p.read_bytes() for p in sorted(_SOURCE.parent.iterdir()) if p.suffix in (".cpp", ".h"))
-    paths = f"{_SOURCE.parent}|{Path(torch.__file__).parent}"
-    key = hashlib.sha256(sources + " ".join(_FLAGS).encode() + torch.__version__.encode() + paths.encode()).hexdigest()
+    key = hashlib.sha256(sources + f"{' '.join(_FLAGS)}{torch.__version__}{_SOURCE.parent}|{Path(torch.__file__).parent}"
+                         .encode()).hexdigest()
     return cache_dir() / "kernels" / f"weight_only-{key[:12]}"
 
 

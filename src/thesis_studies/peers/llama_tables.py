@@ -90,17 +90,16 @@ def book_rows(docs: list[tuple[dict, str]]) -> pd.DataFrame:
 
 
 def category_rows(docs: list[tuple[dict, str]]) -> pd.DataFrame:
-    """Per prompt category (and over all prompts), for each document: ours at best over llama.cpp at best, and
-    llama.cpp's tuned speculative decoding over its plain decoding (where its drafting pays), each with its interval."""
-    columns = {}
+    """Per document and prompt category (and over all prompts), a row: ours at best over llama.cpp at best, and
+    llama.cpp's tuned speculative decoding over its plain decoding (where its drafting pays), each with its interval
+    (a row per document and category, so that more documents add rows, not columns wider than a page)."""
+    rows = []
     for doc, _ in docs:
         ours, theirs, _ = _best(doc)
-        for name, (a, b) in (("ours / llama.cpp", (ours, theirs)),
-                             ("its drafting / its plain", ("llama.cpp speculative", "llama.cpp target-only"))):
-            columns[f"{_kind(doc)}: {name}"] = {c: _interval(ci) for c, ci in versus(doc, a, b).items()}
-    if not columns:
-        return pd.DataFrame({"llama.cpp document": ["none named (LLAMA_FILES)"]})
-    return pd.DataFrame(columns).rename_axis("category").reset_index()
+        mine, its = versus(doc, ours, theirs), versus(doc, "llama.cpp speculative", "llama.cpp target-only")
+        rows += [{"machine, ours in": _kind(doc), "category": c, "ours / llama.cpp": _interval(ci),
+                  "its drafting / its plain": _interval(its[c])} for c, ci in mine.items()]
+    return pd.DataFrame(rows or {"llama.cpp document": ["none named (LLAMA_FILES)"]})
 
 
 def readme_row(doc: dict, path: str) -> str:
