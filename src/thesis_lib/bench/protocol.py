@@ -27,7 +27,7 @@ import torch
 from .. import extensions
 from ..errors import ConfigError, at_least
 from ..progress import note
-from ..heads.clustering import check_cluster_count
+from ..heads.clustering import check_cluster_count, default_clusters
 from ..heads.flashhead import check_probes, default_probes
 from ..models import embedl, loading, specs
 from .drafts import flash_body, flash_head, flash_info, study_heads
@@ -245,7 +245,7 @@ def check_flash(cfg) -> None:
         return
     vocab = specs.model_config(cfg.draft).get("vocab_size")
     if vocab:
-        c = cfg.clusters if cfg.clusters is not None else vocab // 16
+        c = cfg.clusters if cfg.clusters is not None else default_clusters(vocab)
         check_cluster_count(vocab, c)
         for p in [cfg.probes if cfg.probes is not None else default_probes(c)] + variants:
             check_probes(p, c)

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from ..heads.assets import save_assets
-from ..heads.clustering import spherical_kmeans
+from ..heads.clustering import default_clusters, spherical_kmeans
 from ..models import tiny
 from ..models.cache import cache_dir
 from ..models.virtual import ENV as VIRTUAL_ENV
@@ -59,7 +59,7 @@ def prepare(home: Path | None = None) -> Path:
     tiny.save_tiny(draft, tok, _snapshot(tmp, DRAFT))
     snap = tiny.save_tiny(body, tok, _snapshot(tmp, FLASHHEAD))
     weight = body.get_output_embeddings().weight.detach().float()
-    n_clusters = weight.shape[0] // 16
+    n_clusters = default_clusters(weight.shape[0])
     save_assets(spherical_kmeans(weight, n_clusters, iterations=8, seed=0, progress=False), snap / "flash_head_assets")
     config = json.loads((snap / "config.json").read_text())
     config.update(model_type="flash_head_qwen3", architectures=["FlashHeadQwen3ForCausalLM"], n_clusters=n_clusters,

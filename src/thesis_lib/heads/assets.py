@@ -22,7 +22,8 @@ import torch
 from ..errors import ClusteringAssetError
 from ..models.cache import cache_dir, sha256_file, write_atomic, write_json
 from ..models.cpu import fast_bf16
-from .clustering import ALGORITHM_VERSION, Clustering, capacities, check_cluster_count, member_means, spherical_kmeans
+from .clustering import (ALGORITHM_VERSION, Clustering, capacities, check_cluster_count, default_clusters, member_means,
+                         spherical_kmeans)
 
 ASSET_DIR = "flash_head_assets"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "clusterings"
@@ -128,7 +129,12 @@ def needs_kmeans(weight_sha: str, n_clusters: int, *, seed: int = 0, iterations:
     entry nor a shipped clustering under their key."""
     folder = cache_folder(weight_sha, n_clusters, seed, iterations, fast_bf16() if low_precision is None else
                           low_precision)
-    return not folder.is_dir() and not (SHIPPED_DIR / f"{folder.parent.name}.safetensors").is_file()
+    return not folder.is_dir() and not shipped_file(folder.parent.name).is_file()
+
+
+def shipped_file(key: str, folder: str | Path | None = None) -> Path:
+    """Where the shipped clustering for cache key ``key`` lies (in ``folder``, else the package's)."""
+    return (Path(folder) if folder is not None else SHIPPED_DIR) / f"{key}.safetensors"
 
 
 def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: str | Path | None = None) -> Path:
@@ -136,8 +142,7 @@ def ship_clustering(clustering: Clustering, weight_sha: str, key: str, folder: s
     overwriting one); centroids are rebuilt from the head on use."""
     from safetensors.torch import save
 
-    folder = Path(folder) if folder is not None else SHIPPED_DIR
-    path = folder / f"{key}.safetensors"
+    path = shipped_file(key, folder)
     if path.exists():
         raise ClusteringAssetError(f"{path} exists; remove it first to ship another clustering under that key.")
     dtype = torch.int16 if clustering.n_clusters <= torch.iinfo(torch.int16).max else torch.int32
@@ -153,7 +158,7 @@ def shipped_clustering(weight: torch.Tensor, weight_sha: str, key: str, n_cluste
     cluster sizes are not the equal-size capacities for ``n_clusters`` is damaged and raises."""
     from safetensors import SafetensorError, safe_open
 
-    path = (Path(folder) if folder is not None else SHIPPED_DIR) / f"{key}.safetensors"
+    path = shipped_file(key, folder)
     if not path.is_file():
         return None
     try:
@@ -183,10 +188,9 @@ def cached_clustering(weight: torch.Tensor, n_clusters: int | None = None, *, se
     """The clustering of ``weight`` for these parameters: a sound cache entry (a damaged one is reported and
     rebuilt), else the shipped one for this head, else k-means (``rebuild`` skips both)."""
     v, d = weight.shape
-    n_clusters = v // 16 if n_clusters is None else int(n_clusters)
+    n_clusters = default_clusters(v) if n_clusters is None else int(n_clusters)
     check_cluster_count(v, n_clusters)
-    if low_precision is None:
-        low_precision = fast_bf16()
+    low_precision = fast_bf16() if low_precision is None else low_precision
     sha = head_sha256(weight)
     folder = cache_folder(sha, n_clusters, seed, iterations, low_precision)
     if folder.exists() and not rebuild:

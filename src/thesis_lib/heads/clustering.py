@@ -66,10 +66,15 @@ class Clustering:
         return tokens, real
 
 
+def default_clusters(vocab_size: int) -> int:
+    """FlashHead's default cluster count: V/16 (clusters of 16 tokens)."""
+    return vocab_size // 16
+
+
 def check_cluster_count(vocab_size: int, n_clusters: int) -> None:
     if not 1 <= int(n_clusters) <= int(vocab_size):
         raise ConfigError(f"n_clusters={n_clusters} does not fit a vocabulary of {vocab_size} rows: use 1..{vocab_size} "
-                          f"(FlashHead's default is V/16 = {vocab_size // 16}).")
+                          f"(FlashHead's default is V/16 = {default_clusters(vocab_size)}).")
 
 
 def capacities(vocab_size: int, n_clusters: int) -> torch.Tensor:
@@ -172,8 +177,7 @@ def spherical_kmeans(weight: torch.Tensor, n_clusters: int, *, iterations: int =
     w = weight.detach().to(torch.float32).cpu()
     v, d = w.shape
     cap = capacities(v, n_clusters)
-    if low_precision is None:
-        low_precision = fast_bf16()
+    low_precision = fast_bf16() if low_precision is None else low_precision
     t0 = time.perf_counter()
     xn = _normalise(w)
     g = torch.Generator().manual_seed(int(seed))
@@ -223,8 +227,7 @@ def kmeans_seconds(vocab_size: int, hidden: int, n_clusters: int, *, iterations:
     ``rows`` random unit rows against ``n_clusters`` centroids, timed (the faster of two), scaled to
     ``vocab_size`` rows and ``iterations`` iterations (each one run: an upper bound where it stops early) by
     :data:`ITERATION_OVER_RANKING`."""
-    if low_precision is None:
-        low_precision = fast_bf16()
+    low_precision = fast_bf16() if low_precision is None else low_precision
     g = torch.Generator().manual_seed(0)
     xn = _normalise(torch.randn(min(rows, vocab_size), hidden, generator=g))
     cn = _normalise(torch.randn(n_clusters, hidden, generator=g))

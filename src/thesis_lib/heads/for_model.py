@@ -21,7 +21,7 @@ from ..models import embedl
 from ..models.loading import output_rows
 from ..models.packing import layer_bias
 from .assets import ASSET_DIR, cached_clustering, load_assets
-from .clustering import Clustering, check_cluster_count
+from .clustering import Clustering, check_cluster_count, default_clusters
 from .flashhead import FlashHead, check_probes
 
 
@@ -74,7 +74,7 @@ def clustering_for(loaded, weight: torch.Tensor | None = None, *, assets: str | 
             check_probes(n_probes, clustering.n_clusters)
         clustering.info.setdefault("source", checkpoint.source)
         return clustering
-    c = rows // 16 if n_clusters is None else int(n_clusters)
+    c = default_clusters(rows) if n_clusters is None else int(n_clusters)
     check_cluster_count(rows, c)
     if n_probes is not None:
         check_probes(n_probes, c)
@@ -104,7 +104,7 @@ def kmeans_ahead(draft: str, precision: str, *, clusters: int | None = None, blo
     weight = weight.to(torch.float32)  # the loaded head's rows, as its clustering's key hashes them
     v, d = weight.shape
     sha = head_sha256(weight)
-    counts = {int(clusters or v // 16)} | {v // int(b) for b in block_sizes}
+    counts = {int(clusters or default_clusters(v))} | {v // int(b) for b in block_sizes}
     return {c: kmeans_seconds(v, d, c, iterations=iterations) for c in sorted(counts)
             if needs_kmeans(sha, c, iterations=iterations)}
 
