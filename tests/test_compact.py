@@ -102,7 +102,7 @@ def test_speculative_output_equals_target_only_on_the_compact_path(deferred):
         for head in (None, flash):
             spec = speculative_generate(ModelState(target, vocab_limit=TINY_VOCAB),
                                         ModelDrafter(draft, head=head, vocab_limit=TINY_VOCAB), prompt, k=4,
-                                        max_new_tokens=40, deferred=deferred)
+                                        max_new_tokens=40, schedule="deferred" if deferred else "ordinary")
             assert spec.tokens == ref
     assert ref == modules and len(ref) == 40
 

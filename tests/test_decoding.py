@@ -30,7 +30,7 @@ def _run_both(models, tag, arch, draft, prompt, k, max_new, eos, deferred, bucke
     target = ModelState(models[(tag, arch, "target")], vocab_limit=TINY_VOCAB, buckets=buckets)
     drafter = ModelDrafter(models[(tag, arch, draft)], vocab_limit=TINY_VOCAB)
     ref = greedy_generate(target, prompt, max_new_tokens=max_new, eos_ids=eos)
-    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=eos, deferred=deferred)
+    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=eos, schedule="deferred" if deferred else "ordinary")
     return ref, spec
 
 
@@ -324,7 +324,7 @@ def test_ngram_drafter_proposes_what_followed_the_latest_match():
 def test_ngram_drafter_is_lossless(tiny_models, prompt, k, max_new, deferred):
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     ref = greedy_generate(target, prompt, max_new_tokens=max_new)
-    spec = speculative_generate(target, NgramDrafter(), prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    spec = speculative_generate(target, NgramDrafter(), prompt, k=k, max_new_tokens=max_new, schedule="deferred" if deferred else "ordinary")
     assert spec.tokens == ref.tokens
     check_stats(spec, k, max_new)
 
@@ -336,7 +336,7 @@ def test_hybrid_drafter_is_lossless(tiny_models, prompt, k, max_new, deferred):
     ref = greedy_generate(target, prompt + prompt, max_new_tokens=max_new)  # a repeated prompt: lookups happen
     model = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB)
     hybrid = HybridDrafter(model)
-    spec = speculative_generate(target, hybrid, prompt + prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    spec = speculative_generate(target, hybrid, prompt + prompt, k=k, max_new_tokens=max_new, schedule="deferred" if deferred else "ordinary")
     assert spec.tokens == ref.tokens
     check_stats(spec, k, max_new)
     assert hybrid.lookup_rounds + hybrid.model_rounds == spec.stats.rounds
@@ -381,7 +381,7 @@ def test_adaptive_k_is_lossless_and_follows_its_rule(tiny_models, policy):
     verify = {n: 1.0 + 0.05 * n for n in range(1, 14)}
     pol = (policies.HeuristicK(2) if policy == "heuristic"
            else policies.CostModelK(2, draft_step_s=0.2, verify_s=verify, k_max=12))
-    spec = speculative_generate(target, drafter, prompt, k=2, max_new_tokens=60, deferred=True, k_policy=pol)
+    spec = speculative_generate(target, drafter, prompt, k=2, max_new_tokens=60, schedule="deferred", k_policy=pol)
     assert spec.tokens == ref.tokens
     d, a = spec.stats.drafted, spec.stats.accepted
     if policy == "heuristic":  # each round's K follows from the previous round (cut only by the end)
@@ -448,7 +448,7 @@ def test_confidence_stopped_blocks_are_lossless(tiny_models, prompt, k, max_new,
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     ref = greedy_generate(target, prompt, max_new_tokens=max_new)
     drafter = ModelDrafter(tiny_models[("f64", "qwen2", draft)], vocab_limit=TINY_VOCAB, stop_below=stop)
-    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, schedule="deferred" if deferred else "ordinary")
     assert spec.tokens == ref.tokens
     check_stats(spec, k, max_new)
 
@@ -506,7 +506,7 @@ class _BadDrafter:
 def test_a_drafter_proposing_too_few_or_too_many_tokens_is_an_error(tiny_models, n):
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     with pytest.raises(RuntimeError, match="proposed"):
-        speculative_generate(target, _BadDrafter(n), [1, 5, 9], k=3, max_new_tokens=10, deferred=True)
+        speculative_generate(target, _BadDrafter(n), [1, 5, 9], k=3, max_new_tokens=10, schedule="deferred")
 
 
 @HYP
@@ -516,7 +516,7 @@ def test_unpadded_hybrid_with_confidence_stops_is_lossless(tiny_models, prompt, 
     ref = greedy_generate(target, prompt + prompt, max_new_tokens=max_new)
     model = ModelDrafter(tiny_models[("f64", "qwen2", "loose")], vocab_limit=TINY_VOCAB, stop_below=0.5)
     hybrid = HybridDrafter(model, pad=False)
-    spec = speculative_generate(target, hybrid, prompt + prompt, k=k, max_new_tokens=max_new, deferred=deferred)
+    spec = speculative_generate(target, hybrid, prompt + prompt, k=k, max_new_tokens=max_new, schedule="deferred" if deferred else "ordinary")
     assert spec.tokens == ref.tokens
     check_stats(spec, k, max_new)
     assert hybrid.lookup_rounds + hybrid.model_rounds == spec.stats.rounds

@@ -374,7 +374,7 @@ def test_flashhead_draft_is_lossless(tiny_models, tiny_clusterings, k, p, prompt
     drafter = ModelDrafter(dmodel, head=head, vocab_limit=TINY_VOCAB, name="flashhead")
     prompt = torch.randint(0, 256, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
     ref = greedy_generate(target, prompt, max_new_tokens=max_new, eos_ids=[258])
-    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=[258], deferred=deferred)
+    spec = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=max_new, eos_ids=[258], schedule="deferred" if deferred else "ordinary")
     assert spec.tokens == ref.tokens
     assert spec.stats.mode.startswith("flashhead_")
 

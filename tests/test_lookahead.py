@@ -84,7 +84,7 @@ def test_a_fixed_k_walk_has_the_loops_rounds(tiny_models, rows, k):
     model, _ = _draft(tiny_models)
     target = ModelState(tiny_models[("f64", "qwen2", "target")], vocab_limit=TINY_VOCAB)
     gens = [speculative_generate(target, ModelDrafter(model, vocab_limit=TINY_VOCAB), p, k=k, max_new_tokens=30,
-                                 deferred=True) for p in PROMPTS]
+                                 schedule="deferred") for p in PROMPTS]
     sim = la.simulate(rows, la.fixed_policy(k), step_ms=STEP_MS, verify_ms=VERIFY_MS)
     assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
     assert sim["tokens"] == sum(len(g.tokens) - 1 for g in gens)
@@ -106,7 +106,7 @@ def test_a_threshold_walk_has_the_loops_rounds(tiny_models, rows, tau, lookup):
         d = ModelDrafter(model, vocab_limit=TINY_VOCAB, stop_below=tau)
         if lookup:
             d = HybridDrafter(d, pad=False)
-        gens.append(speculative_generate(target, d, p, k=DEPTH, max_new_tokens=30, deferred=True))
+        gens.append(speculative_generate(target, d, p, k=DEPTH, max_new_tokens=30, schedule="deferred"))
     sim = la.simulate(rows, la.threshold_policy(tau, DEPTH), step_ms=STEP_MS, verify_ms=VERIFY_MS, lookup=lookup)
     assert {key: sim[key] for key in ("rounds", "drafted", "accepted")} == _loop_totals(gens)
 
@@ -182,7 +182,7 @@ def test_a_walk_over_outputs_that_eos_ended_has_the_loops_rounds_given_the_limit
         d = ModelDrafter(model, vocab_limit=TINY_VOCAB, stop_below=tau)
         if policy.endswith("lookup"):
             d = HybridDrafter(d, pad=False)
-        gen = speculative_generate(target, d, p, k=k, max_new_tokens=30, eos_ids=[eos], deferred=True)
+        gen = speculative_generate(target, d, p, k=k, max_new_tokens=30, eos_ids=[eos], schedule="deferred")
         end = r["target"].index(eos) + 1
         assert gen.tokens == r["target"][:end] and end < 30  # it did end at EOS, before the limit
         gens.append(gen)

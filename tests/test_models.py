@@ -336,7 +336,7 @@ def test_an_int4_target_quantises_its_body_keeps_its_head_and_stays_lossless(tmp
     for k in (1, 3, 5):
         for deferred in (False, True):
             spec = speculative_generate(ModelState(q.model), ModelDrafter(d.model), ids, k=k,
-                                        max_new_tokens=24, deferred=deferred)
+                                        max_new_tokens=24, schedule="deferred" if deferred else "ordinary")
             assert spec.tokens == t_out, (k, deferred)
 
 

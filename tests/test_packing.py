@@ -249,7 +249,7 @@ def test_bf16_packed_speculative_decoding_equals_target_only_up_to_near_ties(def
     for prompt in ([3, 4, 5], [17, 2, 99, 41, 8], [250, 1, 1, 7], [60, 61, 62, 63, 64, 65]):
         ref = greedy_generate(t, prompt, max_new_tokens=24).tokens
         got = speculative_generate(t, ModelDrafter(draft, vocab_limit=TINY_VOCAB), prompt, k=4, max_new_tokens=24,
-                                   deferred=deferred)
+                                   schedule="deferred" if deferred else "ordinary")
         assert got.stats.acceptance > 0.3
         if got.tokens == ref:
             equal += 1

@@ -636,7 +636,16 @@ def test_bad_mode_variants_fail_before_any_model_loads(pair_dir, tmp_path, monke
             protocol.run(_config(pair_dir, tmp_path / "runs", modes=("baseline", mode), **FLASH), progress=False)
     assert not (tmp_path / "runs").exists()
     assert modes.variant("flash_deferred", 6, 148) == "flash_deferred@k6p148" and modes.variant("dense_deferred") == "dense_deferred"
-    assert modes.split_mode("hybrid_deferred@k2p5") == ("hybrid", "deferred") and modes.needs_flash_head("flash_deferred@k2")
+    hybrid = modes.parse("hybrid_deferred@k2p5")
+    assert (hybrid.name, hybrid.base, hybrid.draft, hybrid.schedule, hybrid.k, hybrid.probes) == (
+        "hybrid_deferred@k2p5", "hybrid_deferred", "hybrid", "deferred", 2, 5) and modes.parse("flash_deferred@k2").flash
+    tree = modes.parse("flash_tree@n12")
+    assert (tree.draft, tree.schedule, tree.k, tree.width, tree.nodes, tree.shaped) == ("flash", "tree", None, None, 12, True)
+    sampled = modes.parse("sample_flash")
+    assert (sampled.draft, sampled.schedule, sampled.sampled, sampled.speculative, sampled.flash, sampled.baseline) == (
+        "sample", "flash", True, False, True, "sample_baseline")
+    assert modes.parse("dense_deferred").baseline == "baseline" and not modes.parse("dense_deferred").flash
+    assert modes.parse(hybrid) is hybrid and str(hybrid) == "hybrid_deferred@k2p5"
 
 
 def test_cheap_checks_come_before_any_model_file_with_an_empty_model_cache(tmp_path, monkeypatch):
@@ -716,12 +725,13 @@ def test_the_core_lists_the_thesis_modes_and_the_studies_declare_theirs(monkeypa
     assert len(modes.CORE_MODES) <= 15 and "flash_deferred" in modes.CORE_MODES and "shared_pipelined" in modes.CORE_MODES
     studies = set(modes.all_modes()) - set(modes.CORE_MODES)
     assert {"flash_tree", "sample_flash", "flash_deferred_ck", "hybrid_deferred_sk", "ngram_deferred"} <= studies
-    assert modes.k_policy_of("flash_deferred_ck") == "cost" and modes.needs_flash_head("freq_deferred")
+    assert modes.parse("flash_deferred_ck").policy == "cost" and modes.parse("freq_deferred").flash
     monkeypatch.setattr(extensions, "MODES", [])  # no study declares anything
     assert modes.all_modes() == modes.CORE_MODES
     for name in ("flash_tree", "sample_flash", "flash_deferred_ck"):
         with pytest.raises(ConfigError, match="Unknown mode"):
-            modes.check_modes([name])
-    assert modes.k_policy_of("flash_deferred_ck") == "fixed"  # an unknown name names no policy
+            modes.parse_all([name])
+        with pytest.raises(ConfigError, match="Unknown mode"):
+            modes.parse(name)
     with pytest.raises(ConfigError, match="tree modes"):
-        modes.variant_of("flash_deferred@w2")
+        modes.parse("flash_deferred@w2")

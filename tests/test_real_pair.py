@@ -104,7 +104,7 @@ def test_dense_draft_equals_target_only_greedy(real_pair, qid):
     ref = greedy_generate(t, ids, max_new_tokens=32, eos_ids=target.eos_ids)
     assert len(ref.tokens) == 32 or ref.tokens[-1] in target.eos_ids
     for deferred in (False, True):
-        spec = speculative_generate(t, d, ids, k=4, max_new_tokens=32, eos_ids=target.eos_ids, deferred=deferred)
+        spec = speculative_generate(t, d, ids, k=4, max_new_tokens=32, eos_ids=target.eos_ids, schedule="deferred" if deferred else "ordinary")
         _check_lossless(target, ids, ref.tokens, spec.tokens, (qid, deferred))
         assert spec.stats.acceptance > 0.2  # a real same-family draft agrees often (a broken loop would not)
 
@@ -118,9 +118,9 @@ TREE_SHAPES = ("flash_tree@k4w2", "dense_tree@n6")
 
 
 def greedy_modes() -> tuple[str, ...]:
-    from thesis_lib.bench.modes import all_modes, is_speculative
+    from thesis_lib.bench.modes import all_modes, parse
 
-    return tuple(m for m in all_modes() if is_speculative(m))
+    return tuple(m for m in all_modes() if parse(m).speculative)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,7 @@ def test_batched_speculative_decoding_is_lossless_per_row(real_pair, every_greed
     ordinary, 12 new tokens, one row ended early by a token of its own output taken as end-of-sequence: every row
     is its prompt's one-row target-only output, and the rows' rounds differ."""
     from thesis_studies.serving.loops import batched_greedy, batched_speculative
-    from thesis_lib.decoding.stats import cut_at_eos
+    from thesis_lib.decoding.rounds import cut_at_eos
 
     target, draft = real_pair
     head = every_greedy_mode[1]

@@ -243,7 +243,7 @@ def test_speculative_decoding_on_weight_only_models_equals_target_only(fmt, defe
     for prompt in ([3, 4, 5], [17, 2, 99, 41, 8], [250, 1, 1, 7], [60, 61, 62, 63, 64, 65]):
         ref = greedy_generate(t, prompt, max_new_tokens=24).tokens
         got = speculative_generate(t, ModelDrafter(draft, vocab_limit=TINY_VOCAB), prompt, k=4, max_new_tokens=24,
-                                   deferred=deferred)
+                                   schedule="deferred" if deferred else "ordinary")
         st = got.stats  # rounds that accept and rounds that reject, so both paths ran
         assert any(st.accepted) and any(a < d for a, d in zip(st.accepted, st.drafted)), prompt
         if fmt != "int4-dynamic":  # a tiny random model rounded to 4 bits keeps few of its greedy choices

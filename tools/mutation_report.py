@@ -37,6 +37,7 @@ SCOPE = {
     "thesis_lib.decoding.greedy": None,
     "thesis_lib.decoding.drafters": None,
     "thesis_lib.decoding.stats": None,
+    "thesis_lib.decoding.rounds": None,
     "thesis_studies.sampling.loop": None,
     "thesis_studies.trees.loop": None,
     "thesis_studies.beyond.lookup": None,
@@ -86,7 +87,10 @@ MOVED = {"thesis_lib.decoding.batched.": "thesis_studies.serving.loops.",
          "thesis_lib.decoding.sampling.": "thesis_studies.sampling.loop.",
          "thesis_lib.decoding.trees.": "thesis_studies.trees.loop.",
          **{f"thesis_lib.decoding.drafters.{f}": f"thesis_studies.beyond.lookup.{f}"
-            for f in ("xǁNgramDrafterǁ", "xǁHybridDrafterǁ", "x__padded__")}}
+            for f in ("xǁNgramDrafterǁ", "xǁHybridDrafterǁ", "x__padded__")},
+         **{f"thesis_lib.decoding.stats.x_{f}__": f"thesis_lib.decoding.rounds.x_{f}__"
+            for f in ("check_request", "cut_at_eos", "finish", "accepted_prefix", "emit_round")},
+         "thesis_lib.decoding.stats.x_opening__": "thesis_lib.decoding.rounds.x_prefill__"}
 MOVED_VERDICTS = {
     "thesis_studies.precision.verdicts": ("switch_effect", "_with_it", "loop_beyond"),
     "thesis_studies.gpucheck.verdicts": ("gpu_head_target", "gpu_step_target", "gpu_probes_meeting", "step_reach",

@@ -88,8 +88,9 @@ DRAFTERS: list[Callable] = []
 class Loop:
     """A family of modes a study decodes with its own loop: ``claims(draft, schedule)``: a mode is the family's;
     ``drafters(runner)``: its drafters for a runner (built when the runner is, kept in ``runner.loop_drafters``
-    under the family's name); ``run(runner, mode, ids, clock)``: one generation (``mode`` as asked, a variant
-    included, the runner's K and probes set for it; ``clock`` None: the loop's own); ``options(settings, modes)``:
+    under the family's name); ``run(runner, mode, ids, clock)``: one generation (``mode`` the parsed
+    :class:`~thesis_lib.bench.modes.Mode` as asked, a variant included, the runner's K and probes set for it;
+    ``clock`` None: the loop's own); ``options(settings, modes)`` (``modes`` parsed):
     the runner's keyword arguments the family takes from a run's settings (a ``BenchConfig`` or a command's
     arguments), checked (a bad one is a ``ConfigError``)."""
 
@@ -130,6 +131,7 @@ def add_rules(rules: dict[str, dict]) -> None:
 
 
 def runner_options(settings, modes) -> dict:
-    """Every study loop's runner keyword arguments from ``settings`` for ``modes`` (:attr:`Loop.options`), checked."""
+    """Every study loop's runner keyword arguments from ``settings`` for the parsed ``modes`` (:attr:`Loop.options`),
+    checked."""
     load()
     return {key: value for loop in LOOPS.values() for key, value in loop.options(settings, modes).items()}

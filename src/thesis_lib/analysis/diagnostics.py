@@ -9,7 +9,7 @@ from collections import Counter
 
 import pandas as pd
 
-from ..bench.modes import k_policy_of
+from ..bench.modes import parse
 from ..errors import ConfigError
 from .pooled import LABELS, as_run, per_sample_ratios, quartiles3, samples_of, totals
 
@@ -110,7 +110,7 @@ def accepted_lengths(run) -> pd.DataFrame:
     longest = k or 0
     for mode in run.modes():
         c: Counter = Counter()
-        fixed = k_policy_of(mode) == "fixed"
+        fixed = parse(mode).policy == "fixed"
         for r in run.of(mode):
             for a, d in zip(r.get("accepted_per_round", []), r.get("drafted_per_round", [])):
                 if d == k or not fixed:

@@ -9,6 +9,7 @@ import functools
 
 import pandas as pd
 
+from ..bench.modes import parse
 from ..bench.runs import Run
 from ..errors import ConfigError
 from . import diagnostics, uncertainty
@@ -110,9 +111,9 @@ def table_4_6(run) -> pd.DataFrame:
 
 def _profile_modes(run: Run) -> list[str]:
     schedule = None
-    for m in run.modes():
-        if m.startswith("shared_"):
-            schedule = m.split("_", 1)[1]
+    for m in map(parse, run.modes()):
+        if m.draft == "shared":
+            schedule = m.schedule
     if schedule is None or not run.config.get("profile"):
         raise ConfigError(f"Run {run.name!r} is not a profiled run (no dense-shared mode); "
                           "Tables 4.7/4.8 come from `thesis-lib profile`.")

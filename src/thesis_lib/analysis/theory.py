@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ..bench.modes import parse
 from ..decoding.costs import expected_emitted, round_cost, speedup
 from ..errors import ConfigError
 from .pooled import LABELS, totals
@@ -166,8 +167,9 @@ def attribution(run, mode: str, thesis_emitted: float, thesis_c: float) -> "pd.D
 
     costs = measured_costs(run)
     k, v = costs["k"], costs["verify_k1"]
-    c = costs["c_flash" if mode.startswith("flash") else "c_dense"]
-    append = 1.0 if mode.endswith("_ordinary") else 0.0
+    parsed = parse(mode)
+    c = costs["c_flash" if parsed.draft == "flash" else "c_dense"]
+    append = 1.0 if parsed.schedule == "ordinary" else 0.0
     e = totals(run.of(mode))["mean_emitted"]
     steps = (("this run's round", e, c, v), ("with the thesis' tokens per round", thesis_emitted, c, v),
              ("and the thesis' draft cost", thesis_emitted, thesis_c, v),

@@ -20,12 +20,12 @@ from ..decoding.costs import measure_costs
 from ..decoding.stats import Generation
 from ..errors import ConfigError, at_least
 from .metrics import predicted_tokens_per_s, sample_record
-from .modes import DEFAULT_MODES, check_modes, is_sampled
+from .modes import Mode, parse, parse_all
 from .prompts import Prompt, encode, prompt_text
 from .runner import Runner
 
 
-def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, iterations: int = 1,
+def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str | Mode], *, iterations: int = 1,
             warmup: int = 1, warmup_tokens: int | None = None, chat: bool = True, turns: str = "first", costs: bool = True, seed: int = 0,
             thinking: bool | None = None, desc: str = "bench",
             progress: bool = True, done: dict[tuple, dict] | None = None,
@@ -39,22 +39,20 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
     machine's state (this shared machine drifts by tens of percent over a long run)."""
     from ..progress import tqdm
 
-    modes = check_modes(modes)
-    if "baseline" not in modes:
-        modes = ("baseline", *modes)  # every ratio is taken against it
-    if any(is_sampled(m) for m in modes) and "sample_baseline" not in modes:
-        modes = (*modes, "sample_baseline")  # the sampling modes' ratios are taken against it
+    modes = parse_all(modes)
+    if "baseline" not in map(str, modes):
+        modes = (parse("baseline"), *modes)  # every ratio is taken against it
+    if any(m.sampled for m in modes) and "sample_baseline" not in map(str, modes):
+        modes = (*modes, parse("sample_baseline"))  # the sampling modes' ratios are taken against it
     if not prompts:
         raise ConfigError("No prompts selected.")
-    if iterations < 1 or warmup < 0:
-        raise ConfigError(f"iterations must be >= 1 and warmup >= 0 (got {iterations}, {warmup}).")
-    at_least("warmup_tokens", warmup_tokens, none=True)
+    at_least("iterations", iterations), at_least("warmup", warmup, 0), at_least("warmup_tokens", warmup_tokens, none=True)
     done = dict(done or {})
     random.seed(seed)
     torch.manual_seed(seed)
     encoded = [encode(runner.target.tokenizer, prompt_text(p, turns), chat=chat, thinking=thinking) for p in prompts]
     todo = [(it, i) for it in range(iterations) for i in range(len(prompts))
-            if any((it, prompts[i].question_id, m) not in done for m in modes)]
+            if any((it, prompts[i].question_id, m.name) not in done for m in modes)]
     records: list[dict] = []
     if not todo:
         return records
@@ -76,19 +74,20 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
             order = alternating(modes, sample)
             gens: dict[str, Generation] = {}
             for mode in order:
-                if (it, prompt.question_id, mode) in done:
+                if (it, prompt.question_id, mode.name) in done:
                     bar.update()
                     continue
                 bar.set_postfix_str(f"{prompt.question_id} #{it} {mode}")
-                gens[mode] = runner.run(mode, ids)
+                gens[mode.name] = runner.run(mode, ids)
                 bar.update()
             ref = gens["baseline"].tokens if "baseline" in gens else done[(it, prompt.question_id, "baseline")]["tokens"]
             sampling_ref = None  # sampled text is random: it is not compared with greedy output
             prompt_costs = component_costs(runner, ids, reps=3) if costs else None
             for mode in modes:
-                if mode not in gens:
+                if mode.name not in gens:
                     continue
-                rec = sample_record(prompt, mode, gens[mode], sampling_ref if is_sampled(mode) else ref, iteration=it)
+                rec = sample_record(prompt, mode.name, gens[mode.name], sampling_ref if mode.sampled else ref,
+                                    iteration=it)
                 rec["run_order"] = order.index(mode)  # position of this mode in the sample's (alternated) order
                 if prompt_costs:
                     rec["component_costs_s"] = prompt_costs
@@ -97,15 +96,6 @@ def execute(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str], *, 
                 if on_record:
                     on_record(rec)
     return records
-
-
-def compare(runner: Runner, prompts: Sequence[Prompt], modes: Sequence[str] = DEFAULT_MODES, *, chat: bool = True,
-            thinking: bool | None = None, warmup: int = 1, progress: bool = True, costs: bool = True,
-            on_record: Callable[[dict], None] | None = None) -> list[dict]:
-    """``thesis-lib compare``: one iteration of :func:`execute`, records in memory (the protocol's run
-    folders, iterations and resuming are ``thesis-lib bench``)."""
-    return execute(runner, prompts, modes, warmup=warmup, chat=chat, thinking=thinking, costs=costs, progress=progress,
-                   on_record=on_record)
 
 
 def component_costs(runner: Runner, ids: Sequence[int], *, reps: int = 5) -> dict[str, float]:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from ..decoding.costs import round_cost
 from ..decoding.stats import Generation
-from .modes import base_mode, baseline_of, is_sampled, k_policy_of, split_mode
+from .modes import parse
 from .prompts import Prompt
 
 
@@ -72,7 +72,8 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for mode in dict.fromkeys(r["mode"] for r in records):
         rs = [r for r in records if r["mode"] == mode]
-        base = bases[baseline_of(mode)]
+        parsed = parse(mode)
+        base = bases[parsed.baseline]
 
         def ratios(key):
             return [r[key] / base[base_key(r)][key] for r in rs if r[key] and base.get(base_key(r), {}).get(key)]
@@ -94,7 +95,7 @@ def summarize(records: Sequence[dict]) -> dict[str, dict]:
             # pooled over all rounds of all samples; per-sample values are in the records
             "acceptance": (sum(r.get("accepted", 0) for r in rs) / drafted) if drafted else None,
             "mean_emitted": (sum(r["emitted"] for r in rs) / sum(r["rounds"] for r in rs)) if drafted else None,
-            "matches_baseline": (None if is_sampled(mode) else sum(bool(r["matches_baseline"]) for r in rs)),
+            "matches_baseline": (None if parsed.sampled else sum(bool(r["matches_baseline"]) for r in rs)),
             "predicted_over_measured": median(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] for r in rs
                                                if r.get("predicted_tokens_per_s") and r["decode_tokens_per_s"]),
         }
@@ -108,13 +109,12 @@ def predicted_tokens_per_s(rec: dict, costs: dict[str, float]) -> float | None:
     draft feeds after a fully accepted block are left out; both prefills lie in TTFT, outside the decode phase."""
     if "rounds" not in rec or rec["new_tokens"] < 2:
         return None
-    if (is_sampled(rec["mode"]) or k_policy_of(rec["mode"]) != "fixed"
-            or split_mode(rec["mode"])[0] not in ("dense", "flash", "shared") or split_mode(rec["mode"])[1] == "tree"):
+    mode, k = parse(rec["mode"]), rec["k"]
+    if mode.policy != "fixed" or mode.draft not in ("dense", "flash", "shared") or mode.schedule == "tree":
         return None  # the model below knows one fixed K (a chain) and the dense/FlashHead step costs only
-    mode, k = base_mode(rec["mode"]), rec["k"]
-    verify = costs.get(f"target_verify_{k + 1}_s" if mode.endswith("deferred") else f"target_verify_{k}_s")
-    step = costs["flash_draft_step_s"] if mode.startswith("flash") else costs["draft_step_s"]
-    if mode.endswith("pipelined") or verify is None:
+    verify = costs.get(f"target_verify_{k + 1}_s" if mode.schedule == "deferred" else f"target_verify_{k}_s")
+    step = costs["flash_draft_step_s"] if mode.draft == "flash" else costs["draft_step_s"]
+    if mode.schedule == "pipelined" or verify is None:
         return None  # the model has no overlap term; a variant's K whose verify forward was not timed
     t = round_cost(rec["drafted"], step, rec["verify_calls"] * verify, rec["append_calls"] * costs["target_step_s"])
     return (rec["new_tokens"] - rec["first_emit"]) / t

@@ -30,6 +30,7 @@ its own baseline.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .. import extensions
@@ -55,88 +56,98 @@ PROFILE_DRAFTS = ("dense", "shared", "flash")
 _VARIANT = re.compile(r"^(?P<base>[a-z_]+)@(?:k(?P<k>[0-9]+))?(?:p(?P<p>[0-9]+))?(?:w(?P<w>[0-9]+))?(?:n(?P<n>[0-9]+))?$")
 
 
-def _studies(attr: str) -> tuple:
+def declared(attr: str) -> tuple:
+    """What the studies declare under ``attr`` of :class:`thesis_lib.extensions.Modes` (their mode names, drafts that
+    need the run's FlashHead head, drafts whose probe count a variant may set, drafts whose head gives a confidence,
+    tree modes, ``(suffix, policy)`` pairs), every study's in turn."""
     extensions.load()
     return tuple(x for m in extensions.MODES for x in getattr(m, attr))
 
 
 def all_modes() -> tuple[str, ...]:
     """The core's modes, then every study's."""
-    return CORE_MODES + _studies("names")
+    return CORE_MODES + declared("names")
 
 
-def flash_drafts() -> tuple[str, ...]:
-    """Drafts that need the run's FlashHead head (their own, or for their candidate count)."""
-    return ("flash",) + _studies("flash_drafts")
+@dataclass(frozen=True)
+class Mode:
+    """A mode, parsed once where its name enters (:func:`parse`): what every layer below reads.
+
+    ``name``: as written, a variant included (a run's samples are keyed by it); ``base``: the mode a variant is of;
+    ``draft``: ``baseline``, ``hf``, ``sample`` or the draft that proposes (``flash``); ``schedule``: that draft's
+    schedule (``deferred``; for ``hf_*`` and ``sample_*`` the rest of the name: ``greedy``, ``flash``); ``k``,
+    ``probes``, ``width``, ``nodes``: a variant's own settings (None: the run's); ``policy``: ``fixed`` or the
+    block-length policy a suffix names (``flash_deferred_ck``: ``cost``); ``speculative``: greedy speculative
+    decoding of ours (a draft proposes, the target verifies); ``sampled``: it samples (its text is random: compared
+    with target-only sampling's speed, not with greedy text); ``flash``: it drafts with the run's FlashHead head
+    (``sample_flash`` too); ``shaped``: a token tree, whose variants may name a width or a node count."""
+
+    name: str
+    base: str
+    draft: str
+    schedule: str
+    k: int | None = None
+    probes: int | None = None
+    width: int | None = None
+    nodes: int | None = None
+    policy: str = "fixed"
+    speculative: bool = False
+    sampled: bool = False
+    flash: bool = False
+    shaped: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def baseline(self) -> str:
+        """The mode this one's speed is compared with: target-only sampling for a sampling mode, else greedy."""
+        return "sample_baseline" if self.sampled else "baseline"
 
 
-def probe_drafts() -> tuple[str, ...]:
-    """Drafts whose probe count a variant may set (their head is the run's FlashHead head)."""
-    return ("flash",) + _studies("probe_drafts")
+def parse(mode: "str | Mode") -> Mode:
+    """The one place a mode's name is read: ``"flash_deferred@k6p148"`` -> its :class:`Mode` (a Mode: itself). An
+    unknown name, or a malformed or disallowed variant, is a :class:`ConfigError` that says what may be set where."""
+    if isinstance(mode, Mode):
+        return mode
+    known, base, k, p, w, n = all_modes(), mode, None, None, None, None
+    if "@" in mode:
+        m = _VARIANT.match(mode)
+        if not m or not (m["k"] or m["p"] or m["w"] or m["n"]):
+            raise ConfigError(f"Malformed mode variant {mode!r}: write <mode>@k<K>, <mode>@p<probes> or "
+                              "<mode>@k<K>p<probes>, e.g. flash_deferred@k6p148 (a tree mode also w<width> or "
+                              "n<nodes>: flash_tree@k5w3, flash_tree@n12).")
+        base, (k, p, w, n) = m["base"], (int(x) if x else None for x in m.group("k", "p", "w", "n"))
+        if (w is not None or n is not None) and (base not in declared("shaped") or (w if w is not None else n) < 1
+                                                 or (w is not None and n is not None)):
+            raise ConfigError(f"{mode}: a width w >= 1 or a node count n >= 1 (not both) applies to the tree modes "
+                              f"{', '.join(declared('shaped')) or '(none: no study declares one)'} only.")
+        if base not in known or not _base(base).speculative or _base(base).policy != "fixed":
+            raise ConfigError(f"{mode}: only greedy speculative modes with the fixed K take a variant "
+                              f"(e.g. flash_deferred@k6); {base} is not one.")
+        if k is not None and k < 1:
+            raise ConfigError(f"{mode}: K must be >= 1.")
+        probed = ("flash",) + declared("probe_drafts")
+        if p is not None and (p < 1 or base.split("_")[0] not in probed):
+            raise ConfigError(f"{mode}: a probe count >= 1 applies to the drafts {', '.join(probed)} only.")
+    if base not in known:
+        raise ConfigError(f"Unknown mode {base!r}; known: {', '.join(known)}.")
+    return replace(_base(base), name=mode, k=k, probes=p, width=w, nodes=n)
 
 
-def confidence_drafts() -> tuple[str, ...]:
-    """Drafts whose head gives a confidence (a block that stops at the first unsure token)."""
-    return _studies("confidence_drafts")
-
-
-def shaped_modes() -> tuple[str, ...]:
-    """Modes whose variants may name a width or a node count (token trees)."""
-    return _studies("shaped")
-
-
-def k_suffixes() -> dict[str, str]:
-    """A mode name's suffix -> the block-length policy it names (``flash_deferred_ck``: ``cost``)."""
-    extensions.load()
-    return {s: policy for m in extensions.MODES for s, policy in m.k_suffixes}
-
-
-def is_speculative(mode: str) -> bool:
-    """Whether a mode (or a variant) is greedy speculative decoding of ours (a draft proposes, the target verifies)."""
-    return split_mode(mode)[0] not in ("baseline", "hf", "sample")
-
-
-def is_sampled(mode: str) -> bool:
-    """Whether a mode samples (its text is random: compared with target-only sampling's speed, not with greedy text);
-    a name no study declares does not."""
-    return base_mode(mode) in all_modes() and split_mode(mode)[0] == "sample"
-
-
-def variant_of(mode: str) -> tuple[str, int | None, int | None]:
-    """``"flash_deferred@k6p148" -> ("flash_deferred", 6, 148)``; a plain mode is its own base, ``(mode, None,
-    None)``. A malformed or disallowed variant is a :class:`ConfigError` that says what may be set where."""
-    if "@" not in mode:
-        return mode, None, None
-    m = _VARIANT.match(mode)
-    if not m or not (m["k"] or m["p"] or m["w"] or m["n"]):
-        raise ConfigError(f"Malformed mode variant {mode!r}: write <mode>@k<K>, <mode>@p<probes> or "
-                          "<mode>@k<K>p<probes>, e.g. flash_deferred@k6p148 (a tree mode also w<width> or "
-                          "n<nodes>: flash_tree@k5w3, flash_tree@n12).")
-    if (m["w"] or m["n"]) and (m["base"] not in shaped_modes() or int(m["w"] or m["n"]) < 1 or (m["w"] and m["n"])):
-        raise ConfigError(f"{mode}: a width w >= 1 or a node count n >= 1 (not both) applies to the tree modes "
-                          f"{', '.join(shaped_modes()) or '(none: no study declares one)'} only.")
-    base, k, p = m["base"], int(m["k"]) if m["k"] else None, int(m["p"]) if m["p"] else None
-    if base not in all_modes() or not is_speculative(base) or k_policy_of(base) != "fixed":
-        raise ConfigError(f"{mode}: only greedy speculative modes with the fixed K take a variant "
-                          f"(e.g. flash_deferred@k6); {base} is not one.")
-    if k is not None and k < 1:
-        raise ConfigError(f"{mode}: K must be >= 1.")
-    if p is not None and (p < 1 or base.split("_")[0] not in probe_drafts()):
-        raise ConfigError(f"{mode}: a probe count >= 1 applies to the drafts {', '.join(probe_drafts())} only.")
-    return base, k, p
-
-
-def tree_of(mode: str) -> tuple[int | None, int | None]:
-    """A tree mode variant's own width and node count (``flash_tree@k5w3 -> (3, None)``, ``flash_tree@n12 -> (None,
-    12)``); None where it names none."""
-    variant_of(mode)
-    m = _VARIANT.match(mode) if "@" in mode else None
-    return (int(m["w"]) if m and m["w"] else None), (int(m["n"]) if m and m["n"] else None)
-
-
-def base_mode(mode: str) -> str:
-    """The mode a variant is of (``flash_deferred@k6 -> flash_deferred``); a plain mode itself."""
-    return variant_of(mode)[0]
+def _base(base: str) -> Mode:
+    """A known mode name without a variant, parsed."""
+    if base == "baseline":
+        draft, schedule = "baseline", ""
+    elif base.startswith(("sample_", "hf_")):
+        draft, schedule = base.split("_", 1)
+    else:
+        draft, schedule = base.split("_")[:2]
+    speculative, sampled = draft not in ("baseline", "hf", "sample"), draft == "sample"
+    return Mode(name=base, base=base, draft=draft, schedule=schedule, speculative=speculative, sampled=sampled,
+                policy=dict(declared("k_suffixes")).get(base.rsplit("_", 1)[-1], "fixed") if speculative else "fixed",
+                flash=(schedule if sampled else draft) in ("flash",) + declared("flash_drafts"),
+                shaped=base in declared("shaped"))
 
 
 def variant(mode: str, k: int | None = None, probes: int | None = None, width: int | None = None) -> str:
@@ -146,56 +157,25 @@ def variant(mode: str, k: int | None = None, probes: int | None = None, width: i
         return mode
     name = (f"{mode}@" + (f"k{k}" if k is not None else "") + (f"p{probes}" if probes is not None else "")
             + (f"w{width}" if width is not None else ""))
-    variant_of(name)
+    parse(name)
     return name
 
 
-def needs_flash_head(mode: str) -> bool:
-    """Whether a mode (or a variant) drafts with the run's FlashHead head (``sample_flash`` too)."""
-    if base_mode(mode) not in all_modes():
-        return False
-    draft, schedule = split_mode(mode)
-    return (schedule if draft == "sample" else draft) in flash_drafts()
-
-
-def split_mode(mode: str) -> tuple[str, str]:
-    """``"flash_deferred" -> ("flash", "deferred")``; ``("baseline", "")``, ``("sample", <draft or baseline>)`` and
-    ``("hf", ...)`` for the rest; a variant as its base mode."""
-    mode = base_mode(mode)
-    if mode not in all_modes():
-        raise ConfigError(f"Unknown mode {mode!r}; known: {', '.join(all_modes())}.")
-    if mode == "baseline":
-        return "baseline", ""
-    if mode.startswith(("sample_", "hf_")):
-        kind, rest = mode.split("_", 1)
-        return kind, rest
-    d, s = mode.split("_")[:2]
-    return d, s
-
-
-def k_policy_of(mode: str) -> str:
-    """``fixed``, or the block-length policy a mode's suffix names (a study's: ``heuristic``, ``cost``, ...)."""
-    mode = base_mode(mode)
-    if mode not in all_modes() or not is_speculative(mode):
-        return "fixed"
-    return k_suffixes().get(mode.rsplit("_", 1)[-1], "fixed")
-
-
-def baseline_of(mode: str) -> str:
-    """The mode a mode's speed is compared with: target-only sampling for sampling modes, else greedy."""
-    return "sample_baseline" if is_sampled(mode) else "baseline"
-
-
-def check_modes(modes: Iterable[str]) -> tuple[str, ...]:
-    modes = tuple(modes)
-    unknown = [m for m in modes if base_mode(m) not in all_modes()]
+def parse_all(modes: Iterable["str | Mode"]) -> tuple[Mode, ...]:
+    """A run's modes, parsed: none unknown (all named at once), at least one, none twice."""
+    names = tuple(str(m) for m in modes)
+    for name in names:
+        if "@" in name:
+            parse(name)  # a malformed or disallowed variant says so first
+    known = all_modes()
+    unknown = [m for m in names if m.split("@")[0] not in known]
     if unknown:
-        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(all_modes())}.")
-    if not modes:
+        raise ConfigError(f"Unknown mode(s) {', '.join(unknown)}; known: {', '.join(known)}.")
+    if not names:
         raise ConfigError("No modes selected.")
-    if len(set(modes)) != len(modes):
-        raise ConfigError(f"A mode is listed twice: {', '.join(modes)}.")
-    return modes
+    if len(set(names)) != len(names):
+        raise ConfigError(f"A mode is listed twice: {', '.join(names)}.")
+    return tuple(parse(m) for m in names)
 
 
 def profile_modes(schedule: str = "ordinary") -> tuple[str, ...]:

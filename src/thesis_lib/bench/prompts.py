@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, at_least
 from ..models.cache import cache_dir, write_atomic
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -104,8 +104,7 @@ def select(prompts: list[Prompt], categories: str | list[str] | None = None, cou
             raise ConfigError(f"Unknown categor{'y' if len(missing) == 1 else 'ies'} {sorted(missing)}; "
                               f"available: {sorted(available)}.")
         prompts = [p for p in prompts if p.category in wanted]
-    if count is not None and count < 1:
-        raise ConfigError(f"The prompt count must be >= 1 (got {count}).")
+    at_least("The prompt count", count, none=True)
     if per_category is not None:
         if per_category < 1:
             raise ConfigError(f"The prompts per category must be >= 1 (got {per_category}).")

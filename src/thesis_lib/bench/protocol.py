@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -35,8 +36,7 @@ from .disturbance import Watch, judge
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
-from .modes import (THESIS_MODES, base_mode, check_modes, is_sampled, is_speculative, k_policy_of, shaped_modes,
-                    needs_flash_head, profile_modes, split_mode, tree_of, variant_of)
+from .modes import THESIS_MODES, Mode, parse_all, profile_modes
 from .prompts import TURNS, Prompt, held_out, load_prompts, select
 from .runner import Runner
 from .runs import Run, check_new_run, one_writer, open_run, record_environment, write_environment
@@ -149,24 +149,26 @@ class BenchConfig:
     def path(self) -> Path:
         return Path(self.out) / self.name
 
+    @cached_property
+    def parsed(self) -> tuple[Mode, ...]:
+        """The run's modes, parsed once (a bad list is a ``ConfigError``)."""
+        return parse_all(self.modes)
+
     @property
     def needs_flash(self) -> bool:
-        return any(needs_flash_head(m) for m in self.modes)
+        return any(m.flash for m in self.parsed)
 
     def drafts(self) -> set[str]:
-        return {split_mode(m)[0] for m in self.modes}
+        return {m.draft for m in self.parsed}
 
     def largest_block(self) -> int:
         """The most tokens one verify forward of this run can score: the largest K of any mode (``k_max`` for the
         block-length policies and the confidence stop, which the runner bounds by it) plus the deferred schedule's
         carried token; 1 (one decoded token) for a run of no mode of ours that verifies blocks."""
-        shaped = shaped_modes()
-        ks = [self.k_max if k_policy_of(m) != "fixed" else variant_of(m)[1] or self.k
-              for m in self.modes if (is_speculative(m) or is_sampled(m)) and base_mode(m) != "sample_baseline"
-              and base_mode(m) not in shaped]
-        trees = [len(self.tree_shape.split()) if self.tree_shape and "@" not in m else
-                 tree_of(m)[1] or (variant_of(m)[1] or self.k) * (tree_of(m)[0] or self.tree_width)
-                 for m in self.modes if base_mode(m) in shaped]
+        ks = [self.k_max if m.policy != "fixed" else m.k or self.k
+              for m in self.parsed if (m.speculative or m.sampled) and m.base != "sample_baseline" and not m.shaped]
+        trees = [len(self.tree_shape.split()) if self.tree_shape and m.name == m.base else
+                 m.nodes or (m.k or self.k) * (m.width or self.tree_width) for m in self.parsed if m.shaped]
         return max(ks + trees, default=0) + 1
 
     def calibration_prompts(self) -> list[Prompt]:
@@ -189,15 +191,15 @@ class BenchConfig:
         at_least("threads", self.threads, none=True)
         if self.turns not in TURNS:
             raise ConfigError(f"Unknown turns policy {self.turns!r}; use one of {', '.join(TURNS)}.")
-        check_modes(self.modes)
+        self.parsed
         for name, device, dtype in (("device", self.device, self.dtype),
                                     ("draft_device", self.draft_device, self.draft_dtype)):
             loading.check_device(device, name)
             if dtype not in (None, "auto", "same"):
                 loading.resolved_dtype(dtype, device or self.device)
-        extensions.runner_options(self, self.modes)  # the study loops' settings (a tree's shape, a warp), checked
+        extensions.runner_options(self, self.parsed)  # the study loops' settings (a tree's shape, a warp), checked
         if self.profile:
-            bad = [m for m in self.modes if split_mode(m)[0] == "hf"]
+            bad = [m.name for m in self.parsed if m.draft == "hf"]
             if bad:
                 raise ConfigError(f"A profiled run times this library's loops only; drop {', '.join(bad)}.")
         prompts = self.check_prompts()
@@ -236,7 +238,7 @@ def check_flash(cfg) -> None:
     of the modes' variants included)."""
     if cfg.probes is not None and cfg.probes < 1:
         raise ConfigError(f"probes must be >= 1 (got {cfg.probes}).")
-    variants = [p for p in (variant_of(m)[2] for m in getattr(cfg, "modes", ())) if p is not None]
+    variants = [m.probes for m in getattr(cfg, "parsed", ()) if m.probes is not None]
     if cfg.assets:
         checkpoint = embedl.resolve(cfg.assets, fetch_assets=False)  # a folder, or a hub checkpoint's config
         if checkpoint.n_clusters:
@@ -264,13 +266,12 @@ def check_beyond(cfg) -> None:
         if cfg.adaptive_max_probes is not None and cfg.adaptive_max_probes < cfg.adaptive_min_probes:
             raise ConfigError("adaptive_max_probes must be >= adaptive_min_probes.")
     if "freq" in drafts:
-        if cfg.freq_tokens is not None and cfg.freq_tokens < 1:
-            raise ConfigError(f"freq_tokens must be >= 1 (got {cfg.freq_tokens}).")
+        at_least("freq_tokens", cfg.freq_tokens, none=True)
         if cfg.freq_calibration < 1 or cfg.freq_tokens_generated < 1:
             raise ConfigError("freq_calibration and freq_tokens_generated must be >= 1.")
         if not cfg.calibration_prompts():
             raise ConfigError("No calibration prompts are left for the frequency head: the run measures them all.")
-    confident = [m for m in cfg.modes if k_policy_of(m) == "confidence"]
+    confident = [m.name for m in cfg.parsed if m.policy == "confidence"]
     if confident:
         if cfg.stop_below is None or not 0 < cfg.stop_below < 1:
             raise ConfigError(f"The modes {', '.join(confident)} need stop_below, a probability in (0, 1) "
@@ -315,7 +316,7 @@ def _run(cfg: BenchConfig, prompts: list[Prompt], started: float, *, resume: boo
     extra_heads, beyond = study_heads(cfg, draft, head, progress=progress) if head is not None else ({}, {})
     runner = Runner(target, draft, k=cfg.k, max_new_tokens=cfg.max_new_tokens, flash_head=head, profile=cfg.profile,
                     extra_heads=extra_heads, k_max=cfg.k_max, seed=cfg.seed, stop_below=cfg.stop_below,
-                    **extensions.runner_options(cfg, cfg.modes))
+                    **extensions.runner_options(cfg, cfg.parsed))
     folder = open_run(cfg.path, cfg.to_dict(), resume=resume, replace=replace)
     extra = {"prompts": [p.question_id for p in prompts]}
     if head is not None:
@@ -324,7 +325,7 @@ def _run(cfg: BenchConfig, prompts: list[Prompt], started: float, *, resume: boo
         extra["beyond"] = beyond
     record_environment(folder, environment(("target", target), ("draft", draft), extra=extra))
     with Watch() as machine:
-        execute(runner, prompts, cfg.modes, iterations=cfg.iterations, warmup=cfg.warmup,
+        execute(runner, prompts, cfg.parsed, iterations=cfg.iterations, warmup=cfg.warmup,
                 warmup_tokens=cfg.warmup_tokens, chat=cfg.chat, thinking=cfg.thinking, turns=cfg.turns,
                 costs=cfg.costs, seed=cfg.seed, progress=progress, done=folder.done(), on_record=folder.append,
                 desc=cfg.name)

@@ -23,11 +23,12 @@ from ..decoding.clocks import ForwardTimer, PhaseClock
 from ..decoding.drafters import ModelDrafter, ProfiledDrafter
 from ..decoding.greedy import greedy_generate, speculative_generate
 from ..decoding.state import ModelState
-from ..decoding.stats import DecodeStats, Generation, check_request
+from ..decoding.rounds import check_request
+from ..decoding.stats import DecodeStats, Generation
 from ..errors import ConfigError
 from ..heads.dense import DenseGreedyHead
 from ..models.loading import LoadedModel, output_rows
-from .modes import DEFAULTS_PEER, confidence_drafts, k_policy_of, split_mode, variant_of
+from .modes import DEFAULTS_PEER, Mode, declared, parse
 
 
 class _Stamps:
@@ -116,10 +117,12 @@ class Runner:
         cls = ProfiledDrafter if self.profile else ModelDrafter
         return cls(model, head=head, vocab_limit=self.draft.vocab_limit, name=name, stop_below=stop_below)
 
-    def run(self, mode: str, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
-        """One generation of ``mode`` (a variant at its own K and probe count: the runner's K and the FlashHead
-        head's probes are set for this call and restored after it); ``clock``: the phases' clock (default: a new one)."""
-        _, k, probes = variant_of(mode)
+    def run(self, mode: str | Mode, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
+        """One generation of ``mode`` (a name is parsed here; a variant runs at its own K and probe count: the
+        runner's K and the FlashHead head's probes are set for this call and restored after it); ``clock``: the
+        phases' clock (default: a new one)."""
+        mode = parse(mode)
+        k, probes = mode.k, mode.probes
         if k is None and probes is None:
             return self._run(mode, ids, clock)
         if probes is not None and self.flash_head is None:
@@ -138,49 +141,48 @@ class Runner:
             gen.extra["probes"] = probes
         return gen
 
-    def _run(self, mode: str, ids: Sequence[int], clock: PhaseClock | None) -> Generation:
+    def _run(self, mode: Mode, ids: Sequence[int], clock: PhaseClock | None) -> Generation:
         check_request(self.max_new_tokens, ids, self.k)
         context = getattr(self.target.model.config, "max_position_embeddings", None)
         if context and len(ids) + self.max_new_tokens + self.k + 1 > context:
             raise ConfigError(f"{len(ids)} prompt tokens, {self.max_new_tokens} new ones and a block of {self.k + 1} "
                               f"do not fit the target's context of {context} tokens.")
-        draft, schedule = split_mode(mode)
-        if draft == "hf":
+        if mode.draft == "hf":
             return self._hf(mode, ids)
         if self.profile:
             self.target_forward.reset()
-        if draft == "baseline":
+        if mode.draft == "baseline":
             gen = greedy_generate(self.t_state, ids, max_new_tokens=self.max_new_tokens, eos_ids=self.eos, clock=clock)
         else:  # a study's mode family decodes with its own loop; every other mode with the thesis' chain loop
-            family = next((loop for loop in extensions.LOOPS.values() if loop.claims(draft, schedule)), None)
-            gen = family.run(self, mode, ids, clock) if family else self._chain(mode, draft, schedule, ids, clock)
+            family = next((loop for loop in extensions.LOOPS.values() if loop.claims(mode.draft, mode.schedule)), None)
+            gen = family.run(self, mode, ids, clock) if family else self._chain(mode, ids, clock)
         if self.profile:
             gen.stats.phase_s["target_forward"] = self.target_forward.seconds()
         return gen
 
-    def _chain(self, mode: str, draft: str, schedule: str, ids: Sequence[int], clock: PhaseClock | None) -> Generation:
+    def _chain(self, mode: Mode, ids: Sequence[int], clock: PhaseClock | None) -> Generation:
         """Greedy speculative decoding with one of the chain drafters (:func:`speculative_generate`)."""
-        confident = k_policy_of(mode) == "confidence"
-        drafter = (self.confident_drafters if confident else self.drafters).get(draft)
+        confident = mode.policy == "confidence"
+        drafter = (self.confident_drafters if confident else self.drafters).get(mode.draft)
         if drafter is None:
             raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...))" +
                               (f" and a confidence threshold (stop_below) with a draft of "
-                               f"{', '.join(confidence_drafts())}." if confident else "."))
+                               f"{', '.join(declared('confidence_drafts'))}." if confident else "."))
         state = getattr(drafter, "state", None)  # a prompt-lookup drafter has no model
         clock = clock or PhaseClock([self.t_state.device, state.device if state is not None else self.t_state.device])
         if self.profile:
             drafter.clock = clock
         before = drafter_counters(drafter)
         gen = speculative_generate(self.t_state, drafter, ids, k=self.k_max if confident else self.k,
-                                   max_new_tokens=self.max_new_tokens, eos_ids=self.eos, schedule=schedule,
-                                   clock=clock, k_policy=self._k_policy(mode, drafter, schedule, ids))
+                                   max_new_tokens=self.max_new_tokens, eos_ids=self.eos, schedule=mode.schedule,
+                                   clock=clock, k_policy=self._k_policy(mode, drafter, ids))
         gen.extra.update({k: v - before[k] for k, v in drafter_counters(drafter).items()})
         if "probes_used" in gen.extra:
             gen.extra["mean_probes"] = gen.extra.pop("probes_used") / max(1, gen.extra.pop("head_rows"))
         return gen
 
-    def _k_policy(self, mode: str, drafter, schedule: str, ids: Sequence[int]):
-        policy = k_policy_of(mode)
+    def _k_policy(self, mode: Mode, drafter, ids: Sequence[int]):
+        policy = mode.policy
         if policy in ("fixed", "confidence"):  # confidence: the drafter ends its blocks itself
             return None
         if policy not in extensions.K_POLICIES:
@@ -190,10 +192,10 @@ class Runner:
             states = {n: self.drafters[n].state for n in ("dense", "flash", *extensions.DRAFT_HEADS) if n in self.drafters}
             self.k_costs = costs.measure_costs(self.t_state, states, ids, verify_sizes=range(1, self.k_max + 2))
             self.k_costs["draft_step_s"] = self.k_costs.get("dense_step_s", 0.0)
-        return spec.make(self.k, self.k_costs, deferred=schedule == "deferred", draft=drafter.name, k_max=self.k_max)
+        return spec.make(self.k, self.k_costs, deferred=mode.schedule == "deferred", draft=drafter.name, k_max=self.k_max)
 
     @torch.inference_mode()
-    def _hf(self, mode: str, ids: Sequence[int]) -> Generation:
+    def _hf(self, mode: Mode, ids: Sequence[int]) -> Generation:
         model = self.target.model
         inp = torch.tensor([list(ids)], device=model.device)
         kwargs = dict(max_new_tokens=self.max_new_tokens, do_sample=False, eos_token_id=self.eos,
@@ -202,6 +204,7 @@ class Runner:
         rows = output_rows(model)
         if self.target.vocab_limit < rows:  # padding rows past the tokenizer: never chosen, as in our loops
             kwargs["suppress_tokens"] = list(range(self.target.vocab_limit, rows))
+        mode = mode.base
         if mode in ("hf_assisted", DEFAULTS_PEER):
             gc = self.draft.model.generation_config
             if mode == DEFAULTS_PEER:  # unset: generate() fills in its own defaults

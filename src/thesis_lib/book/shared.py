@@ -75,7 +75,7 @@ def machine_key(dtype: str, device: str, draft_device: str | None, draft_dtype: 
 
 
 #: how the loops split a generation's time, named in every run's name so that a run timed another way is not reused:
-#: TTFT covers both models' prompt prefill (:func:`thesis_lib.decoding.stats.opening`)
+#: TTFT covers both models' prompt prefill (:func:`thesis_lib.decoding.rounds.prefill`)
 TIMING = {"ttft": "target and draft prefill"}
 
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ..bench.modes import split_mode, variant
+from ..bench.modes import parse, variant
 from ..bench.prompts import encode
 from ..bench.runner import Runner
 from ..bench.timing import head_ms
@@ -42,7 +42,8 @@ def generate_marked(target, draft, flash_head, prompt_text: str, *, mode: str, k
     runner = runner or Runner(target, draft, k=k, max_new_tokens=max_new_tokens, flash_head=flash_head)
     runner.max_new_tokens = max_new_tokens
     ids = encode(target.tokenizer, prompt_text, thinking=thinking)
-    kind, schedule = split_mode(mode)
+    parsed = parse(mode)
+    kind, schedule = parsed.draft, parsed.schedule
     with torch.inference_mode():
         if baseline is None:
             if warmup:  # target-only decoding's first call on these shapes is not timed either

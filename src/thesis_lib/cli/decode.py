@@ -54,12 +54,12 @@ def _build_kernel() -> None:
 
 
 def _runner(args, modes):
-    """The pair loaded as the arguments say, in a :class:`Runner` (with the FlashHead head if a mode needs it)."""
-    from ..bench.modes import needs_flash_head
+    """The pair loaded as the arguments say, in a :class:`Runner` (with the FlashHead head if one of the parsed
+    ``modes`` needs it)."""
     from ..bench.runner import Runner
     from ..models import loading
 
-    flash = any(needs_flash_head(m) for m in modes)
+    flash = any(m.flash for m in modes)
     if flash:
         options.check_flash(args, args.draft)
     target, draft = loading.load_pair(args.target, args.draft, device=args.device, draft_device=args.draft_device,
@@ -70,15 +70,15 @@ def _runner(args, modes):
 
 
 def cmd_generate(args) -> int:
-    from ..bench.modes import check_modes
+    from ..bench.modes import parse
     from ..bench.prompts import encode
 
     options.check_decoding(args)
-    check_modes([args.mode])
+    mode = parse(args.mode)
     if not args.prompt.strip():
         raise ConfigError("The prompt is empty: give the text to continue.")
-    runner = _runner(args, [args.mode])
-    gen = runner.run(args.mode, encode(runner.target.tokenizer, args.prompt, chat=not args.no_chat,
+    runner = _runner(args, [mode])
+    gen = runner.run(mode, encode(runner.target.tokenizer, args.prompt, chat=not args.no_chat,
                                        thinking=options.thinking(args)))
     print(runner.target.tokenizer.decode(gen.tokens))
     print(json.dumps(gen.stats.to_dict(), default=str))
@@ -87,12 +87,12 @@ def cmd_generate(args) -> int:
 
 def cmd_compare(args) -> int:
     from ..analysis import formatting
-    from ..bench.execute import compare
+    from ..bench.execute import execute
     from ..bench.metrics import summarize
-    from ..bench.modes import DEFAULT_MODES, check_modes
+    from ..bench.modes import DEFAULT_MODES, parse_all
 
     options.check_decoding(args)
-    modes = check_modes(args.modes.split(",")) if args.modes else DEFAULT_MODES
+    modes = parse_all(args.modes.split(",") if args.modes else DEFAULT_MODES)
     prompts = options.select_prompts(args)
     out_path = options.new_out_path(args)
     runner = _runner(args, modes)
@@ -101,7 +101,7 @@ def cmd_compare(args) -> int:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         sink = open(out_path, "x", encoding="utf-8")
     try:
-        records = compare(runner, prompts, modes, chat=not args.no_chat, thinking=options.thinking(args),
+        records = execute(runner, prompts, modes, chat=not args.no_chat, thinking=options.thinking(args),
                           warmup=args.warmup,
                           on_record=(lambda r: (sink.write(json.dumps(r) + "\n"), sink.flush())) if sink else None)
     finally:

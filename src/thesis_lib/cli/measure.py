@@ -31,8 +31,7 @@ def cmd_model_bench(args) -> int:
         if part is not None and part.available is not None and not part.available():
             raise ConfigError(part.missing)
     options.check_flash(args, args.draft)
-    if args.state_tokens < 1:
-        raise ConfigError(f"--state-tokens must be >= 1 (got {args.state_tokens}).")
+    at_least("--state-tokens", args.state_tokens)
     prompts = options.select_prompts(args)
     out_path = options.new_out_path(args)
     from ..bench.environment import provenance

@@ -3,9 +3,11 @@
 - :mod:`~thesis_lib.decoding.state`: one model's KV cache and forward (:class:`ModelState`).
 - :mod:`~thesis_lib.decoding.drafters`: the drafter protocol (``begin`` / ``propose`` / ``observe``): the
   draft model (dense or FlashHead head, optionally stopping at an unsure token) and its profiled twin.
-- :mod:`~thesis_lib.decoding.stats`: the stats record every loop returns, and the bookkeeping they share.
+- :mod:`~thesis_lib.decoding.stats`: the stats record every loop returns, and the words it counts in.
+- :mod:`~thesis_lib.decoding.rounds`: the steps every loop shares (the prefill, the accepted prefix, a round's
+  emission, the record's close).
 - :mod:`~thesis_lib.decoding.greedy`: target-only greedy and greedy speculative decoding (ordinary,
-  deferred and pipelined schedules).
+  deferred and pipelined schedules, a function each).
 - :mod:`~thesis_lib.decoding.costs`: the cost model of a round and the one timer of its inputs.
 - :mod:`~thesis_lib.decoding.clocks`: phase clocks and forward timers (CUDA-synchronised on GPU).
 

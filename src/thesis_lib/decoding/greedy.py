@@ -16,15 +16,17 @@ rows do not depend on the block (the loader probes every block size:
 the tests demand equal outputs there; elsewhere (a CPU where the probe fails, GPUs) they check that every
 divergence sits at a near-tie.
 
-Schedules (``schedule=``): ``ordinary``; ``deferred``; ``pipelined`` (thesis section 3.6.1): the ordinary
-schedule, but the standalone target append runs on a worker thread while the main thread lets the draft
-catch up and propose the next block; the loop waits for the append only when it needs the target's next
-token (the skip test and the verify forward). The tokens are those of the ordinary schedule.
+Schedules (``schedule=``), each a function of its own over one :class:`_Round` of shared steps: ``ordinary``
+(section 3.3); ``deferred`` (section 3.6.2); ``pipelined`` (section 3.6.1), the ordinary schedule with its
+standalone target append started on a worker thread, so the draft proposes the next block meanwhile; the loop
+waits for the append only when it needs the target's next token (the skip test and the verify forward). The
+tokens are those of the ordinary schedule.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Sequence
 
 import torch
@@ -33,11 +35,18 @@ from ..errors import ConfigError
 from ..models import virtual
 from .clocks import PhaseClock
 from .drafters import Drafter
+from .rounds import accepted_prefix, check_request, emit_round, finish, prefill
 from .state import ModelState
-from .stats import (FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, accepted_prefix, check_request,
-                    emit_round, finish, opening)
+from .stats import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation
 
 SCHEDULES = ("ordinary", "deferred", "pipelined")
+
+
+def next_token(target: ModelState, ids: Sequence[int]) -> int:
+    """Feed ``ids`` to the target after its cache and return its greedy token after them: the prefill's first
+    token, a decode step, and the standalone append (inference mode is per thread, so it enters it itself)."""
+    with torch.inference_mode():
+        return int(target.greedy(ids, last_only=True))
 
 
 def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_tokens: int,
@@ -45,7 +54,7 @@ def greedy_generate(target: ModelState, prompt_ids: Sequence[int], *, max_new_to
     """Target-only greedy decoding with a KV cache; prefill and first token are timed apart (TTFT)."""
     check_request(max_new_tokens, prompt_ids)
     with torch.inference_mode():
-        return target_only(target, prompt_ids, lambda ids: int(target.greedy(ids, last_only=True)), mode="baseline",
+        return target_only(target, prompt_ids, lambda ids: next_token(target, ids), mode="baseline",
                            max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock)
 
 
@@ -70,139 +79,152 @@ def target_only(target: ModelState, prompt_ids: Sequence[int], next_token, *, mo
 
 
 def speculative_generate(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], *, k: int,
-                         max_new_tokens: int, eos_ids: Sequence[int] = (), deferred: bool = False,
-                         schedule: str | None = None, clock: PhaseClock | None = None,
-                         k_policy=None) -> Generation:
-    """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or
-    pipelined (section 3.6.1) schedule; ``deferred=True`` is short for ``schedule="deferred"``.
-    ``k_policy`` (see :mod:`thesis_studies.beyond.policies`) chooses each round's block length; without it every
-    round drafts ``k`` tokens. Either way the output is target-only greedy's.
-
-    Invariant at the start of a round:
-    - ordinary/pipelined: the target's cache holds every emitted token and ``next_token`` is its argmax
-      after them (pipelined: possibly still being computed by the worker thread);
-    - deferred: the target's cache holds all but the last emitted token, ``final``, which rides along at
-      the front of the next verify batch.
-    """
-    schedule = schedule or ("deferred" if deferred else "ordinary")
+                         max_new_tokens: int, eos_ids: Sequence[int] = (), schedule: str = "ordinary",
+                         clock: PhaseClock | None = None, k_policy=None) -> Generation:
+    """Greedy speculative decoding (thesis section 3.3) with the ordinary, deferred (section 3.6.2) or pipelined
+    (section 3.6.1) schedule. ``k_policy`` (see :mod:`thesis_studies.beyond.policies`) chooses each round's block
+    length; without it every round drafts ``k`` tokens. Either way the output is target-only greedy's."""
     if schedule not in SCHEDULES:
         raise ConfigError(f"Unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}.")
     check_request(max_new_tokens, prompt_ids, k)
-    args = (target, drafter, prompt_ids, k, max_new_tokens, eos_ids, schedule, clock)
     with torch.inference_mode():
-        if schedule != "pipelined":
-            return _speculative(*args, None, k_policy)
+        round_ = _Round(target, drafter, k=k, max_new_tokens=max_new_tokens, eos_ids=eos_ids, clock=clock,
+                        k_policy=k_policy, schedule=schedule)
+        if schedule == "deferred":
+            return _deferred(round_, prompt_ids)
+        if schedule == "ordinary":
+            return _ordinary(round_, prompt_ids, _Append(target, round_.clock))
         # the two sides run at once, each a parallel region of all of torch's intra-op threads
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="target-append", initializer=_worker_init,
                                 initargs=(torch.get_num_threads(),)) as worker:
-            return _speculative(*args, worker, k_policy)
+            return _ordinary(round_, prompt_ids, _Append(target, round_.clock, worker))
+
+
+def _ordinary(r: "_Round", prompt_ids: Sequence[int], append: "_Append") -> Generation:
+    """The ordinary schedule. At the start of a round the target's cache holds every emitted token and
+    ``append.next()`` is the target's token after them; a round verifies its block in one forward, unless the
+    known token already rejects the block's first proposal (a skip), then appends the round's last token."""
+    out, done = r.open(prompt_ids)
+    if not done:  # the first token into the target's cache before the first round (pipelined: on the worker)
+        with r.clock.phase(FINALIZE) if append.worker is None else nullcontext():
+            append.start(out[-1])
+        r.stats.append_calls += 1
+    while not done:
+        size = r.block()
+        if size == 0:  # one token left: the target knows it already
+            out.append(append.next())
+            r.stats.tail_tokens += 1
+            break
+        y = r.propose(size)
+        known = append.next()
+        with r.clock.phase(VERIFY, r.target.device):
+            if y[0] != known:  # skip: the first proposal already disagrees with the target's known next token
+                fed, n, correction = 0, 0, known
+                r.stats.skipped += 1
+            else:  # one forward over the block y: t[i] is the target's token after y_{i+1}
+                t = r.target.greedy(y).tolist()
+                fed, n = len(y), 1 + accepted_prefix(y[1:], t[:-1])
+                correction = t[n - 1]
+                r.stats.verify_calls += 1
+        done = r.emit(y, n, correction)
+        with r.clock.phase(FINALIZE):  # alignment: the cache keeps the accepted proposals; then the append
+            r.target.crop(fed - n)
+            if not done:
+                r.drafter.observe(n, correction)
+                append.start(correction)
+                r.stats.append_calls += 1
+    return r.finish()
+
+
+def _deferred(r: "_Round", prompt_ids: Sequence[int]) -> Generation:
+    """The deferred schedule. At the start of a round the target's cache holds all but the last emitted token,
+    which rides at the front of the round's verify forward: no standalone append, but for a last lone token."""
+    out, done = r.open(prompt_ids)
+    while not done:
+        size = r.block()
+        if size == 0:  # one token left: one standalone append of the last emitted token gives it
+            with r.clock.phase(FINALIZE):
+                token = next_token(r.target, [out[-1]])
+            r.stats.append_calls += 1
+            out.append(token)
+            r.stats.tail_tokens += 1
+            break
+        y = r.propose(size)
+        with r.clock.phase(VERIFY, r.target.device):  # one forward over [last] + y: t[i] follows position i
+            t = r.target.greedy([out[-1]] + y).tolist()
+            n = accepted_prefix(y, t)
+            r.stats.verify_calls += 1
+        done = r.emit(y, n, t[n])
+        with r.clock.phase(FINALIZE):  # alignment: the cache grew by len(y) + 1; it keeps the last token and the n accepted
+            r.target.crop(len(y) - n)
+            if not done:
+                r.drafter.observe(n, t[n])
+    return r.finish()
+
+
+class _Round:
+    """What every schedule's rounds share: the pair, the block length (``k``, or the K policy's), the output so far,
+    the record and the clock."""
+
+    def __init__(self, target: ModelState, drafter: Drafter, *, k: int, max_new_tokens: int, eos_ids: Sequence[int],
+                 clock: PhaseClock | None, k_policy, schedule: str):
+        self.target, self.drafter, self.k_policy, self.max_new_tokens = target, drafter, k_policy, max_new_tokens
+        self.draft_device = getattr(getattr(drafter, "state", None), "device", "cpu")
+        self.clock = clock or PhaseClock([target.device, self.draft_device])
+        self.eos = frozenset(eos_ids)
+        self.stats = DecodeStats(mode=f"{drafter.name}_{schedule}", k=k)
+        self.k = k if k_policy is None else k_policy.first()
+
+    def open(self, prompt_ids: Sequence[int]) -> tuple[list[int], bool]:
+        """Both models' prefill and the first token: the output so far and whether it is already done."""
+        self.t0, self.t1, self.out, done = prefill(self.target, self.drafter, prompt_ids, self.clock, self.eos,
+                                                   self.max_new_tokens, lambda ids: next_token(self.target, ids))
+        return self.out, done
+
+    def block(self) -> int:
+        """This round's block length: a round emits at most that and one more token."""
+        return min(self.k, self.max_new_tokens - len(self.out) - 1)
+
+    def propose(self, size: int) -> list[int]:
+        """The draft's proposals y_1..y_n, 1 <= n <= size (a drafter may end a block early)."""
+        with self.clock.phase(PROPOSE, self.draft_device):
+            y = self.drafter.propose(size)
+        if not 1 <= len(y) <= size:
+            raise RuntimeError(f"drafter {self.drafter.name!r} proposed {len(y)} tokens; expected 1..{size}")
+        return y
+
+    def emit(self, y: list[int], n: int, correction: int) -> bool:
+        """The ``n`` accepted proposals and the target's token, counted (and told to the K policy); whether done."""
+        done = emit_round(self.stats, self.out, y, n, correction, len(y), self.eos, self.max_new_tokens)
+        if self.k_policy is not None:
+            self.k = self.k_policy.update(n, len(y))
+        return done
+
+    def finish(self) -> Generation:
+        return finish(self.stats, self.out, self.eos, self.clock, self.t0, self.t1)
+
+
+class _Append:
+    """The ordinary schedule's standalone append: ``start(token)`` writes a token into the target's cache and
+    ``next()`` is the target's token after it. With a ``worker`` (the pipelined schedule) the append runs on that
+    thread, so that the draft's next proposal overlaps it, and is waited for (a finalisation of its own) only where
+    its token is needed."""
+
+    def __init__(self, target: ModelState, clock: PhaseClock, worker: ThreadPoolExecutor | None = None):
+        self.target, self.clock, self.worker, self.known = target, clock, worker, None
+
+    def start(self, token: int) -> None:
+        self.known = (self.worker.submit(next_token, self.target, [token]) if self.worker is not None
+                      else next_token(self.target, [token]))
+
+    def next(self) -> int:
+        if isinstance(self.known, Future):
+            with self.clock.phase(FINALIZE, self.target.device):
+                self.known = self.known.result()
+        return self.known
 
 
 def _worker_init(threads: int) -> None:
     """The append worker's thread: all of torch's intra-op threads, and a CPU rehearsal's virtual devices."""
     torch.set_num_threads(threads)
     virtual.enter_in_thread()
-
-
-def _append(target: ModelState, token: int) -> int:
-    """The standalone target append (inference mode is per thread, so the worker enters it itself)."""
-    with torch.inference_mode():
-        return int(target.greedy([token], last_only=True))
-
-
-def _speculative(target: ModelState, drafter: Drafter, prompt_ids: Sequence[int], k: int, max_new_tokens: int,
-                 eos_ids: Sequence[int], schedule: str, clock: PhaseClock | None,
-                 worker: ThreadPoolExecutor | None, k_policy=None) -> Generation:
-    deferred = schedule == "deferred"
-    draft_device = getattr(getattr(drafter, "state", None), "device", "cpu")
-    clock = clock or PhaseClock([target.device, draft_device])
-    eos = frozenset(eos_ids)
-    stats = DecodeStats(mode=f"{drafter.name}_{schedule}", k=k)
-    pending: Future | None = None  # pipelined: the append running on the worker thread
-    if k_policy is not None:
-        k = k_policy.first()
-
-    def next_known() -> int:
-        nonlocal pending, next_token
-        if pending is not None:
-            with clock.phase(FINALIZE, target.device):
-                next_token = pending.result()
-            pending = None
-        return next_token
-    # 0. initial step: target prefill and first token
-    t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
-                                lambda ids: int(target.greedy(ids, last_only=True)))
-    final, next_token = out[0], None
-    if not done and not deferred:
-        # The ordinary schedule writes the first token into the target's cache before the first round
-        # (pipelined: on the worker, overlapping the draft's prefill of the prompt).
-        if worker is not None:
-            pending = worker.submit(_append, target, final)
-        else:
-            with clock.phase(FINALIZE):
-                next_token = int(target.greedy([final], last_only=True))
-        stats.append_calls += 1
-
-    while not done:
-        remaining = max_new_tokens - len(out)
-        kk = min(k, remaining - 1)  # a round emits at most kk + 1 tokens
-        if kk == 0:
-            # Tail: one token left. Ordinary: the target already knows it. Deferred: one standalone append.
-            if deferred:
-                with clock.phase(FINALIZE):
-                    next_token = int(target.greedy([final], last_only=True))
-                stats.append_calls += 1
-            out.append(next_known())
-            stats.tail_tokens += 1
-            break
-        # 1. draft proposal: y_1..y_kk
-        with clock.phase(PROPOSE, draft_device):
-            y = drafter.propose(kk)
-        if not 1 <= len(y) <= kk:
-            raise RuntimeError(f"drafter {drafter.name!r} proposed {len(y)} tokens; expected 1..{kk}")
-        kk = len(y)  # a drafter may stop a block early (drafters.ModelDrafter's stop_below)
-        if not deferred:
-            next_known()
-        # 2. target verification
-        with clock.phase(VERIFY, target.device):
-            if deferred:
-                # one forward over [final, y_1..y_kk]: t[i] is the target's token after position i
-                t = target.greedy([final] + y).tolist()
-                n = accepted_prefix(y, t)
-                correction = t[n]
-                stats.verify_calls += 1
-                cached_extra = kk - n  # cache grew by kk + 1; keep final and the n accepted
-            elif y[0] != next_token:
-                # skip: the first proposal already disagrees with the target's known next token
-                n, correction, cached_extra = 0, next_token, 0
-                stats.skipped += 1
-            else:
-                # one forward over y_1..y_kk: t[i] is the target's token after y_{i+1}
-                t = target.greedy(y).tolist()
-                n = 1 + accepted_prefix(y[1:], t[:-1])
-                correction = t[n - 1]
-                stats.verify_calls += 1
-                cached_extra = kk - n
-        # 3. emission: accepted proposals, then the target's correction or bonus token
-        done = emit_round(stats, out, y, n, correction, kk, eos, max_new_tokens)
-        if k_policy is not None:
-            k = k_policy.update(n, kk)
-        # 4. alignment: discard cache entries of rejected proposals, on both sides
-        with clock.phase(FINALIZE):
-            target.crop(cached_extra)
-            if done:
-                break
-            drafter.observe(n, correction)
-            # 5. finalize. This is the step deferred verification changes:
-            #    ordinary -- a standalone one-token target forward writes the final token into the cache now;
-            #    deferred -- the final token waits and is verified at the front of the next round's batch.
-            #    pipelined -- the same append, started on the worker thread; the next proposal overlaps it.
-            if deferred:
-                final = correction
-            elif worker is not None:
-                pending = worker.submit(_append, target, correction)
-                stats.append_calls += 1
-            else:
-                next_token = int(target.greedy([correction], last_only=True))
-                stats.append_calls += 1
-    return finish(stats, out, eos, clock, t0, t1)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import at_least
 
 #: The fewest rows a packed bfloat16 product computes with (fewer are padded with zero rows).
 BF16_ROWS_FLOOR = 5
@@ -59,8 +59,7 @@ class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, keep_weight: bool = False, min_rows: int = 1):
         super().__init__()
         w = linear.weight.detach()
-        if min_rows < 1:
-            raise ConfigError(f"min_rows must be >= 1, got {min_rows}.")
+        at_least("min_rows", min_rows)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.out_dtype, self.min_rows = w.dtype, min_rows
         # the tied Parameter itself (a plain attribute, so that it is not registered a second time)

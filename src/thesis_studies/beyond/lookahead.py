@@ -12,7 +12,7 @@ import torch
 
 from thesis_lib.decoding.costs import round_cost, verify_cost
 from thesis_lib.decoding.state import ModelState
-from thesis_lib.decoding.stats import accepted_prefix
+from thesis_lib.decoding.rounds import accepted_prefix
 from thesis_lib.errors import ConfigError
 
 from .lookup import NgramDrafter

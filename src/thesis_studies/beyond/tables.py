@@ -10,7 +10,7 @@ import statistics
 import pandas as pd
 
 from thesis_lib.bench.metrics import median
-from thesis_lib.bench.modes import baseline_of
+from thesis_lib.bench.modes import parse
 from thesis_lib.decoding.costs import verify_cost
 from thesis_studies.beyond import lookahead as la
 from thesis_lib.analysis import uncertainty
@@ -161,7 +161,7 @@ def mode_table(run, modes=None):
     rows = []
     for m in modes or run.modes():
         rs = run.of(m)
-        base_mode = baseline_of(m)
+        base_mode = parse(m).baseline
         base = {(r["iteration"], r["question_id"]): r for r in run.of(base_mode)}
         t = totals(rs)
         b = totals([base[(r["iteration"], r["question_id"])] for r in rs])

@@ -33,13 +33,13 @@ from typing import Sequence
 import torch
 
 from thesis_lib import extensions
-from thesis_lib.bench.modes import is_sampled, split_mode
+from thesis_lib.bench.modes import Mode
 from thesis_lib.decoding.clocks import PhaseClock
 from thesis_lib.decoding.drafters import ModelDrafter
 from thesis_lib.decoding.greedy import target_only
 from thesis_lib.decoding.state import ModelState
-from thesis_lib.decoding.stats import (FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round,
-                                       finish, opening)
+from thesis_lib.decoding.rounds import check_request, emit_round, finish, prefill
+from thesis_lib.decoding.stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation
 from thesis_lib.errors import ConfigError
 from thesis_lib.heads.dense import DenseGreedyHead
 from thesis_lib.heads.draws import multinomial
@@ -187,7 +187,7 @@ def speculative_sample(target: ModelState, drafter: SamplingModelDrafter, prompt
         clock = clock or PhaseClock([target.device, draft_device])
         eos = frozenset(eos_ids)
         stats = DecodeStats(mode=f"{drafter.name}_{schedule}_sample", k=k)
-        t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+        t0, t1, out, done = prefill(target, drafter, prompt_ids, clock, eos, max_new_tokens,
                                     lambda ids: draw(target_probs(target, head, ids, sampler, last_only=True)[0], generator))
         final = out[0]
         p_next = None
@@ -257,11 +257,11 @@ def drafters(runner) -> dict:
             for name, (model, head) in runner.bodies().items()} if runner.sampler is not None else {}
 
 
-def run(runner, mode: str, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
+def run(runner, mode: Mode, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
     """``sample_baseline`` (target-only sampling) or speculative sampling with the dense or FlashHead draft (deferred
     schedule). Each prompt's draws are seeded from the runner's seed and the prompt, so a run is reproducible
     whatever the order of modes."""
-    which = split_mode(mode)[1]
+    which = mode.schedule
     if runner.sampler is None:
         raise ConfigError("The sample_* modes need a sampler (Runner(..., sampler=Sampler(...))).")
     g = torch.Generator().manual_seed(runner.seed * 1_000_003 + zlib.crc32(repr(list(ids)).encode()))
@@ -277,8 +277,8 @@ def run(runner, mode: str, ids: Sequence[int], clock: PhaseClock | None = None) 
 
 def options(settings, modes) -> dict:
     """The runner's ``sampler`` from a run's warp (``temperature``, ``top_k``, ``top_p``), checked, where a mode
-    samples (a command without a warp gives none)."""
-    if not hasattr(settings, "temperature") or not any(is_sampled(m) for m in modes):
+    samples (``modes``: parsed; a command without a warp gives none)."""
+    if not hasattr(settings, "temperature") or not any(m.sampled for m in modes):
         return {}
     return {"sampler": Sampler(settings.temperature, settings.top_k, settings.top_p).check()}
 

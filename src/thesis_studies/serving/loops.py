@@ -38,7 +38,8 @@ from transformers import DynamicCache
 from thesis_lib.errors import ConfigError
 from thesis_lib.decoding.clocks import PhaseClock
 from thesis_lib.decoding.state import ModelState
-from thesis_lib.decoding.stats import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation, accepted_prefix, check_request, emit_round
+from thesis_lib.decoding.rounds import accepted_prefix, check_request, emit_round
+from thesis_lib.decoding.stats import FINALIZE, PREFILL, PROPOSE, VERIFY, DecodeStats, Generation
 
 
 class RaggedCache:

@@ -35,12 +35,12 @@ from typing import Sequence
 import torch
 
 from thesis_lib import extensions
-from thesis_lib.bench.modes import split_mode, tree_of, variant_of
+from thesis_lib.bench.modes import Mode
 from thesis_lib.decoding.clocks import PhaseClock
 from thesis_lib.decoding.drafters import ModelDrafter
 from thesis_lib.decoding.state import ModelState
-from thesis_lib.decoding.stats import (FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation, check_request, emit_round,
-                                       finish, opening)
+from thesis_lib.decoding.rounds import check_request, emit_round, finish, prefill
+from thesis_lib.decoding.stats import FINALIZE, PROPOSE, VERIFY, DecodeStats, Generation
 from thesis_lib.errors import ConfigError
 
 #: Rank probabilities assumed where no table was measured (the r-th best candidate a quarter as likely as the
@@ -285,7 +285,7 @@ def tree_generate(target: ModelState, drafter: TreeDrafter, prompt_ids: Sequence
         eos = frozenset(eos_ids)
         stats = DecodeStats(mode=f"{drafter.name}_tree", k=shape.depth)
         nodes = 0
-        t0, t1, out, done = opening(target, drafter, prompt_ids, clock, eos, max_new_tokens,
+        t0, t1, out, done = prefill(target, drafter, prompt_ids, clock, eos, max_new_tokens,
                                     lambda ids: int(target.greedy(ids, last_only=True)))
         final = out[0]
         while not done:
@@ -320,11 +320,11 @@ def tree_generate(target: ModelState, drafter: TreeDrafter, prompt_ids: Sequence
         return gen
 
 
-def shape_for(runner, mode: str) -> TreeShape:
+def shape_for(runner, mode: Mode) -> TreeShape:
     """The tree a tree mode (or a variant) grows on ``runner``: a variant's node count grown from its draft's measured
     rank table (``runner.tree_tables``; none: :data:`PRIOR`), at most its K (else ``k_max``) deep; a variant's K and
     width as a beam; else ``runner.tree_shape``, else a beam K deep and ``tree_width`` wide."""
-    draft, k, (width, nodes) = split_mode(mode)[0], variant_of(mode)[1], tree_of(mode)
+    draft, k, width, nodes = mode.draft, mode.k, mode.width, mode.nodes
     table = (runner.tree_tables or {}).get(draft)
     if nodes is not None:
         table = table or [PRIOR]
@@ -340,10 +340,9 @@ def drafters(runner) -> dict:
             for name, (model, head) in runner.bodies().items()}
 
 
-def run(runner, mode: str, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
+def run(runner, mode: Mode, ids: Sequence[int], clock: PhaseClock | None = None) -> Generation:
     """One generation of a tree mode on ``runner`` (:func:`shape_for`'s tree)."""
-    draft = split_mode(mode)[0]
-    drafter = runner.loop_drafters["tree"].get(draft)
+    drafter = runner.loop_drafters["tree"].get(mode.draft)
     if drafter is None:
         raise ConfigError(f"mode {mode} needs a FlashHead head (Runner(..., flash_head=...)).")
     shape = shape_for(runner, mode)
