@@ -16,6 +16,27 @@ def test_decode_speed_counts_the_tokens_after_the_first_over_the_seconds_after_i
     assert llama.decode_speed(results) == pytest.approx(13 / 1.5)
 
 
+def test_the_server_is_built_without_amx_where_the_cpu_has_it_and_as_before_elsewhere(monkeypatch):
+    """On a CPU with AMX the server is compiled with ggml's AMX products switched off (they crash at the first product
+    on this project's AMX Xeon) and built in a folder of its own; on one without, nothing is added and the folder is
+    the one its earlier builds used (keyed by the CPU's flags alone)."""
+    import hashlib
+
+    from thesis_lib.models import cpu
+
+    plain = {"avx2", "avx512f", "avx512_vnni"}
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: plain)
+    assert llama.compile_flags() == []
+    before = hashlib.sha256(" ".join(sorted(plain)).encode()).hexdigest()[:8]
+    assert llama.server_path().parts[-4].endswith(before)
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: plain | {"amx_tile", "amx_int8", "amx_bf16"})
+    flags = llama.compile_flags()
+    assert flags == ["-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+                     "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"]
+    with_amx = hashlib.sha256(" ".join(sorted(plain | {"amx_tile", "amx_int8", "amx_bf16"})).encode()).hexdigest()[:8]
+    assert not llama.server_path().parts[-4].endswith(with_amx)  # not the folder of a build with AMX
+
+
 def test_the_tuning_keeps_the_fastest_draft_setting_and_the_fastest_n_gram_method(monkeypatch):
     """Each setting's server decodes at a speed constructed from its settings; the fastest of each kind wins, and
     every setting of the grid and every n-gram method was tried on every calibration prompt."""

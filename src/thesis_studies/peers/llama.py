@@ -53,13 +53,27 @@ NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 DRAFT_GRID = tuple((n_max, 0, p_min) for n_max in (4, 8, 16) for p_min in (0.0, 0.5, 0.75))
 
 
+def compile_flags() -> list[str]:
+    """What the server is compiled with beyond ggml's own choice for this CPU (``GGML_NATIVE``): on a CPU with AMX,
+    ggml's AMX matrix products are left out, because the server they build dies at its first product (a
+    segmentation fault) on this project's AMX Xeon (as in ggml-org/llama.cpp#20824); its AVX-512 products and
+    weight repacking stay. An explicit ``-mno-`` outlasts ``-march=native`` whatever their order."""
+    from thesis_lib.models.cpu import cpu_flags
+
+    if not {"amx_tile", "amx_int8"} & set(cpu_flags()):
+        return []
+    off = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    return [f"-DCMAKE_C_FLAGS={off}", f"-DCMAKE_CXX_FLAGS={off}"]
+
+
 def server_path() -> Path:
-    """Where the server is built: per source and per set of this CPU's flags (it is compiled for them)."""
+    """Where the server is built: per source, per set of this CPU's flags (it is compiled for them) and the flags
+    :func:`compile_flags` adds."""
     import hashlib
 
     from thesis_lib.models.cpu import cpu_flags
 
-    key = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:8]
+    key = hashlib.sha256(" ".join([*sorted(cpu_flags()), *compile_flags()]).encode()).hexdigest()[:8]
     return cache_dir() / "llama.cpp" / f"{SOURCE.replace('==', '-')}-{key}" / "build" / "bin" / "llama-server"
 
 
@@ -73,7 +87,7 @@ def check() -> None:
 
 def build(*, progress: bool = True) -> Path:
     """``llama-server``, built once into the cache: the sdist downloaded by pip, its ``vendor/llama.cpp`` extracted,
-    configured for this CPU (``GGML_NATIVE``) and compiled, each stage said on stderr with its time."""
+    configured for this CPU (``GGML_NATIVE``, :func:`compile_flags`) and compiled, each stage said on stderr with its time."""
     exe = server_path()
     root, t0 = exe.parents[2], time.perf_counter()
     if (root / "built").is_file():  # written after a whole build: a link killed midway leaves none
@@ -97,7 +111,8 @@ def build(*, progress: bool = True) -> Path:
                 tar.extractall(tmp, members=vendored, filter="data")
             src = next(Path(tmp).glob("*/vendor/llama.cpp"))
             flags = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF",
-                     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
+                     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF",
+                     *compile_flags()]
             say("configuring")
             configured = subprocess.run(["cmake", "-S", str(src), "-B", str(root / "build"), *flags], text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
