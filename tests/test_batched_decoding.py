@@ -152,14 +152,37 @@ def test_bad_requests_are_refused_before_any_model_runs(pair):
 
 @pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
 def test_a_batch_s_time_is_split_into_the_loop_s_four_phases(pair, schedule):
-    """The seconds a batch spent are charged to prefill, proposal, verification and finalisation, each named
-    (the per-round bookkeeping included), and nothing to an unnamed phase."""
+    """The seconds a batch spent are charged to the phase whose work they are. On a clock that counts forward
+    passes (a target forward one "second", a draft forward 1,000): prefill holds the two prompts' target forwards,
+    proposal every draft forward (the draft's prefill included) and no target forward, verification one target
+    forward per round at most, finalisation the ordinary schedule's first append; no forward is outside a phase."""
+    from thesis_lib.decoding.clocks import PhaseClock
     from thesis_lib.decoding.stats import FINALIZE, PREFILL, PROPOSE, VERIFY
 
     model, _ = pair["dense"]
-    run = batched_speculative(pair["target"], ModelState(model, vocab_limit=TINY_VOCAB), [[3, 4, 5], [17, 2]], k=3,
-                              max_new_tokens=8, schedule=schedule)
-    assert set(run.phase_s) == {PREFILL, PROPOSE, VERIFY, FINALIZE} and run.phase_s[FINALIZE] > 0
+    target = pair["target"]
+    calls = {"target": 0, "draft": 0}
+
+    def count(who):
+        return lambda *_: calls.__setitem__(who, calls[who] + 1)
+
+    class ForwardClock(PhaseClock):
+        def now(self, devices=None):
+            return float(calls["target"] + 1000 * calls["draft"])
+
+    hooks = [m.model.register_forward_pre_hook(count(who)) for who, m in (("target", target.model), ("draft", model))]
+    try:
+        run = batched_speculative(target, ModelState(model, vocab_limit=TINY_VOCAB), [[3, 4, 5], [17, 2]], k=3,
+                                  max_new_tokens=8, schedule=schedule, clock=ForwardClock())
+    finally:
+        for h in hooks:
+            h.remove()
+    s = run.phase_s
+    rounds = max(len(g.stats.drafted) for g in run.generations)
+    assert set(s) == {PREFILL, PROPOSE, VERIFY, FINALIZE} and calls["draft"] > 2
+    assert s[PREFILL] == 2 and s[PROPOSE] == 1000 * calls["draft"]
+    assert s[PREFILL] + s[VERIFY] + s[FINALIZE] == calls["target"] and 1 <= s[VERIFY] <= rounds
+    assert s[FINALIZE] >= (schedule == "ordinary")
 
 
 def test_each_row_says_what_stopped_it(pair):
