@@ -98,7 +98,8 @@ test-fast:
 	$(PY) -m pytest -q -m "not real" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # Mutation testing with mutmut (pyproject's [tool.mutmut]: the files and the tests; tools/mutation_report.py's SCOPE:
-# the decoding package, FlashHead, the intervals and the verdict sentences, every function of each); not part of
+# the decoding package, FlashHead, the intervals and the verdict sentences, and below the loop the dense head,
+# attention, the packed, weight-only and fused layers, the compact step, the runner and the metrics); not part of
 # `make test`: the whole scope takes many hours on two cores. MUTATION_SAMPLE=N checks a uniform sample of N (seeded
 # by MUTATION_SEED) of the mutants no earlier sample checked instead (mutmut first generates every mutant and checks
 # the first of each function of stats.py); each run is appended to data/reference/mutation-samples.json, and the

@@ -31,8 +31,8 @@ KILLERS = ROOT / "tools" / "mutation_killers.json"  # mutant name -> the test ad
 
 #: What `make mutation` mutates: module -> its functions in scope (None: all of it). The decoding package whole
 #: (its loops included: they carry no decorator that would hide them from mutmut) and the studies' loops and
-#: policies, FlashHead, the intervals and the verdict sentences, the core's and the studies'; pyproject's
-#: ``only_mutate`` names the files.
+#: policies, FlashHead, the intervals and the verdict sentences, the core's and the studies', and the target-side
+#: code below the loop; pyproject's ``only_mutate`` names the files.
 SCOPE = {
     "thesis_lib.decoding.greedy": None,
     "thesis_lib.decoding.drafters": None,
@@ -53,6 +53,21 @@ SCOPE = {
     "thesis_studies.precision.verdicts": None,
     "thesis_studies.gpucheck.verdicts": None,
     "thesis_studies.beyond.verdicts": None,
+    # below the loop, where the target's exactness lives: the dense head, attention, the packed and
+    # weight-only layers (not the kernel's build and loading, nor the page release), the fused norm and rotary, the
+    # compact step, the runner and the metrics
+    "thesis_lib.heads.dense": None,
+    "thesis_lib.models.attention": None,
+    "thesis_lib.models.packing": ("PackedLinear.__init__", "PackedLinear.forward", "PackedLinear.weight",
+                                  "layer_bias", "is_packed", "float32_rows_floor", "rows_floor", "pack_linears",
+                                  "_pack"),
+    "thesis_lib.models.weight_only": ("quantize_int8", "WeightOnlyLinear.__init__", "WeightOnlyLinear.forward",
+                                      "WeightOnlyLinear.weight", "WeightOnlyLinear.weight_bytes", "quantize_int4",
+                                      "pack_int4", "unpack", "head_format", "convert", "_swap"),
+    "thesis_lib.models.fused": None,
+    "thesis_lib.models.compact": None,
+    "thesis_lib.bench.runner": None,
+    "thesis_lib.bench.metrics": None,
 }
 
 
