@@ -150,39 +150,66 @@ def test_bad_requests_are_refused_before_any_model_runs(pair):
         batched_greedy(bad, [], max_new_tokens=8)
 
 
+class _Forwards:
+    """A clock that counts forward passes instead of seconds (a target forward one "second", a draft forward
+    1,000), hooked onto the models' bodies while the ``with`` block runs."""
+
+    def __init__(self, target, draft=None):
+        from thesis_lib.decoding.clocks import PhaseClock
+
+        self.calls = {"target": 0, "draft": 0}
+        self.models = {"target": target, "draft": draft}
+        calls = self.calls
+
+        class ForwardClock(PhaseClock):
+            def now(self, devices=None):
+                return float(calls["target"] + 1000 * calls["draft"])
+
+        self.clock = ForwardClock()
+
+    def __enter__(self):
+        def count(who):
+            return lambda *_: self.calls.__setitem__(who, self.calls[who] + 1)
+
+        self.hooks = [m.model.register_forward_pre_hook(count(who)) for who, m in self.models.items() if m is not None]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
+            h.remove()
+
+
 @pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
 def test_a_batch_s_time_is_split_into_the_loop_s_four_phases(pair, schedule):
     """The seconds a batch spent are charged to the phase whose work they are. On a clock that counts forward
-    passes (a target forward one "second", a draft forward 1,000): prefill holds the two prompts' target forwards,
-    proposal every draft forward (the draft's prefill included) and no target forward, verification one target
-    forward per round at most, finalisation the ordinary schedule's first append; no forward is outside a phase."""
-    from thesis_lib.decoding.clocks import PhaseClock
+    passes: prefill holds the two prompts' target forwards, proposal every draft forward (the draft's prefill
+    included) and no target forward, verification one target forward per round at most, finalisation the ordinary
+    schedule's first append; no forward is outside a phase."""
     from thesis_lib.decoding.stats import FINALIZE, PREFILL, PROPOSE, VERIFY
 
     model, _ = pair["dense"]
     target = pair["target"]
-    calls = {"target": 0, "draft": 0}
-
-    def count(who):
-        return lambda *_: calls.__setitem__(who, calls[who] + 1)
-
-    class ForwardClock(PhaseClock):
-        def now(self, devices=None):
-            return float(calls["target"] + 1000 * calls["draft"])
-
-    hooks = [m.model.register_forward_pre_hook(count(who)) for who, m in (("target", target.model), ("draft", model))]
-    try:
+    with _Forwards(target.model, model) as counted:
         run = batched_speculative(target, ModelState(model, vocab_limit=TINY_VOCAB), [[3, 4, 5], [17, 2]], k=3,
-                                  max_new_tokens=8, schedule=schedule, clock=ForwardClock())
-    finally:
-        for h in hooks:
-            h.remove()
-    s = run.phase_s
+                                  max_new_tokens=8, schedule=schedule, clock=counted.clock)
+    calls, s = counted.calls, run.phase_s
     rounds = max(len(g.stats.drafted) for g in run.generations)
     assert set(s) == {PREFILL, PROPOSE, VERIFY, FINALIZE} and calls["draft"] > 2
     assert s[PREFILL] == 2 and s[PROPOSE] == 1000 * calls["draft"]
     assert s[PREFILL] + s[VERIFY] + s[FINALIZE] == calls["target"] and 1 <= s[VERIFY] <= rounds
     assert s[FINALIZE] >= (schedule == "ordinary")
+
+
+def test_a_target_only_batch_charges_its_steps_to_verification(pair):
+    """Target-only batched decoding: the two prompts' forwards are the prefill, and each later token's one batched
+    forward is charged to verification (seven of them for eight new tokens, no row ending early)."""
+    from thesis_lib.decoding.stats import PREFILL, VERIFY
+
+    target = pair["target"]
+    with _Forwards(target.model) as counted:
+        run = batched_greedy(target, [[3, 4, 5], [17, 2]], max_new_tokens=8, clock=counted.clock)
+    assert [len(g.tokens) for g in run.generations] == [8, 8]
+    assert run.phase_s == {PREFILL: 2.0, VERIFY: 7.0} and counted.calls["target"] == 9
 
 
 def test_each_row_says_what_stopped_it(pair):

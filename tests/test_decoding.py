@@ -408,6 +408,20 @@ def test_cost_model_k_prefers_long_blocks_when_drafting_is_cheap_and_acceptance_
         policies.CostModelK(4, draft_step_s=0.1, verify_s={1: 1.0}, k_max=12)
 
 
+
+def test_the_cost_model_k_costs_its_own_schedule_s_rounds():
+    """Deferred rounds verify K + 1 tokens, ordinary ones K and append one. Where a verify of five tokens costs
+    three of four (alpha 0.9, a draft step at 0.05): deferred, K = 3 gives 3.44 tokens for 1.15 and K = 4 gives 4.10
+    for 3.2, so 3; ordinary, K = 4 gives 4.10 for 2.2 against 3.44 for 2.15, so 4. K = 1 is a block too."""
+    from thesis_studies.beyond import policies
+
+    kw = dict(draft_step_s=0.05, verify_s={n: 1.0 if n <= 4 else 3.0 for n in range(1, 14)}, k_max=12)
+    assert policies.CostModelK(4, deferred=True, **kw).best_k(0.9) == 3
+    assert policies.CostModelK(4, deferred=False, **kw).best_k(0.9) == 4
+    assert policies.CostModelK(1, **kw).first() == 1
+    with pytest.raises(ConfigError, match="1 <= K <= k_max"):
+        policies.CostModelK(0, **kw)
+
 def test_policies_by_name_and_their_errors():
     """make_policy: each name gives its policy; the cost model without measured costs, and an unknown name, fail
     with a message that says what is missing."""

@@ -892,3 +892,16 @@ def test_the_kernel_sums_the_tail_past_its_sixteen_lanes_on_both_paths(hidden, r
     assert torch.equal(head(h), want)
     monkeypatch.setenv(wo.FORCED_PATH_ENV, "avx2")
     assert torch.equal(head(h), want)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_centroids_are_bfloat16_where_the_cpu_multiplies_it_natively(tiny_models, tiny_clusterings, monkeypatch,
+                                                                         native):
+    """``centroid_dtype="auto"`` ranks clusters in bfloat16 on a CPU with native bf16 dot products and in float32
+    elsewhere (a bf16 product emulated in software is slower than float32); the head saves no state of its own (all
+    of it is derived from the clustering and the head's rows)."""
+    monkeypatch.setattr(flashhead, "fast_bf16", lambda: native)
+    head = FlashHead(head_weight(tiny_models[("f32", "qwen2", "target")]), tiny_clusterings[17], vocab_limit=TINY_VOCAB)
+    want = torch.bfloat16 if native else torch.float32
+    assert head.centroid_dtype == want and head.fast_centroids.dtype == want
+    assert not head.state_dict()

@@ -86,6 +86,13 @@ def test_the_pipelined_wait_for_the_append_synchronises_the_target_only(tiny_mod
     waits = [devices for name, devices in seen if name == "finalize_align" and devices]
     assert waits and all(d == (target.device,) for d in waits)
     assert len(waits) == gen.stats.append_calls
+    # each schedule's verification waits for the target's device alone
+    for schedule in ("ordinary", "deferred", "pipelined"):
+        seen.clear()
+        speculative_generate(target, ModelDrafter(tiny_models[("f64", "qwen3", "loose")]), [5, 17, 99, 3], k=3,
+                             max_new_tokens=20, schedule=schedule, clock=clock)
+        verifies = [devices for name, devices in seen if name == "target_verify"]
+        assert verifies and all(d == (target.device,) for d in verifies), schedule
 
 
 def test_unknown_schedule_is_refused(tiny_models):
@@ -204,6 +211,11 @@ def test_a_sample_record_holds_what_the_generation_did(tiny_models):
     other = metrics.sample_record(Prompt("q7", "coding", "x"), "dense_deferred", gen, gen.tokens[:-1] + [0])
     assert other["matches_baseline"] is False and other["iteration"] == 0
     assert metrics.sample_record(Prompt("q7", "coding", "x"), "baseline", gen, None)["matches_baseline"] is None
+    # ordinary rounds whose first proposal missed the known next token skip their verify: rounds = verifies + skips
+    plain = speculative_generate(target, ModelDrafter(tiny_models[("f32", "qwen3", "independent")]), [3, 1, 4, 1, 5],
+                                 k=3, max_new_tokens=16)
+    rec = metrics.sample_record(Prompt("q7", "coding", "x"), "dense_ordinary", plain, None)
+    assert rec["skipped"] == rec["rounds"] - rec["verify_calls"] > 0
 
 
 def test_a_summary_pools_tokens_and_times_and_takes_the_median_ratio_per_prompt():

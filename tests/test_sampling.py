@@ -54,6 +54,17 @@ def test_accept_or_resample_matches_the_rule():
         sampling.accept_or_resample(p, torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64), 0, g)
 
 
+def test_a_token_the_target_gives_no_probability_is_never_kept(monkeypatch):
+    """The rule keeps a drafted token with probability min(1, p/q), so never where p is 0, even at the lowest
+    uniform draw, 0.0, which torch's float64 draw can return; a token the target gives as much as the draft is kept
+    there."""
+    p = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.0, 0.5, 0.5], dtype=torch.float64)
+    monkeypatch.setattr(sampling.torch, "rand", lambda *a, **k: torch.zeros((), dtype=torch.float64))
+    g = torch.Generator().manual_seed(0)
+    assert sampling.accept_or_resample(p, q, 1, g) is None
+    assert sampling.accept_or_resample(p, q, 2, g) == 0  # the residual max(0, p - q) has mass on token 0 only
+
 def test_a_seeded_run_is_reproducible(pair):
     target, draft, flash = pair
     s = sampling.Sampler(1.0)
@@ -72,7 +83,7 @@ def test_bad_input_fails_before_decoding(pair):
     d = sampling.SamplingModelDrafter(draft, s)
     with pytest.raises(ConfigError):
         sampling.speculative_sample(ModelState(target), d, PROMPT, k=0, max_new_tokens=4, sampler=s)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="'pipelined'; use one of ordinary, deferred"):  # the ones it runs, named
         sampling.speculative_sample(ModelState(target), d, PROMPT, k=2, max_new_tokens=4, sampler=s, schedule="pipelined")
     with pytest.raises(ConfigError):  # the draft must warp q as the target warps p
         sampling.speculative_sample(ModelState(target), d, PROMPT, k=2, max_new_tokens=4, sampler=sampling.Sampler(0.5))

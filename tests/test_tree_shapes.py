@@ -91,6 +91,19 @@ def test_the_search_picks_a_tree_where_verifying_is_flat_and_a_chain_where_every
     assert math.isclose(chain["expected_emitted"], 1 + 0.5 + 0.25)
 
 
+
+def test_the_search_builds_and_scores_its_beams_by_the_table():
+    """Where the draft's second candidate is the target's token four times in five, a beam of width 2 keeps both
+    candidates at depth 1 and, at depth 2, the second candidate's second candidate and one of the two paths
+    through a first: it accepts 0.9 + 0.8 x 0.8 + 0.1 x 0.8 = 1.62 tokens a round (a beam built from the prior,
+    which trusts first candidates, would keep (0, 0) and accept 0.99). The speedup is tokens per target step."""
+    table = [[0.1, 0.8, 0.05]] * 12
+    found = search(table, {e: 0.05 for e in range(1, 9)}, {n: 1.0 for n in range(1, 6)}, 0.5, max_nodes=4,
+                   widths=(2,))
+    beam = next(r for r in found["beams"] if r["label"] == "k2w2")
+    assert beam["expected_accepted"] == pytest.approx(1.62)
+    assert beam["speedup"] == pytest.approx(beam["tokens_per_s"] * 0.5)  # a target step takes 0.5 s
+
 def test_the_independent_node_closed_form_overshoots_the_depth():
     assert math.isclose(independent_nodes(0.7, 3, 3), 0.7 * (1 + 2.1 + 4.41))
     assert independent_nodes(0.7, 3, 3) > 3  # more than a depth-3 round can accept

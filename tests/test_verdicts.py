@@ -351,6 +351,7 @@ def test_step_reach_default_target():
     (1.01, 0.9996, 1.02, "them", "neither clearly faster nor slower with them (1.0100x, 0.9996-1.0200)"),  # lo alone
     (1.01, 1.0005, 1.02, "them", "faster with them (1.0100x, 1.0005-1.0200)"),  # 1.0005 rounds to 1.000 at three
     (1.01, 1.00003, 1.02, "them", "faster with them (1.01000x, 1.00003-1.02000)"),  # and to 1.0000 at four
+    (1.01, 1 + 1e-12, 1.02, "them", "faster with them (1.01000000x, 1.00000000-1.02000000)"),  # eight at most
     (0.9876, 0.9754, 1.0, "them", "neither clearly faster nor slower with them (0.988x, 0.975-1.000)"),
     (1.0126, 1.0014, 1.0239, "it", "faster with it (1.013x, 1.001-1.024)"),
     (0.9876, 0.9754, 0.9991, "it", "slower with it (0.988x, 0.975-0.999)"),
@@ -371,6 +372,19 @@ def test_switch_effect_default_word():
     """The default object of the sentence is "them"."""
     assert precision_verdicts.switch_effect(1.5, 1.25, 1.75) == "faster with them (1.500x, 1.250-1.750)"
 
+
+
+def test_the_step_switches_verdicts_name_their_switch():
+    """The fused operations are "them"; the compact step, the layers in one call and FlashHead's kernel "it",
+    the kernel for the draft's step only."""
+    rules = next(r for r in precision_verdicts.RULES.values() if "spf_draft_verdict" in r)
+    numbers = {"value": 1.0126, "lo": 1.0014, "hi": 1.0239}
+    for key, them in (("spf_target5_verdict", "them"), ("spc_draft_verdict", "it"), ("spn_target1_verdict", "it"),
+                      ("sph_draft_verdict", "it")):
+        rule, names = rules[key]
+        assert rule(**numbers) == f"faster with {them} (1.013x, 1.001-1.024)", key
+        assert set(names) == set(numbers) and names["lo"] == key.replace("verdict", "lo")
+    assert "sph_target1_verdict" not in rules
 
 # --- loop_beyond ----------------------------------------------------------------------------------------------------
 

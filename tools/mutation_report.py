@@ -261,15 +261,16 @@ def report() -> str:
     samples = history()["samples"]
     if not samples:
         raise SystemExit(f"no samples in {HISTORY.name}: run `make mutation` first")
-    equivalent = json.loads(EQUIVALENTS.read_text(encoding="utf-8")) if EQUIVALENTS.is_file() else {}
-    killers = json.loads(KILLERS.read_text(encoding="utf-8")) if KILLERS.is_file() else {}
+    # each listed under its name today, as the samples are (:func:`history`)
+    equivalent, killers = ({current(n): why for n, why in json.loads(f.read_text(encoding="utf-8")).items()}
+                           if f.is_file() else {} for f in (EQUIVALENTS, KILLERS))
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     newest = samples[-1]
-    lines = ["# Mutation testing of the decoding core", "",
+    lines = ["# Mutation testing of the decoding core and the target side below it", "",
              f"`make mutation` (mutmut {mutmut_version}). Modules mutated: "
              f"{', '.join(f'`{p}`' for p in cfg['only_mutate'])} (the functions in `tools/mutation_report.py`'s "
              f"SCOPE). Tests run against each mutant (those that cover the mutated function): "
