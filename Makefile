@@ -52,10 +52,13 @@ models: $(STAMP)
 # first only for the sets that use them (a gpu-* set fetches its hub models when a notebook needs them).
 # EXECUTOR=slurm sends the runs that follow from the parameters to Slurm first (one job each, SLURM_ARGS e.g.
 # "--partition gpu --time 08:00:00"; see thesis-lib book --help), waits with progress, then runs the notebooks.
+# The build's start, taken when make reads this file (before the set-up steps): the planner counts the minutes the
+# set-up took against the budget.
+BUILD_CLOCK := THESIS_LIB_BUILD_STARTED=$(shell date +%s)
 EXECUTOR ?= local
 SLURM_ARGS ?=
 book: $(if $(GPU_SET),$(STAMP),models)
-	$(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,) $(if $(BUDGET),--budget $(BUDGET),) --executor $(EXECUTOR) $(SLURM_ARGS)
+	$(BUILD_CLOCK) $(PY) -m thesis_lib.cli book --params $(PARAMS) $(if $(RECOMPUTE),--recompute,) $(if $(BUDGET),--budget $(BUDGET),) --executor $(EXECUTOR) $(SLURM_ARGS)
 
 # The default book from the committed run data of its reference build: nothing measured, a few minutes (the
 # worked example of chapter 3 and chapter 6's calibration states still run the models).

@@ -383,6 +383,36 @@ def test_the_plan_counts_the_k_means_the_build_would_run(tmp_path, monkeypatch):
     assert "k-means" not in sizing.said(plan_free)
 
 
+def test_the_plan_counts_what_the_build_spent_before_it(tmp_path, monkeypatch):
+    """`make book` stamps the build's start before its set-up (the models' conversion, the kernels' compile): the
+    plan takes the minutes spent since from the budget, adds them to the prediction and says so; a bad stamp is
+    refused before anything is timed."""
+    import time
+
+    timed = []
+    monkeypatch.setattr(sizing, "measure_speed", lambda p, steps: timed.append(1) or {
+        "speed": 1.0, "step_by_prompt_s": dict(steps), "measure_s": 0.0})
+    monkeypatch.setattr(sizing, "precision", lambda values: "bfloat16/bfloat16")
+    monkeypatch.delenv(sizing.STARTED_ENV, raising=False)
+    fresh = sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="warm"), progress=False)
+    monkeypatch.setenv(sizing.STARTED_ENV, str(time.time() - 1800))
+    late = sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="cold"), progress=False)
+    plan, plan_warm = (json.loads((tmp_path / f"{n}-plan.json").read_text())[-1] for n in ("cold", "warm"))
+    assert 1800 <= plan["spent_s"] < 1800 + 60 and plan_warm["spent_s"] == 0
+    size = [late[k] * (7 if k == "PER_CATEGORY" else 1) for k in sizing.SIZED]
+    assert size < [fresh[k] * (7 if k == "PER_CATEGORY" else 1) for k in sizing.SIZED]  # 30 minutes fewer to spend
+    costs = {k: sizing.Costs(**c) for k, c in plan["costs"].items()}
+    runs = sizing.predict(costs, 1.0, 7 * late["PER_CATEGORY"], late["MAX_NEW_TOKENS"], late["ITERATIONS"],
+                          sweep_prompts=late["SWEEP_PROMPTS"])
+    assert math.isclose(plan["chosen"]["predicted_s"], round(runs, 1) + plan["spent_s"], abs_tol=0.1)
+    assert "30 of them already spent on its set-up" in sizing.said(plan) and "set-up" not in sizing.said(plan_warm)
+    for bad in ("soon", "nan"):
+        monkeypatch.setenv(sizing.STARTED_ENV, bad)
+        with pytest.raises(ConfigError, match=sizing.STARTED_ENV):
+            sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="bad"), progress=False)
+    assert len(timed) == 2  # the bad stamps were refused before the steps were timed
+
+
 def test_the_clusterings_to_make_are_those_neither_cached_nor_shipped(tmp_path, monkeypatch):
     """On a constructed draft head in an empty cache: the main head's and the co-design's cluster counts, less those
     cached; none where the set gives FlashHead's assets or a draft this machine has not converted."""

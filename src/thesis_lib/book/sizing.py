@@ -16,7 +16,9 @@ does not grow with them). :func:`fit` takes the coefficients from reference buil
 machine's ``speed`` is its target-plus-draft step time over the reference's, on the same prompts.
 
 Clusterings the build would make by k-means (:func:`kmeans_to_run`: none for the default set, whose clusterings are
-shipped) are timed on this machine before the choice, taken from the budget and said with the plan.
+shipped) are timed on this machine before the choice, taken from the budget and said with the plan; so is what the
+build has already spent before the planner runs (:func:`spent_s`: on a first build the environment, the models'
+conversion and the kernels' compile).
 
 The choice (:func:`choose`): prompts first (the intervals are mostly prompt-to-prompt spread: speedups depend on the
 category), then new tokens, then iterations, never below one prompt per category and :data:`MIN_TOKENS` tokens.
@@ -31,8 +33,10 @@ import datetime
 import hashlib
 import json
 import math
+import os
 import statistics
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,6 +52,22 @@ MIN_TOKENS = TOKENS[0]  # below this a K = 4 block runs about three rounds: the 
 #: the smallest sample, taken where no plan is saved and none is made (and the sizes the first check assumes)
 SMALLEST = {"per_category": 1, "max_new_tokens": MIN_TOKENS, "iterations": 1}
 MAX_ITERATIONS = 3
+#: when the build began, in seconds since the epoch: `make book` sets it before its set-up steps
+STARTED_ENV = "THESIS_LIB_BUILD_STARTED"
+
+
+def spent_s() -> float:
+    """Seconds the build has run before this call, from :data:`STARTED_ENV` (0 where it is not set)."""
+    given = os.environ.get(STARTED_ENV, "").strip()
+    if not given:
+        return 0.0
+    try:
+        started = float(given)
+    except ValueError:
+        started = math.nan
+    if not math.isfinite(started):
+        raise ConfigError(f"{STARTED_ENV} must be the build's start in seconds since the epoch (got {given!r}).")
+    return max(0.0, time.time() - started)
 
 
 def predict(costs: Costs | dict[str, Costs], speed: float, prompts: int, tokens: int, iterations: int, *,
@@ -257,6 +277,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
     else:
         from ..bench.prompts import load_prompts
 
+        spent = spent_s()
         prec = precision(values)
         builds = matching(json.loads(ref_text)["builds"], prec)
         own = newest_of(builds, machine(), prec)
@@ -273,7 +294,8 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         cats = sorted({q.category for q in pool})
         per_cat = min(sum(q.category == c for q in pool) for c in cats) - values.get("CALIBRATION_PER_CATEGORY", 0)
         kmeans = kmeans_to_run(values, prec.split("/")[1])
-        before = speed["measure_s"] + sum(kmeans.values())  # the timing and the clusterings are part of the build
+        # the set-up so far, the timing and the clusterings are part of the build
+        before = spent + speed["measure_s"] + sum(kmeans.values())
         chosen = choose(costs, speed["speed"], budget * 60 - before, categories=len(cats),
                         max_per_category=max(1, per_cat), sweep_prompts=values["SWEEP_PROMPTS"], fixed=fixed)
         chosen["predicted_s"] = round(chosen["predicted_s"] + before, 1)
@@ -281,6 +303,7 @@ def resolve(values: dict, *, measure: bool = True, replan: bool = False, progres
         doc = {"key": key, "chosen": chosen, "budget_minutes": budget, "speed": round(speed["speed"], 4),
                "step_by_prompt_s": speed["step_by_prompt_s"], "measure_s": speed["measure_s"],
                "precision": prec, "timed": not own, "kmeans_s": {str(c): round(s, 1) for c, s in kmeans.items()},
+               "spent_s": round(spent, 1),
                **({"costed_from": f"{own[0]['date']} at {str(own[0].get('revision'))[:7]}"} if own else {}),
                "references": [f"{b['date']} {b['machine']}" for b in builds],
                "costs": {k: asdict(c) for k, c in costs.items()},
@@ -319,6 +342,8 @@ def said(plan: dict) -> str:
     if plan.get("kmeans_s"):
         text += (f", {sum(plan['kmeans_s'].values()) / 60:.0f} of them for k-means (C = "
                  f"{', '.join(f'{int(c):,}' for c in plan['kmeans_s'])}: neither shipped nor cached)")
+    if plan.get("spent_s", 0) >= 30:
+        text += f", {plan['spent_s'] / 60:.0f} of them already spent on its set-up"
     if not c["fits"]:
         text += " (over the budget: this is the smallest sample the book runs)"
     return text
