@@ -216,3 +216,23 @@ def test_tuned_margin_is_the_cheapest_within_tolerance_else_the_widest():
     assert tuned_margin(curve(fixed, (0.02, 0.50, 2.0), (0.20, 0.60, 5.0), (0.10, 0.55, 4.0))) == 0.20
     # the fixed head's own row is never a candidate, however cheap it is
     assert tuned_margin(curve((None, 0.90, 1.0), (0.05, 0.90, 4.0))) == 0.05
+
+
+def test_the_frequency_head_s_counts_are_kept_under_their_prompts_texts(monkeypatch, tmp_path):
+    """The counts are cached per configuration; an edited calibration prompt (same file, same ids) is a new key,
+    so the head is not built from counts of the old text."""
+    from types import SimpleNamespace
+
+    from thesis_studies.beyond import heads
+
+    monkeypatch.setattr(heads, "clustering_cache_root", lambda: tmp_path / "clusterings")
+    monkeypatch.setattr(heads, "count_tokens", lambda draft, prompts, *, cache, **kw: cache)
+
+    def cfg(text):
+        prompt = SimpleNamespace(question_id="q-1", text=text)
+        return SimpleNamespace(draft="d", prompt_file="p.jsonl", freq_calibration=1, freq_tokens_generated=16,
+                               check_prompts=lambda: [SimpleNamespace(question_id="m-1", text="x")],
+                               calibration_prompts=lambda: [prompt])
+
+    first, again, edited = (heads.token_counts(cfg(t), None) for t in ("Say hi.", "Say hi.", "Say hello."))
+    assert first == again and first != edited and first.parent == edited.parent == tmp_path / "token-counts"

@@ -381,3 +381,8 @@ def test_a_finished_document_is_saved_beside_an_out_file_that_appeared_meanwhile
     assert str(saved) in capsys.readouterr().err
     options.write_new(tmp_path / "new.json", {"x": 2})
     assert json.loads((tmp_path / "new.json").read_text()) == {"x": 2}
+    for i in range(3):  # within the same second: each document keeps a name of its own
+        options.write_new(path, {"ours": 2 + i})
+    assert out.read_text() == "theirs"
+    kept = sorted(json.loads(f.read_text())["ours"] for f in tmp_path.glob("doc-*.json"))
+    assert kept == [1, 2, 3, 4]  # nothing overwritten, whether or not a second ticked between them

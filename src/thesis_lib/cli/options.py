@@ -144,11 +144,18 @@ def new_out_path(args) -> Path | None:
 def write_new(path: Path | None, doc: dict) -> None:
     """Save ``doc`` to the new file ``path`` (checked by :func:`new_out_path` before the work); where something made
     that file meanwhile, to a new name beside it, said on stderr: a finished measurement is never lost."""
-    if path:
-        if path.exists():
-            path = path.with_name(f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
-            print(f"--out appeared while this ran; the document goes to {path} instead", file=sys.stderr)
-        write_json(path, doc)
+    if not path:
+        return
+    stamp, n, asked = time.strftime("%Y%m%d-%H%M%S"), 0, path
+    while True:
+        try:
+            write_json(path, doc, replace=False)
+            break
+        except FileExistsError:
+            n += 1
+            path = asked.with_name(f"{asked.stem}-{stamp}{f'-{n}' if n > 1 else ''}{asked.suffix}")
+    if path != asked:
+        print(f"--out appeared while this ran; the document goes to {path} instead", file=sys.stderr)
 
 
 def emit(doc: dict, text: str, path: Path | None) -> int:

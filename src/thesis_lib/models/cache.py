@@ -24,9 +24,11 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "thesis-companion"
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
+def write_atomic(path: str | Path, data: str | bytes, *, replace: bool = True) -> Path:
     """``data`` written to ``path`` whole or not at all: into a temporary file beside it, forced to disk, then
-    renamed over it, so a reader never sees half a file and a process killed midway leaves the old one."""
+    renamed over it, so a reader never sees half a file and a process killed midway leaves the old one. With
+    ``replace`` False the file is linked to ``path`` instead, which raises FileExistsError where ``path`` exists:
+    a file made there by someone else is never overwritten, however late it appeared."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
@@ -35,15 +37,15 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path) if replace else os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
-def write_json(path: str | Path, doc, indent: int = 1) -> Path:
+def write_json(path: str | Path, doc, indent: int = 1, *, replace: bool = True) -> Path:
     """A JSON document written by :func:`write_atomic`."""
-    return write_atomic(path, json.dumps(doc, indent=indent) + "\n")
+    return write_atomic(path, json.dumps(doc, indent=indent) + "\n", replace=replace)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 24) -> str:

@@ -48,9 +48,10 @@ def count_tokens(loaded, prompts, *, max_new_tokens: int = 48, cache: str | Path
 
 
 def token_counts(cfg, draft, *, progress: bool = True):
-    """The frequency head's token counts for this configuration (calibration prompts, cached)."""
+    """The frequency head's token counts for this configuration (calibration prompts, cached under their texts:
+    an edited prompt is counted again)."""
     key = json.dumps([cfg.draft, cfg.prompt_file, cfg.freq_calibration, cfg.freq_tokens_generated,
-                      [p.question_id for p in cfg.check_prompts()]])
+                      [p.question_id for p in cfg.check_prompts()], [p.text for p in cfg.calibration_prompts()]])
     cache = clustering_cache_root().parent / "token-counts" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     return count_tokens(draft, cfg.calibration_prompts(), max_new_tokens=cfg.freq_tokens_generated, cache=cache,
                         progress=progress)
