@@ -4,6 +4,7 @@ executor; and the small helpers that turn them into the library's objects."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -146,13 +147,12 @@ def write_new(path: Path | None, doc: dict) -> None:
     that file meanwhile, to a new name beside it, said on stderr: a finished measurement is never lost."""
     if not path:
         return
-    stamp, n, asked = time.strftime("%Y%m%d-%H%M%S"), 0, path
-    while True:
+    stamp, asked = time.strftime("%Y%m%d-%H%M%S"), path
+    for n in itertools.count(1):
         try:
             write_json(path, doc, replace=False)
             break
         except FileExistsError:
-            n += 1
             path = asked.with_name(f"{asked.stem}-{stamp}{f'-{n}' if n > 1 else ''}{asked.suffix}")
     if path != asked:
         print(f"--out appeared while this ran; the document goes to {path} instead", file=sys.stderr)
