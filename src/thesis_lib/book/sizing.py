@@ -1,8 +1,8 @@
 """The sample a book build can afford on this machine: the default set's sizes (``PER_CATEGORY``, ``MAX_NEW_TOKENS``,
 ``ITERATIONS``) may be ``auto``, and :func:`resolve` then costs samples from this machine's newest recorded build
-where the reference holds one (:func:`~.buildcosts.newest_of`), else times this machine's decoding steps and scales
-the reference builds' measured costs by them, and picks the largest sample whose predicted build time fits
-``BUDGET_MINUTES``.
+where the reference holds one (:func:`~.buildcosts.newest_of`), else times this machine's decoding steps
+(:mod:`.speed`) and scales the reference builds' measured costs by them, and picks the largest sample whose predicted
+build time fits ``BUDGET_MINUTES``.
 
 The cost model (:class:`Costs`, :func:`predict`), in seconds at a reference build's speed, for P prompts, T new
 tokens, I iterations and S sweep prompts: ``fixed + per_generation x P*I + per_token x P*T*I + other_per_token x
@@ -32,9 +32,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import os
-import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -44,6 +42,7 @@ from ..errors import ConfigError
 from ..models.cache import write_json
 from .buildcosts import Costs, build_costs, matching, model, newest_of
 from .params import ROOT, Params, load_parameters, selected_prompts, set_label
+from .speed import measure_speed
 
 AUTO = "auto"
 SIZED = ("PER_CATEGORY", "MAX_NEW_TOKENS", "ITERATIONS")
@@ -97,59 +96,6 @@ def choose(costs: Costs | dict[str, Costs], speed: float, budget_s: float, *, ca
     seconds = cost(pc, t, it)
     return {"per_category": pc, "max_new_tokens": t, "iterations": it, "predicted_s": round(seconds, 1),
             "fits": seconds <= budget_s}
-
-
-def _measure(p, reference_steps: dict[str, float]) -> dict[str, float]:
-    """The step times of :func:`measure_speed`, in this process."""
-    import torch
-
-    from ..bench.execute import component_costs
-    from ..bench.prompts import encode, load_prompts, prompt_text
-    from ..bench.protocol import available_cores
-    from ..bench.runner import Runner
-    from ..models import loading
-
-    torch.set_num_threads(available_cores())
-    target, draft = loading.load_pair(p.target, p.draft, device=p.device, draft_device=p.draft_device,
-                                      dtype=p.dtype, progress=False, draft_dtype=p.draft_dtype)
-    runner = Runner(target, draft, k=p.k, max_new_tokens=12)
-    pool = {q.question_id: q for q in load_prompts(p.prompt_file)}
-    here: dict[str, float] = {}
-    for _ in range(2):
-        for qid in reference_steps:
-            ids = encode(target.tokenizer, prompt_text(pool[qid], "first"), chat=True, thinking=p.thinking)
-            runner.run("baseline", ids)
-            c = component_costs(runner, ids, reps=7)
-            here[qid] = min(here.get(qid, math.inf), c["target_step_s"] + c["draft_step_s"])
-    return here
-
-
-def measure_speed(p, reference_steps: dict[str, float]) -> dict:
-    """This machine's step time against the reference's, timed in a child process (the pair's memory goes with
-    it): the pair loaded as the book loads it, then, twice over the reference's prompts, a short generation and one
-    target step and one draft step timed (median of seven) at the prompt's context, as the runs time them; a
-    prompt's time is the faster of its two passes (the first also warms up). Returns the seconds per prompt and
-    ``speed``, the median of the per-prompt ratios (above 1: slower than the reference)."""
-    import subprocess
-    import time
-
-    from ..bench.prompts import load_prompts
-    from ..progress import heartbeat
-
-    pool = {q.question_id for q in load_prompts(p.prompt_file)}
-    missing = [q for q in reference_steps if q not in pool]
-    if missing:
-        raise ConfigError(f"The cost reference's prompts {', '.join(missing)} are not in {p.prompt_file!r}.")
-    t0 = time.perf_counter()
-    arg = json.dumps({"params": p.values(), "reference": reference_steps})
-    with heartbeat("timing this machine's steps"):  # about a minute, without a bar
-        proc = subprocess.run([sys.executable, "-m", "thesis_lib.book.sizing", arg], stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise ConfigError(f"Timing this machine's steps failed (exit {proc.returncode}); see the messages above.")
-    here = json.loads(proc.stdout.strip().splitlines()[-1])
-    ratios = [here[q] / reference_steps[q] for q in reference_steps]
-    return {"step_by_prompt_s": {q: round(v, 5) for q, v in here.items()}, "speed": statistics.median(ratios),
-            "measure_s": round(time.perf_counter() - t0, 1)}
 
 
 def kmeans_to_run(values: dict, draft_precision: str) -> dict[int, float]:
@@ -388,12 +334,6 @@ def page_said(p) -> str:
     n = len(selected_prompts(p))
     return (f"{n} prompts x {p.max_new_tokens} new tokens x {p.iterations} iteration{'s' if p.iterations > 1 else ''}, "
             "as the parameter set fixes them")
-
-
-if __name__ == "__main__":  # measure_speed's child: the step times as one JSON line
-
-    _arg = json.loads(sys.argv[1])
-    print(json.dumps(_measure(Params.from_namespace(_arg["params"]), _arg["reference"])))
 
 
 def values_of(set_name: str, overrides: dict | None = None, *, measure: bool = False, replan: bool = False,
