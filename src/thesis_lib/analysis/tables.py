@@ -259,12 +259,8 @@ def table_4_10(run) -> pd.DataFrame:
 def per_sample_speedups(run) -> dict[str, float]:
     """Tables 4.6 and 4.10's rows as medians of per-sample B/A ratios (robust to drift), keyed ``"<table>|<row>"``."""
     run = as_run(run)
-    out = {}
-    for table, pairs in COMPARISONS.items():
-        for label, a, b in pairs:
-            if run.of(a) and run.of(b):
-                out[f"{table}|{label}"] = quartiles3(per_sample_ratios(run, b, against=a))[1]
-    return out
+    return {f"{table}|{label}": quartiles3(per_sample_ratios(run, b, against=a))[1]
+            for table, pairs in COMPARISONS.items() for label, a, b in pairs if run.of(a) and run.of(b)}
 
 
 def table_4_11(run) -> pd.DataFrame:
@@ -290,12 +286,10 @@ def flash_vs_dense_quartiles(run, schedule: str = "deferred") -> tuple[float, fl
 def embedl_table(doc: dict) -> pd.DataFrame:
     """This library's FlashHead beside Embedl's on the same assets and states: latency and agreement."""
     lat = doc["latency"]
-    rows = []
-    for name, label in (("ours", "this library's FlashHead"), ("embedl", "Embedl's FlashHead (flash-head "
-                                                                          f"{doc['version']})")):
-        rows.append({"Head": label, "Median (ms)": lat[name]["p50_ms"], "Mean (ms)": lat[name]["mean_ms"],
-                     "P95 (ms)": lat[name]["p95_ms"], "States": doc["states"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"Head": label, "Median (ms)": lat[name]["p50_ms"], "Mean (ms)": lat[name]["mean_ms"],
+                          "P95 (ms)": lat[name]["p95_ms"], "States": doc["states"]}
+                         for name, label in (("ours", "this library's FlashHead"),
+                                             ("embedl", f"Embedl's FlashHead (flash-head {doc['version']})"))])
 
 
 def embedl_verdict(doc: dict) -> str:

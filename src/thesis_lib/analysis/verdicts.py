@@ -181,10 +181,8 @@ def rq_proposal(head_speedup: float, step_speedup: float, draft_ms_dense: float,
     not told apart; and where the gain is largest."""
     levels = {"the head": (head_speedup, head_lo, head_hi), "a whole draft step": (step_speedup, step_lo, step_hi),
               "the draft path per decoded token": (draft_ms_dense / draft_ms_flash, path_lo, path_hi)}
-    state = {}
-    for name, (x, lo, hi) in levels.items():
-        lo, hi = _or_point(lo, hi, x)
-        state[name] = uncertainty.reads(lo, hi, "lower", "not", "unknown", closed="below")
+    state = {name: uncertainty.reads(*_or_point(lo, hi, x), "lower", "not", "unknown", closed="below")
+             for name, (x, lo, hi) in levels.items()}
     rest = [n for n in levels if n != "the head"]
     unknown = [n for n in rest if state[n] == "unknown"]
     if state["the head"] == "not":
@@ -216,10 +214,9 @@ def rq_ranking(**bounds: float) -> str:
     said = [f"{word} {' and '.join(modes)}" for word, modes in (
         ("faster than target-only decoding:", groups["faster"]), ("slower than it:", groups["slower"]),
         ("not told apart from it at this sample size:", groups["not told apart"])) if modes]
-    fd = []
-    for key, schedule in (("ord_flash_vs_dense", "the ordinary schedule"), ("def_flash_vs_dense", "deferred verification")):
-        lo, hi = bounds[f"{key}_lo"], bounds[f"{key}_hi"]
-        fd.append(f"{uncertainty.reads(lo, hi, 'faster', 'slower', 'not told apart')} under {schedule}")
+    fd = [f"{uncertainty.reads(bounds[key + '_lo'], bounds[key + '_hi'], 'faster', 'slower', 'not told apart')} under "
+          f"{schedule}" for key, schedule in (("ord_flash_vs_dense", "the ordinary schedule"),
+                                              ("def_flash_vs_dense", "deferred verification"))]
     said = "; ".join(said)
     return said[:1].upper() + said[1:] + "; FlashHead against the dense draft: " + ", ".join(fd)
 

@@ -36,7 +36,8 @@ def _counters() -> tuple[float, float] | None:
     return (user + nice + system + irq + softirq) / hz, steal / hz
 
 
-def _cpus() -> int:
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity), torch's default thread count for a run."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -55,7 +56,7 @@ class Watch:
     def __exit__(self, *exc) -> None:
         wall = time.perf_counter() - self._t0
         own = time.process_time() - self._own0
-        machine, cpus = _counters(), _cpus()
+        machine, cpus = _counters(), available_cores()
         rec = {"wall_s": wall, "own_cpu_s": own, "cpus": cpus}
         if machine is not None and self._machine0 is not None and wall > 0:
             busy, steal = (b - a for a, b in zip(self._machine0, machine))

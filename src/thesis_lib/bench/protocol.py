@@ -32,7 +32,7 @@ from ..heads.clustering import check_cluster_count, default_clusters
 from ..heads.flashhead import check_probes, default_probes
 from ..models import embedl, loading, specs
 from .drafts import flash_body, flash_head, flash_info, study_heads
-from .disturbance import Watch, judge
+from .disturbance import Watch, available_cores, judge
 from .environment import environment
 from .execute import execute
 from .metrics import summarize
@@ -221,16 +221,6 @@ LATER_FIELDS = ("k_max", "adaptive_margin", "adaptive_min_probes", "adaptive_max
 RETIRED_FIELDS = {"outliers": 0.0, "split_threads": False}
 #: Retired parameters that named runs (outside LATER_FIELDS): the identity keeps them at their value.
 RETIRED_IDENTITY = {"outliers": 0.0}
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity), torch's default thread count for a run."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def check_flash(cfg) -> None:

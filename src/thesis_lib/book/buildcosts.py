@@ -181,9 +181,7 @@ def model(builds: list[dict]) -> dict[str, Costs]:
     if not builds or not all("notebooks" in b for b in builds):
         return {"build": fit(builds)}
     names = [n for n in builds[0]["notebooks"] if all(n in b["notebooks"] for b in builds)]
-    out = {}
-    for name in names:
-        out[name] = fit([{**b, "parts_s": b["notebooks"][name]["parts_s"]} for b in builds])
+    out = {name: fit([{**b, "parts_s": b["notebooks"][name]["parts_s"]} for b in builds]) for name in names}
     outside = [{**b, "parts_s": {**dict.fromkeys(RUN_PARTS, 0.0), "other": b["total_s"] - b["measure_s"] - sum(
         b["notebooks"][n]["seconds"] for n in names)}} for b in builds]
     out[OUTSIDE] = fit(outside)

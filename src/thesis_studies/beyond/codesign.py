@@ -65,11 +65,8 @@ def predict(alpha: float, head_ms_: float, costs: dict, *, deferred: bool = True
 
 def pareto(rows: Sequence[dict], *, cost: str = "head_ms", gain: str = "tokens_per_s") -> list[dict]:
     """The rows that no other row beats on both ``cost`` (lower is better) and ``gain`` (higher is better)."""
-    front = []
-    for r in rows:
-        if not any(o[cost] <= r[cost] and o[gain] >= r[gain] and (o[cost] < r[cost] or o[gain] > r[gain])
-                   for o in rows):
-            front.append(r)
+    front = [r for r in rows if not any(o[cost] <= r[cost] and o[gain] >= r[gain]
+                                        and (o[cost] < r[cost] or o[gain] > r[gain]) for o in rows)]
     return sorted(front, key=lambda r: r[cost])
 
 

@@ -24,9 +24,7 @@ def tuned_margin(curve: dict) -> float:
     """The margin with the fewest mean probes whose agreement is within MARGIN_TOLERANCE of the fixed default."""
     fixed = curve["rows"][0]
     ok = [r for r in curve["rows"][1:] if r["agreement"] >= fixed["agreement"] - MARGIN_TOLERANCE]
-    if not ok:
-        return max(r["margin"] for r in curve["rows"][1:])
-    return min(ok, key=lambda r: r["mean_probes"])["margin"]
+    return min(ok, key=lambda r: r["mean_probes"])["margin"] if ok else max(r["margin"] for r in curve["rows"][1:])
 
 
 def best_codesign(doc: dict) -> dict:
@@ -80,8 +78,7 @@ def walk_check(sim: dict, look: dict, run, stop_below: float):
     policies = {"flash_deferred": (la.fixed_policy(run.config["k"]), False),
                 "flash_deferred_sk": (la.threshold_policy(stop_below, cap), False),
                 "hybrid_deferred_sk": (la.threshold_policy(stop_below, cap), True)}
-    verify = sim["verify_ms"]
-    modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=verify, lookup=lk,
+    modelled = {m: la.simulate(look["rows"], pol, step_ms=sim["step_ms"], verify_ms=sim["verify_ms"], lookup=lk,
                                max_new_tokens=run.config["max_new_tokens"]) for m, (pol, lk) in policies.items()}
     pooled = column(mode_table(run), "Speedup (pooled)")
     rows = []
@@ -112,11 +109,8 @@ def best_mode(table, modes) -> str:
 def walk_parted(table) -> dict[str, int]:
     """:func:`walk_check`'s mode count and largest model-run gap in rounds, drafted and accepted tokens (0: equal)."""
     cols = {"rounds": "Rounds (model / run)", "drafted": "Drafted (model / run)", "accepted": "Accepted (model / run)"}
-    out = {"modes": len(table)}
-    for key, col in cols.items():
-        gaps = [abs(int(a) - int(b)) for a, b in (v.split(" / ") for v in table[col])]
-        out[key] = max(gaps, default=0)
-    return out
+    gaps = {key: [abs(int(a) - int(b)) for a, b in (v.split(" / ") for v in table[col])] for key, col in cols.items()}
+    return {"modes": len(table), **{key: max(g, default=0) for key, g in gaps.items()}}
 
 
 def _phase(records, name: str) -> float:
@@ -128,15 +122,13 @@ def per_category_speedups(runs: dict[str, object], mode_of: dict[str, str]) -> "
     """Pooled decode speedup over the run's baseline per prompt category and "all"; a row per labelled (run, mode)."""
     rows = []
     for label, run in runs.items():
-        mode = mode_of[label]
-        recs = run.of(mode)
+        recs = run.of(mode_of[label])
         base = {(r["iteration"], r["question_id"]): r for r in run.of("baseline")}
         row = {"Setting": label}
         for cat in sorted({r["category"] for r in recs}) + ["all"]:
             rs = [r for r in recs if cat == "all" or r["category"] == cat]
             bs = [base[(r["iteration"], r["question_id"])] for r in rs]
-            t = totals(rs)["decode_tokens_per_s"]
-            b = totals(bs)["decode_tokens_per_s"]
+            t, b = totals(rs)["decode_tokens_per_s"], totals(bs)["decode_tokens_per_s"]
             row[cat] = t / b if t and b else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -163,21 +155,19 @@ def mode_table(run, modes=None):
         rs = run.of(m)
         base_mode = parse(m).baseline
         base = {(r["iteration"], r["question_id"]): r for r in run.of(base_mode)}
-        t = totals(rs)
-        b = totals([base[(r["iteration"], r["question_id"])] for r in rs])
+        t, b = totals(rs), totals([base[(r["iteration"], r["question_id"])] for r in rs])
         per = [r["decode_tokens_per_s"] / base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"] for r in rs
                if r["decode_tokens_per_s"] and base[(r["iteration"], r["question_id"])]["decode_tokens_per_s"]]
         drafted = [d for r in rs for d in r.get("drafted_per_round", [])]
         lookups = [r.get("lookup_rounds", r.get("lookup_matched")) for r in rs]  # hybrid / prompt lookup only
-        row = {"Mode": LABELS.get(m, m), "Decode Tok/s": t["decode_tokens_per_s"],
-               "Speedup (pooled)": t["decode_tokens_per_s"] / b["decode_tokens_per_s"] if m != base_mode else 1.0,
-               "Speedup (median per sample)": median(per) if m != base_mode else 1.0,
-               **_interval_columns(run, m, base_mode),
-               "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
-               "Mean K": statistics.fmean(drafted) if drafted else None,
-               "Mean probes": median(r.get("mean_probes") for r in rs),
-               "Lookup rounds": sum(lookups) / sum(r["rounds"] for r in rs) if None not in lookups else None}
-        rows.append(row)
+        rows.append({"Mode": LABELS.get(m, m), "Decode Tok/s": t["decode_tokens_per_s"],
+                     "Speedup (pooled)": t["decode_tokens_per_s"] / b["decode_tokens_per_s"] if m != base_mode else 1.0,
+                     "Speedup (median per sample)": median(per) if m != base_mode else 1.0,
+                     **_interval_columns(run, m, base_mode),
+                     "Acceptance": t["acceptance"], "Mean emitted": t["mean_emitted"],
+                     "Mean K": statistics.fmean(drafted) if drafted else None,
+                     "Mean probes": median(r.get("mean_probes") for r in rs),
+                     "Lookup rounds": sum(lookups) / sum(r["rounds"] for r in rs) if None not in lookups else None})
     return pd.DataFrame(rows)
 
 
@@ -193,9 +183,8 @@ def best_fixed_k(sweep: dict, run, mode: str = "flash_deferred") -> tuple[dict, 
     """Per category, the fixed K with ``mode``'s best pooled speedup: ({category: K}, {category: speedup})."""
     runs = {**sweep, run.config["k"]: run}
     table = per_category_speedups(runs, {k: mode for k in runs}).set_index("Setting")
-    best_k = {c: int(table[c].astype(float).idxmax()) for c in table.columns}
-    best = {c: float(table[c].max()) for c in table.columns}
-    return best_k, best
+    return ({c: int(table[c].astype(float).idxmax()) for c in table.columns},
+            {c: float(table[c].max()) for c in table.columns})
 
 
 def _warp(sampler: dict) -> str:

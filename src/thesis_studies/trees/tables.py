@@ -29,28 +29,20 @@ def _run(doc: dict) -> Run:
 def rank_rows(doc: dict, depths: int = 4) -> pd.DataFrame:
     """Per draft and depth: the probability that the target's token is the draft's rank-r candidate, given the depths
     before were covered (ranks 0, 1, 2 and 3-7 together), what no kept candidate covers, and the starts counted."""
-    rows = []
-    for name, d in doc["calibration"]["drafts"].items():
-        for depth, (row, n) in enumerate(zip(d["table"][:depths], d["trials"]), 1):
-            rows.append({"draft": name, "depth": depth, "rank 0": row[0], "rank 1": row[1], "rank 2": row[2],
-                         "ranks 3-7": sum(row[3:]), "not among 8": 1 - sum(row), "starts": n})
-    return pd.DataFrame(rows)
-
-
-def _ms(x: float) -> float:
-    return 1000 * x
+    return pd.DataFrame([{"draft": name, "depth": depth, "rank 0": row[0], "rank 1": row[1], "rank 2": row[2],
+                          "ranks 3-7": sum(row[3:]), "not among 8": 1 - sum(row), "starts": n}
+                         for name, d in doc["calibration"]["drafts"].items()
+                         for depth, (row, n) in enumerate(zip(d["table"][:depths], d["trials"]), 1)])
 
 
 def search_rows(doc: dict) -> pd.DataFrame:
     """Per draft: the model's best chain, beam and grown tree (nodes, depth, widths, expected tokens per round,
     seconds per round, modelled speedup over target-only)."""
-    rows = []
-    for name, d in doc["calibration"]["drafts"].items():
-        for kind, r in d["search"]["best"].items():
-            rows.append({"draft": name, "kind": kind, "shape": r["label"], "nodes": r["nodes"], "depth": r["depth"],
-                         "widths": " ".join(map(str, r["widths"])), "tokens per round (model)": r["expected_emitted"],
-                         "round ms (model)": _ms(r["round_s"]), "speedup (model)": r["speedup"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"draft": name, "kind": kind, "shape": r["label"], "nodes": r["nodes"], "depth": r["depth"],
+                          "widths": " ".join(map(str, r["widths"])), "tokens per round (model)": r["expected_emitted"],
+                          "round ms (model)": 1000 * r["round_s"], "speedup (model)": r["speedup"]}
+                         for name, d in doc["calibration"]["drafts"].items()
+                         for kind, r in d["search"]["best"].items()])
 
 
 def shape_rows(doc: dict) -> pd.DataFrame:
@@ -301,8 +293,7 @@ def glue_values(doc: dict, gpu_doc: dict | None) -> dict:
     out["threshold"] = ("adapting as it goes (scikit-learn installed)" if adapts and all(adapts)
                         else "fixed at its default (scikit-learn absent, so transformers does not adapt it)")
     out["peer_k"] = doc["peer_k"]
-    gpu = gpu_prediction(doc, gpu_doc)
-    nan = float("nan")
+    gpu, nan = gpu_prediction(doc, gpu_doc), float("nan")
     out.update(gpu_tree_speedup=gpu["grown"]["speedup"] if gpu else nan,
                gpu_chain_speedup=gpu["chain"]["speedup"] if gpu else nan,
                gpu_tree_nodes=gpu["grown"]["nodes"] if gpu else 0, gpu_chain_k=gpu["chain"]["depth"] if gpu else 0,
