@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from thesis_lib import cli
 from thesis_lib.cli import options
+from thesis_lib.errors import ConfigError
 from thesis_lib.models import tiny
 from thesis_lib.models import weight_only as wo
 
@@ -386,3 +388,22 @@ def test_a_finished_document_is_saved_beside_an_out_file_that_appeared_meanwhile
     assert out.read_text() == "theirs"
     kept = sorted(json.loads(f.read_text())["ours"] for f in tmp_path.glob("doc-*.json"))
     assert kept == [1, 2, 3, 4]  # nothing overwritten, whether or not a second ticked between them
+
+
+def test_a_document_is_saved_without_hard_links_and_never_into_a_file(tmp_path, monkeypatch):
+    """Where the file system has no hard links the name is reserved first (a file there still wins); an --out
+    inside a file instead of a folder is refused before the work."""
+    import errno
+    from types import SimpleNamespace
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "no hard links here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    for i in range(2):
+        options.write_new(tmp_path / "doc.json", {"n": i})
+    assert json.loads((tmp_path / "doc.json").read_text()) == {"n": 0}
+    assert [json.loads(f.read_text()) for f in tmp_path.glob("doc-*.json")] == [{"n": 1}]
+    assert not list(tmp_path.glob(".*partial"))
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        options.new_out_path(SimpleNamespace(out=str(tmp_path / "doc.json" / "x.json")))

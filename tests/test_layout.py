@@ -18,7 +18,7 @@ PACKAGES = ("thesis_lib", "thesis_studies")
 LAYERS = ("errors", "progress", "extensions", "models", "heads", "decoding", "bench", "analysis", "sweep", "book", "cli",
           "studies")
 #: Code lines (no blank line, comment or docstring: :func:`code_lines`) the core may hold, and core and studies together.
-CORE_BUDGET, TOTAL_BUDGET = 10_000, 15_485
+CORE_BUDGET, TOTAL_BUDGET = 10_000, 15_484
 #: Modules allowed past MAX_LINES, each one idea (none today).
 LONG_MODULES: dict[str, str] = {}
 MAX_LINES = 400

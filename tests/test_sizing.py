@@ -19,6 +19,7 @@ def _a_machine_the_reference_does_not_know(monkeypatch):
     """Plans are made as on a CPU none of the reference's builds ran on (whatever CPU runs the tests)."""
     monkeypatch.setattr(sizing, "machine", lambda: "a test CPU, 2 cores, no native bf16")
     monkeypatch.setattr(sizing, "kmeans_to_run", lambda values, draft_precision: {})  # every clustering at hand
+    monkeypatch.delenv(sizing.STARTED_ENV, raising=False)  # no build's set-up counted unless a test says so
 
 
 def test_the_choice_takes_prompts_before_tokens_and_tokens_before_iterations():
@@ -393,7 +394,6 @@ def test_the_plan_counts_what_the_build_spent_before_it(tmp_path, monkeypatch):
     monkeypatch.setattr(sizing, "measure_speed", lambda p, steps: timed.append(1) or {
         "speed": 1.0, "step_by_prompt_s": dict(steps), "measure_s": 0.0})
     monkeypatch.setattr(sizing, "precision", lambda values: "bfloat16/bfloat16")
-    monkeypatch.delenv(sizing.STARTED_ENV, raising=False)
     fresh = sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="warm"), progress=False)
     monkeypatch.setenv(sizing.STARTED_ENV, str(time.time() - 1800))
     late = sizing.resolve(_values(tmp_path, BUDGET_MINUTES=120, SET_NAME="cold"), progress=False)

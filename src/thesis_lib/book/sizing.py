@@ -282,7 +282,7 @@ def said(plan: dict) -> str:
     if plan.get("kmeans_s"):
         text += (f", {sum(plan['kmeans_s'].values()) / 60:.0f} of them for k-means (C = "
                  f"{', '.join(f'{int(c):,}' for c in plan['kmeans_s'])}: neither shipped nor cached)")
-    if plan.get("spent_s", 0) >= 30:
+    if plan.get("spent_s", 0) >= 60:
         text += f", {plan['spent_s'] / 60:.0f} of them already spent on its set-up"
     if not c["fits"]:
         text += " (over the budget: this is the smallest sample the book runs)"

@@ -139,6 +139,8 @@ def new_out_path(args) -> Path | None:
     path = Path(args.out) if args.out else None
     if path and path.exists():
         raise ConfigError(f"{path} exists; choose another --out (results are never overwritten).")
+    if path and path.parent.exists() and not path.parent.is_dir():
+        raise ConfigError(f"{path.parent} is a file, not a folder; choose another --out.")
     return path
 
 
@@ -148,6 +150,7 @@ def write_new(path: Path | None, doc: dict) -> None:
     if not path:
         return
     stamp, asked = time.strftime("%Y%m%d-%H%M%S"), path
+    path.parent.mkdir(parents=True, exist_ok=True)  # here, once: in the loop a file existing is a name taken
     for n in itertools.count(1):
         try:
             write_json(path, doc, replace=False)
@@ -159,10 +162,11 @@ def write_new(path: Path | None, doc: dict) -> None:
 
 
 def emit(doc: dict, text: str, path: Path | None) -> int:
-    """Print a measurement's table, save its document to the new file ``path``, print the document as the last line."""
+    """Print a measurement's table and its document (the last line, printed before a save that could fail), save it
+    to the new file ``path``."""
     print(text)
+    print(json.dumps(doc), flush=True)
     write_new(path, doc)
-    print(json.dumps(doc))
     return 0
 
 

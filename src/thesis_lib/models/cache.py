@@ -37,7 +37,16 @@ def write_atomic(path: str | Path, data: str | bytes, *, replace: bool = True) -
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path) if replace else os.link(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise
+            except OSError:  # a file system without hard links: the name reserved first, then the file renamed onto it
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
