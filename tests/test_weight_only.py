@@ -125,6 +125,12 @@ def test_int4_rounds_each_block_of_a_row_by_its_own_magnitude():
     assert torch.equal(wo.unpack(packed, 42, 96, ws, "int4-dynamic"), deq[:42])
     layer = wo.WeightOnlyLinear(torch.nn.Linear(96, 64), "int4-dynamic")
     assert layer.weight_bytes() == 64 * 96 // 2 + 64 * 3 * 2
+    # a block of subnormal weights: its scale, rounded to bfloat16 far coarser than 2^-8, leaves a weight about ten
+    # levels out; the levels still stay in -7..7 (the layout stores level + 8 in a nibble from 1 to 15)
+    tiny = torch.zeros(1, 32)
+    tiny[0, 0], tiny[0, 1] = -9e-40, 9e-40
+    q, scale = wo.quantize_int4(tiny)
+    assert float(tiny[0, 0] / scale.float()[0, 0]) < -8.5 and q.min() == -7 and q.max() == 7
 
 
 def test_int8_dynamic_rounds_each_block_by_its_own_magnitude():
