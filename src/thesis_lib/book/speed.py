@@ -19,7 +19,7 @@ def _measure(p, reference_steps: dict[str, float]) -> dict[str, float]:
 
     from ..bench.execute import component_costs
     from ..bench.prompts import encode, load_prompts, prompt_text
-    from ..bench.protocol import available_cores
+    from ..bench.disturbance import available_cores
     from ..bench.runner import Runner
     from ..models import loading
 

@@ -13,7 +13,7 @@ from thesis_lib.errors import ConfigError
 def cmd_sampling_check(args) -> int:
     from thesis_studies.sampling import distcheck
     from thesis_lib.bench.environment import provenance
-    from thesis_lib.bench.protocol import available_cores
+    from thesis_lib.bench.disturbance import available_cores
 
     if not 0 < args.delta < 1 or not 0 < args.alpha < 1 or not 0 < args.power < 1:
         raise ConfigError("--delta, --alpha and --power must lie strictly between 0 and 1.")

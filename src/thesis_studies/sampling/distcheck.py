@@ -223,7 +223,7 @@ def draw_sequences(pair, draws: int, *, seed: int, case: int = 0, draft_kind: st
                    progress: bool = False) -> tuple[list, int, int]:
     """``(sequences, accepted, drafted)`` of ``draws`` draws, in seeded :data:`CHUNK` chunks over ``workers`` processes
     (default one per core; in-process where spawning can't)."""
-    from thesis_lib.bench.protocol import available_cores
+    from thesis_lib.bench.disturbance import available_cores
     from thesis_lib.progress import tqdm
 
     counts = [min(CHUNK, draws - i) for i in range(0, draws, CHUNK)]
