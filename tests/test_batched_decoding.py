@@ -132,6 +132,29 @@ def test_a_ragged_forward_writes_each_row_at_its_own_length():
         cache.feed([7], 7, "cpu")
 
 
+def test_a_ragged_cache_holds_up_to_its_capacity_and_crops_within_each_row():
+    """Rows of 3 and 1 positions fit a capacity of 3 exactly (a row's own keys and values copied, the rest zero)
+    and not a capacity of 2; a crop removes from 0 up to a row's whole length, never more and never a negative
+    count (each refusal names the counts and the lengths)."""
+    from transformers import DynamicCache
+
+    caches = []
+    for n in (3, 1):
+        c = DynamicCache()
+        c.update(torch.full((1, 1, n, 2), float(n)), torch.full((1, 1, n, 2), -float(n)), 0)
+        caches.append(c)
+    with pytest.raises(ValueError, match=r"^a row holds 3 positions; capacity 2$"):
+        RaggedCache.from_rows(caches, capacity=2)
+    cache = RaggedCache.from_rows(caches, capacity=3)
+    k, v = cache.layers[0]
+    assert k[:, 0, :, 0].tolist() == [[3, 3, 3], [1, 0, 0]] and v[:, 0, :, 1].tolist() == [[-3, -3, -3], [-1, 0, 0]]
+    for bad in ([4, 0], [0, 2], [-1, 0]):
+        with pytest.raises(ValueError, match=rf"^cannot remove \[{bad[0]}, {bad[1]}\] of \[3, 1\] cached positions$"):
+            cache.crop(bad)
+    cache.crop([3, 1])
+    assert cache.lengths == [0, 0]
+
+
 def test_bad_requests_are_refused_before_any_model_runs(pair):
     class Untouchable:
         device = torch.device("cpu")

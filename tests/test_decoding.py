@@ -315,8 +315,13 @@ def test_ngram_drafter_proposes_what_followed_the_latest_match():
     assert d.propose(2) == [3, 3] and d.matched == 1 and d.rounds == 2  # no match: padded with the last token
     d.begin([4, 1, 4])
     assert d.propose(4) == [1, 4, 4, 4]  # the match runs out after two tokens
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^need 1 <= min_ngram <= max_ngram, got 2, 1$"):
         NgramDrafter(max_ngram=1, min_ngram=2)
+    with pytest.raises(ValueError, match=r"got 0, 3$"):
+        NgramDrafter(max_ngram=3, min_ngram=0)
+    one = NgramDrafter(max_ngram=1, min_ngram=1)  # the smallest lookup: the last token alone
+    one.begin([4, 7, 9, 4])
+    assert one.propose(2) == [7, 9]
 
 
 @HYP
@@ -441,6 +446,20 @@ def test_policies_by_name_and_their_errors():
         policies.make_policy("cost", 3)
     with pytest.raises(ConfigError, match="Unknown K policy 'eager'"):
         policies.make_policy("eager", 3)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.0, "2", None])
+def test_a_policy_refuses_a_k_that_is_not_a_whole_number_of_at_least_one(k):
+    """K = 1 is the smallest block each policy takes; 0, a negative, a float and a string are refused by name."""
+    from thesis_studies.beyond import policies
+
+    assert policies.FixedK(1).first() == 1 and policies.HeuristicK(1, k_max=1).first() == 1
+    with pytest.raises(ConfigError, match=r"K=3, k_max=2"):
+        policies.HeuristicK(3, k_max=2)
+    with pytest.raises(ConfigError, match=r"^K must be an integer >= 1, got "):
+        policies.FixedK(k)
+    with pytest.raises(ConfigError, match=r"^need 1 <= K <= k_max, got K="):
+        policies.HeuristicK(k, k_max=16)
 
 
 def test_a_one_token_context_has_nothing_to_prefill(tiny_models):

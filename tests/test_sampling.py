@@ -224,3 +224,22 @@ def test_each_sampling_mode_runs_the_loop_draft_and_warp_it_names(pair, tok):
         runner.run("sample_shared", PROMPT)
     with pytest.raises(ConfigError, match="mode sample_flash needs a FlashHead head"):
         Runner(t, d, k=3, max_new_tokens=8, sampler=argmax).run("sample_flash", PROMPT)
+
+
+def test_the_sampler_takes_the_edges_of_its_ranges_and_refuses_past_them():
+    """top_k = 1 and top_p = 1 are settings (the greedy token only; the whole distribution); temperature must be a
+    finite number above 0, top_k a whole number of at least one, top_p in (0, 1]: each refused by its name."""
+    logits = torch.tensor([3.0, 2.0, 1.0])
+    assert sampling.Sampler(1.0, top_k=1).check().probs(logits).tolist() == [1.0, 0.0, 0.0]
+    assert torch.allclose(sampling.Sampler(1.0, top_p=1).check().probs(logits), torch.softmax(logits.double(), -1))
+    assert sampling.Sampler(0.01).check().temperature == 0.01
+    for bad, message in ((dict(temperature=float("inf")), r"^temperature must be a finite number > 0"),
+                         (dict(temperature=-1.0), r"^temperature must be a finite number > 0.*got -1\.0"),
+                         (dict(temperature="1"), r"^temperature must be"),
+                         (dict(top_k=0), r"^top_k must be an integer >= 1 or None, got 0\.$"),
+                         (dict(top_k=2.0), r"^top_k must be an integer >= 1 or None, got 2\.0\.$"),
+                         (dict(top_p=1.01), r"^top_p must be in \(0, 1\] or None, got 1\.01\.$"),
+                         (dict(top_p=0.0), r"^top_p must be in \(0, 1\] or None, got 0\.0\.$"),
+                         (dict(top_p="0.5"), r"^top_p must be in")):
+        with pytest.raises(ConfigError, match=message):
+            sampling.Sampler(**bad).check()

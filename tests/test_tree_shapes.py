@@ -186,3 +186,40 @@ def test_a_node_whose_parent_is_missing_is_refused_at_any_depth():
     with pytest.raises(ConfigError, match="parent"):
         TreeShape(((0,), (0, 0, 0)))
     assert TreeShape(((0,), (0, 0), (0, 0, 0))).size == 3
+
+
+def test_each_constructor_takes_its_smallest_size_and_refuses_the_one_below():
+    """One node, a chain of one, a beam one deep and one wide, a table one deep with one rank: accepted, with the
+    shapes they name; one less (or a width of 0) is refused with a message naming the size."""
+    table = [[0.6, 0.3]] * 3
+    assert TreeShape.chain(1).paths == ((0,),) and TreeShape.beam(1, 1).paths == ((0,),)
+    assert TreeShape.grown(1, table, max_rank=2).paths == ((0,),)
+    assert rank_table([[0, 0]], depth=1, kept=1) == ([[1.0]], [2])
+    for make, message in ((lambda: TreeShape.chain(0), r"^a chain needs K >= 1, got 0\.$"),
+                          (lambda: TreeShape.beam(0, 2), r"^a tree needs depth >= 1 and width >= 1, got 0, 2\.$"),
+                          (lambda: TreeShape.beam(2, 0), r"^a tree needs depth >= 1 and width >= 1, got 2, 0\.$"),
+                          (lambda: TreeShape.grown(0, table), r"^a tree needs at least one node, got 0\.$"),
+                          (lambda: TreeShape(()), r"^A token tree needs at least one node\.$"),
+                          (lambda: rank_table([[0]], depth=0, kept=1), r"^need depth >= 1 and kept >= 1, got 0, 1\.$"),
+                          (lambda: rank_table([[0]], depth=1, kept=0), r"^need depth >= 1 and kept >= 1, got 1, 0\.$")):
+        with pytest.raises(ConfigError, match=message):
+            make()
+
+
+def test_a_cost_curve_is_read_only_where_it_was_measured():
+    """A shape whose verify needs a size the curve lacks is refused with the sizes measured, not extrapolated."""
+    with pytest.raises(ConfigError, match=r"^no cost measured for 5 tokens \(measured: 1\.\.4\)\.$"):
+        evaluate(TreeShape.chain(4), [[0.5]] * 4, {1: 0.1}, {n: 1.0 for n in range(1, 5)}, 1.0)
+    assert evaluate(TreeShape.chain(3), [[0.5]] * 4, {1: 0.1}, {n: 1.0 for n in range(1, 5)}, 1.0)["round_s"] == 1.3
+
+
+def test_a_tree_that_is_not_breadth_first_or_names_a_bad_rank_is_refused_by_name():
+    for bad, message in ((((0,), (0, 0), (1,)), r"^a tree's nodes are listed breadth first"),
+                         (((0,), (0,)), r"^tree node \(0,\) is listed twice\.$"),
+                         (((0,), (0, -1)), r"^tree node \(0, -1\): a rank path is a non-empty tuple of ranks >= 0\.$"),
+                         (((0,), ()), r"^tree node \(\): a rank path"),
+                         (((1, 0),), r"^tree node \(1, 0\) comes before \(or without\) its parent \(1,\)\.$")):
+        with pytest.raises(ConfigError, match=message):
+            TreeShape(bad)
+    with pytest.raises(ConfigError, match=r"^A tree shape is rank paths like '0 1 0\.0 0\.1' \(got '0 x'\)\.$"):
+        TreeShape.parse("0 x")
