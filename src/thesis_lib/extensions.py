@@ -1,6 +1,7 @@
 """Where studies plug into the core. A study package (this project's ``thesis_studies``, or any package that names a
 module in the entry-point group ``thesis_lib.studies``) imports the core and adds to the registries below; the core
-never imports a study by name, and reads these registries only after :func:`load` has imported every declared one.
+never imports a study by name. Reading a registry (``extensions.LOOPS``, ...) first imports every declared study
+(:func:`load`, once), so no caller has to remember to.
 
 - :data:`COMMANDS`: functions ``add_parsers(sub)`` that add commands under ``thesis-lib studies``;
 - :data:`MODEL_BENCH_PARTS`: parts of ``model-bench`` beyond the thesis' (``embedl``, ``batch``), each a
@@ -28,10 +29,6 @@ from typing import Callable
 
 GROUP = "thesis_lib.studies"
 
-COMMANDS: list[Callable] = []
-VERDICT_RULES: dict[str, dict] = {}
-BOOK_RUNS: list[Callable] = []
-
 
 @dataclass(frozen=True)
 class Part:
@@ -48,9 +45,6 @@ class Part:
     text: Callable[[dict], str] | None = None
 
 
-MODEL_BENCH_PARTS: dict[str, Part] = {}
-DRAFT_HEADS: dict[str, Callable] = {}
-
 
 @dataclass(frozen=True)
 class KPolicy:
@@ -61,8 +55,6 @@ class KPolicy:
     make: Callable
     needs_costs: bool = False
 
-
-K_POLICIES: dict[str, KPolicy] = {}
 
 
 @dataclass(frozen=True)
@@ -79,9 +71,6 @@ class Modes:
     k_suffixes: tuple[tuple[str, str], ...] = ()
     shaped: tuple[str, ...] = ()
 
-
-MODES: list[Modes] = []
-DRAFTERS: list[Callable] = []
 
 
 @dataclass(frozen=True)
@@ -100,38 +89,53 @@ class Loop:
     options: Callable = lambda settings, modes: {}
 
 
-LOOPS: dict[str, Loop] = {}
-PARAMS: list[type] = []
+#: the registries of the module docstring, by name; read through the module's attributes (:func:`__getattr__`)
+_REGISTRIES: dict[str, list | dict] = {"COMMANDS": [], "VERDICT_RULES": {}, "BOOK_RUNS": [], "MODEL_BENCH_PARTS": {},
+                                       "DRAFT_HEADS": {}, "K_POLICIES": {}, "MODES": [], "DRAFTERS": [], "LOOPS": {},
+                                       "PARAMS": []}
+
+
+def __getattr__(name: str):
+    """``extensions.<REGISTRY>``: the registry, after every declared study has registered itself (:func:`load`)."""
+    if name not in _REGISTRIES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    load()
+    return _REGISTRIES[name]
 
 
 def parameters(block: type) -> type:
     """Register a study's book parameters: a dataclass whose fields are the lower-cased names of UPPER_CASE
     parameters, with their defaults, and an optional ``check()`` that raises a ``ConfigError`` on a bad value."""
-    PARAMS.append(block)
+    _REGISTRIES["PARAMS"].append(block)
     return block
 
 
-_loaded = False
+_state = "new"  # "loading" while the studies import (their own reads and additions then go straight through)
 
 
 def load() -> None:
-    """Import every study declared in the entry-point group (once); each registers itself on import."""
-    global _loaded
-    if _loaded:
+    """Import every study declared in the entry-point group (once); each registers itself on import. A study that
+    fails to import fails every read, not just the first."""
+    global _state
+    if _state != "new":
         return
-    for ep in entry_points(group=GROUP):  # a study that fails to import fails every call, not just the first
-        ep.load()
-    _loaded = True
+    _state = "loading"
+    try:
+        for ep in entry_points(group=GROUP):
+            ep.load()
+    except BaseException:
+        _state = "new"
+        raise
+    _state = "loaded"
 
 
 def add_rules(rules: dict[str, dict]) -> None:
     """A study's verdict rules, per notebook (as :data:`thesis_lib.analysis.verdicts.RULES`)."""
     for notebook, by_key in rules.items():
-        VERDICT_RULES.setdefault(notebook, {}).update(by_key)
+        _REGISTRIES["VERDICT_RULES"].setdefault(notebook, {}).update(by_key)
 
 
 def runner_options(settings, modes) -> dict:
     """Every study loop's runner keyword arguments from ``settings`` for the parsed ``modes`` (:attr:`Loop.options`),
     checked."""
-    load()
-    return {key: value for loop in LOOPS.values() for key, value in loop.options(settings, modes).items()}
+    return {key: value for loop in __getattr__("LOOPS").values() for key, value in loop.options(settings, modes).items()}

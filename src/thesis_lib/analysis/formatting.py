@@ -65,7 +65,6 @@ def model_bench_text(doc: dict) -> str:
             st = doc["step"]
             out(f"the dense head's share of the step: {100 * st['head_share_mean']:.1f} % (mean); a free head would "
                   f"give at most {st['head_only_ceiling_mean']:.3f}x (mean), {st['head_only_ceiling_p50']:.3f}x (P50)")
-    extensions.load()
     for name, part in extensions.MODEL_BENCH_PARTS.items():
         if name in doc and part.text is not None:
             out(part.text(doc[name]))

@@ -344,5 +344,4 @@ RULES = {
 
 def rules(notebook: str) -> dict:
     """Every rule of ``notebook``'s glued verdicts: the thesis' (:data:`RULES`) and the studies'."""
-    extensions.load()
     return {**RULES.get(notebook, {}), **extensions.VERDICT_RULES.get(notebook, {})}

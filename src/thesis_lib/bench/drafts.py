@@ -15,7 +15,6 @@ from ..models.loading import check_same_tokenizer
 def study_heads(cfg, draft, head, *, progress: bool = True) -> tuple[dict, dict]:
     """The heads of the drafts beyond the thesis' that the configuration's modes need, each built by the study that
     registered it (:data:`thesis_lib.extensions.DRAFT_HEADS`), and what the run folder should record about them."""
-    extensions.load()
     heads, info = {}, {}
     drafts = cfg.drafts()
     for name, build in extensions.DRAFT_HEADS.items():

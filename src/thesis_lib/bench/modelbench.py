@@ -244,7 +244,6 @@ PARTS = ("quality", "head", "step")
 def known_parts() -> tuple[str, ...]:
     """The thesis' parts and those the studies add (:data:`thesis_lib.extensions.MODEL_BENCH_PARTS`), run only
     when asked for."""
-    extensions.load()
     return PARTS + tuple(extensions.MODEL_BENCH_PARTS)
 
 

@@ -60,7 +60,6 @@ def declared(attr: str) -> tuple:
     """What the studies declare under ``attr`` of :class:`thesis_lib.extensions.Modes` (their mode names, drafts that
     need the run's FlashHead head, drafts whose probe count a variant may set, drafts whose head gives a confidence,
     tree modes, ``(suffix, policy)`` pairs), every study's in turn."""
-    extensions.load()
     return tuple(x for m in extensions.MODES for x in getattr(m, attr))
 
 

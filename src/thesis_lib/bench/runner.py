@@ -77,7 +77,6 @@ class Runner:
     tree_tables: dict | None = None
 
     def __post_init__(self):
-        extensions.load()
         self.eos = self.target.eos_ids
         self.t_state = ModelState(self.target.model, vocab_limit=self.target.vocab_limit)
         self.target_forward = None

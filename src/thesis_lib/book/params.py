@@ -114,7 +114,6 @@ class Params:
     studies: tuple = ()
 
     def __post_init__(self):
-        extensions.load()
         given = {type(block): block for block in self.studies}  # copied: a replaced Params shares no block
         self.studies = tuple(replace(given[block]) if block in given else block() for block in extensions.PARAMS)
 
@@ -134,14 +133,12 @@ class Params:
     @staticmethod
     def names() -> set[str]:
         """Every parameter's name, lower-cased: the thesis' and the studies'."""
-        extensions.load()
         return {f.name for block in (Params, *extensions.PARAMS) for f in fields(block)} - {"studies"}
 
     @classmethod
     def from_namespace(cls, ns: dict) -> "Params":
         """From a notebook's globals: every UPPER_CASE name that is a parameter here (``SET_NAME`` and so on)."""
         values = {k.lower(): v for k, v in ns.items() if k.isupper()}
-        extensions.load()
         own = [{f.name: values[f.name] for f in fields(block) if f.name in values} for block in extensions.PARAMS]
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values and f.name != "studies"},
                    studies=tuple(block(**v) for block, v in zip(extensions.PARAMS, own)))

@@ -16,7 +16,6 @@ from .sizing import values_of
 def planned_runs(p: Params) -> list:
     """The configurations of the runs that depend on no other result, in the order the chapters need them: the
     thesis' chapters', then the studies' (:data:`thesis_lib.extensions.BOOK_RUNS`)."""
-    extensions.load()
     configs = [shared.main_config(p), shared.profile_config(p), shared.pipelined_config(p), shared.grid_config(p),
                *(run(p) for run in extensions.BOOK_RUNS)]
     return list({c.name: c for c in configs}.values())

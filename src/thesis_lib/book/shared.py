@@ -233,7 +233,7 @@ def model_bench(p: Params) -> dict:
                "state_tokens": p.state_tokens, "head_reps": p.head_reps, "step_reps": p.step_reps,
                "probes": p.probes, "clusters": p.clusters, "assets": p.assets, "flash_path": p.flash_path,
                "kmeans_iterations": p.kmeans_iterations}
-    extensions.load()  # a study's part that needs an optional package runs wherever it is installed
+    # a study's part that needs an optional package runs wherever it is installed
     auto = {name: v for name, part in extensions.MODEL_BENCH_PARTS.items()
             if part.available is not None and (v := part.available())}
     doc_key.update(auto)

@@ -36,7 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
     studies = sub.add_parser("studies", help="the studies beside the thesis: batches, trees, precisions, peers, the "
                              "GPU check, the sampling check (each command takes --help)")
     study_sub = studies.add_subparsers(dest="study_command", required=True, title="commands", metavar="COMMAND")
-    extensions.load()
     for add_parsers in extensions.COMMANDS:
         add_parsers(study_sub)
     return parser
