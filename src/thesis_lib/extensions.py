@@ -23,6 +23,7 @@ never imports a study by name. Reading a registry (``extensions.LOOPS``, ...) fi
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Callable
@@ -111,22 +112,26 @@ def parameters(block: type) -> type:
 
 
 _state = "new"  # "loading" while the studies import (their own reads and additions then go straight through)
+_lock = threading.RLock()  # another thread's first read waits for the loading one; the loading thread re-enters
 
 
 def load() -> None:
     """Import every study declared in the entry-point group (once); each registers itself on import. A study that
     fails to import fails every read, not just the first."""
     global _state
-    if _state != "new":
+    if _state == "loaded":
         return
-    _state = "loading"
-    try:
-        for ep in entry_points(group=GROUP):
-            ep.load()
-    except BaseException:
-        _state = "new"
-        raise
-    _state = "loaded"
+    with _lock:
+        if _state != "new":
+            return
+        _state = "loading"
+        try:
+            for ep in entry_points(group=GROUP):
+                ep.load()
+        except BaseException:
+            _state = "new"
+            raise
+        _state = "loaded"
 
 
 def add_rules(rules: dict[str, dict]) -> None:
