@@ -54,6 +54,7 @@ def test_every_row_is_its_prompts_target_only_output_and_its_rounds_the_one_row_
         assert (got.accepted, got.drafted, got.emitted) == (one.accepted, one.drafted, one.emitted)
         assert (got.verify_calls, got.append_calls, got.skipped, got.tail_tokens) == (
             one.verify_calls, one.append_calls, one.skipped, one.tail_tokens)
+        assert (got.mode, got.k) == (f"{name}_{schedule}", k)  # each row's record names its mode and K
 
 
 def test_rows_accept_differently_and_end_at_different_times(pair):

@@ -174,6 +174,6 @@ def test_rotary_table_slices_equal_the_module_at_every_position():
         assert all(torch.equal(g, w) for g, w in zip(got, want)), (start, n)
     assert step._cos.shape[1] >= 607
     step.table, step._cos = False, None
-    step.rotary(x, 2, 3)
-    assert step._cos is None
+    got, want = step.rotary(x, 2, 3), step.rotary_emb(x, torch.arange(2, 5).unsqueeze(0))
+    assert step._cos is None and got[0].shape[1] == 3 and all(torch.equal(g, w) for g, w in zip(got, want))
 

@@ -63,7 +63,7 @@ def test_speedup_in_target_steps_is_the_rate_against_target_only_decoding():
 def test_verify_cost_pads_to_the_cheapest_larger_size():
     cost = costs.verify_cost({1: 10, 2: 30, 3: 20, 5: 25})
     assert [cost(n) for n in (1, 2, 3, 4, 5)] == [10, 20, 20, 25, 25]
-    with pytest.raises(ConfigError, match="no verify cost"):
+    with pytest.raises(ConfigError, match=r"^no verify cost measured for 6 tokens \(largest: 5\)\.$"):
         cost(6)
 
 

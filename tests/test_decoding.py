@@ -373,6 +373,9 @@ def test_the_hybrid_modes_look_up_suffixes_of_two_and_three_tokens(tiny_models):
     three = hybrid()
     three.begin([7, 1, 2, 3, 8, 9, 1, 2, 3, 6, 7, 1, 2, 3])  # [7, 1, 2, 3] continues with 8, [1, 2, 3] last with 6
     assert three.propose(3) == [6, 7, 1]
+    short = hybrid()  # a match that runs out before K is padded with its last token, as the plain lookup pads
+    short.begin([5, 6, 7, 5, 6])
+    assert short.propose(5) == [7, 5, 6, 6, 6]
 
 
 @pytest.mark.parametrize("policy", ["heuristic", "cost"])

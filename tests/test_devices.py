@@ -256,3 +256,39 @@ def test_batched_and_tree_decoding_run_on_two_devices_with_the_cpu_result(pair, 
     got_tree = tree_generate(ModelState(t.model), TreeDrafter(d.model), PROMPT, shape=shape, max_new_tokens=10)
     assert [g.tokens for g in got_batch.generations] == [g.tokens for g in ref_batch.generations]
     assert got_tree.tokens == ref_tree.tokens
+
+
+@pytest.mark.parametrize("mode", ["dense_deferred", "flash_ordinary"])
+def test_a_chain_mode_through_the_runner_clocks_the_draft_s_device_too(on_two_gpus, mode, monkeypatch):
+    """The runner's phase clock for a chain mode covers both models' devices (target on cuda:0, draft on cuda:1), so
+    each phase waits for the draft's kernels too, not only the target's."""
+    from thesis_lib.bench import runner as runner_module
+    from thesis_lib.decoding.clocks import PhaseClock
+
+    clocks = []
+
+    class Recorded(PhaseClock):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            clocks.append(self)
+
+    monkeypatch.setattr(runner_module, "PhaseClock", Recorded)
+    t, d, head, calls = on_two_gpus
+    runner = Runner(t, d, k=3, max_new_tokens=8, flash_head=head)
+    assert len(runner.run(mode, PROMPT).tokens) == 8
+    assert [set(c.devices) for c in clocks] == [{torch.device("cuda", 0), torch.device("cuda", 1)}]
+
+
+@pytest.mark.parametrize("mode", ["dense_deferred", "flash_deferred@k2", "baseline"])
+def test_a_clock_given_to_the_runner_is_the_one_the_generation_charges(pair, tok, mode):
+    """``Runner.run(mode, ids, clock)`` charges the caller's clock (the benchmark's per-sample phases read it), for a
+    plain mode, a variant at its own K and target-only decoding alike."""
+    from thesis_lib.decoding.clocks import PhaseClock
+
+    target, draft, clustering = pair
+    head = FlashHead(draft.get_output_embeddings().weight.detach(), clustering, n_probes=3, path="eager",
+                     vocab_limit=TINY_VOCAB)
+    runner = Runner(_loaded(target, tok, "cpu"), _loaded(draft, tok, "cpu"), k=3, max_new_tokens=8, flash_head=head)
+    clock = PhaseClock()
+    gen = runner.run(mode, PROMPT, clock=clock)
+    assert len(gen.tokens) == 8 and sum(clock.calls.values()) >= 1 and sum(clock.seconds.values()) > 0

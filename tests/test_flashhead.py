@@ -431,7 +431,7 @@ def test_hidden_states_file_is_reused_only_for_the_same_inputs(tmp_path, tok):
         cached_hidden_states(lm, prompts[:1], str(path), max_new_tokens=5, progress=False)
 
 
-def test_only_a_compile_failure_demotes_the_auto_path(tiny_models, tiny_clusterings, monkeypatch):
+def test_only_a_compile_failure_demotes_the_auto_path(tiny_models, tiny_clusterings, monkeypatch, caplog):
     """A caller's error (here a hidden state of the wrong width) is raised and leaves the compiled path in
     place; a failing compiler demotes an "auto" head to eager once, loudly, and the head says why. (The kernel's
     greedy head off, as on a CPU where the kernel module does not build.)"""
@@ -470,6 +470,12 @@ def test_only_a_compile_failure_demotes_the_auto_path(tiny_models, tiny_clusteri
         assert torch.equal(quiet(h), want)
     assert quiet.compile_error == "MemoryError: "
     monkeypatch.setattr(torch, "compile", broken_compiler)
+    said = _head(model, tiny_clusterings[17], n_probes=3, path="auto", centroid_dtype="float32")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="thesis_lib"), pytest.warns(RuntimeWarning, match="compile failed") as warned:
+        said.greedy_confidence(h)
+    assert [w.filename for w in warned] == [__file__]  # the warning points at the caller's line, not the head's
+    assert [r.name for r in caplog.records if "torch.compile failed" in r.getMessage()] == ["thesis_lib"]
     strict = _head(model, tiny_clusterings[17], n_probes=3, path="compiled", centroid_dtype="float32")
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
         strict(h)
@@ -905,3 +911,18 @@ def test_auto_centroids_are_bfloat16_where_the_cpu_multiplies_it_natively(tiny_m
     want = torch.bfloat16 if native else torch.float32
     assert head.centroid_dtype == want and head.fast_centroids.dtype == want
     assert not head.state_dict()
+
+
+def test_the_refinement_rescores_every_row_within_two_rounding_steps_of_the_top():
+    """Constructed 16-bit logits: the top row at 1.0, another at 0.988 (between one and two bfloat16 steps below,
+    2^-7 and 2^-6 relative), a third at 0.5. The second's unrounded score (1.01) is the larger, so it wins; the
+    third, far below, is not re-scored even where its unrounded score would be the largest."""
+    from thesis_lib.heads.dense import refined_argmax
+
+    weight = torch.eye(4)
+    logits = torch.tensor([[1.0, 0.988, 0.5, 0.0]], dtype=torch.bfloat16)
+    assert refined_argmax(weight, None, torch.tensor([1.0, 1.01, 0.0, 0.0]), logits).tolist() == [1]
+    assert refined_argmax(weight, None, torch.tensor([1.0, 0.99, 0.0, 0.0]), logits).tolist() == [0]
+    assert refined_argmax(weight, None, torch.tensor([1.0, 0.99, 5.0, 0.0]), logits).tolist() == [0]
+    bias = torch.tensor([0.0, 0.02, 0.0, 0.0])  # a bias joins the unrounded score
+    assert refined_argmax(weight, bias, torch.tensor([1.0, 0.99, 0.0, 0.0]), logits).tolist() == [1]

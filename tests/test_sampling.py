@@ -243,3 +243,12 @@ def test_the_sampler_takes_the_edges_of_its_ranges_and_refuses_past_them():
                          (dict(top_p="0.5"), r"^top_p must be in")):
         with pytest.raises(ConfigError, match=message):
             sampling.Sampler(**bad).check()
+
+
+def test_target_only_sampling_draws_only_below_the_target_s_vocabulary_limit(pair):
+    """A target whose head stops at a vocabulary limit (a tokenizer smaller than the embedding) never draws a row past
+    it: at temperature 50, close to uniform, 60 draws would hold several of the 4 rows past the limit otherwise."""
+    target, _, _ = pair
+    got = sampling.sample_generate(ModelState(target, vocab_limit=V - 4), PROMPT, max_new_tokens=60,
+                                   sampler=sampling.Sampler(50.0), generator=torch.Generator().manual_seed(0)).tokens
+    assert len(got) == 60 and max(got) < V - 4 and len(set(got)) > (V - 4) // 2

@@ -176,6 +176,7 @@ def test_grown_trees_follow_the_measured_table_not_the_prior():
     assert TreeShape.grown(1, table, max_rank=3).paths == ((1,),)
     # 0.7, 0.49 and 0.343 down the second candidates, each above the first candidate's 0.2
     assert TreeShape.grown(3, table, max_rank=3).paths == ((1,), (1, 1), (1, 1, 1))
+    assert TreeShape.grown(3, table, max_rank=3).label == "n3"  # the name the search's rows and tables show
     found = search(table, {e: 0.05 for e in range(1, 9)}, {n: 1.0 for n in range(1, 6)}, 1.0, max_nodes=1)
     assert math.isclose(found["grown"][0]["expected_accepted"], 0.7)
 

@@ -285,3 +285,14 @@ def test_the_runner_grows_each_tree_mode_s_own_tree_through_the_study_s_loop(tok
         # a beam keeps each depth's likeliest paths under its draft's table: the FlashHead draft's favours rank 1
         "flash_tree": "0 1 0.1 1.1 0.1.1 1.1.1", "dense_tree@k2w3": "0 1 2 0.0 0.1 1.0",
         "flash_tree@n3": "1 1.1 1.1.1", "dense_tree@n3": "0 0.0 0.0.0"}
+
+
+def test_a_tree_drafter_needs_a_head_that_ranks_candidates(pair):
+    """A head that gives only its greedy token cannot rank a node's children: refused at construction, by name."""
+    class OnlyGreedy(torch.nn.Module):
+        def forward(self, h):
+            return h.argmax(-1)
+
+    with pytest.raises(ConfigError, match=r"^the dense draft's head \(OnlyGreedy\) ranks no candidates, so it cannot "
+                                          r"grow a token tree\.$"):
+        TreeDrafter(pair["draft"], head=OnlyGreedy(), vocab_limit=TINY_VOCAB)

@@ -301,3 +301,20 @@ def test_a_target_head_takes_the_body_format_and_a_draft_head_keeps_its_rows(fmt
     assert (t_head(x).double() - exact).abs().max() < 0.03 * exact.abs().max()  # the head's logits, rounded
     if want in ("int8-dynamic", "int8-weights"):  # half the bfloat16 head's bytes (and no rows beside them)
         assert t_head.weight_bytes() < 0.6 * d_head.weight_bytes()
+
+
+@needs_kernel
+def test_a_head_tied_to_the_embedding_is_swapped_like_the_body_and_an_untied_one_as_a_head():
+    """A tied head (Qwen3-0.6B's) gets the body's format and no dense rows, its embedding staying float32 for the
+    lookup; an untied head gets the output layer's format (:func:`head_format`) with its dense rows."""
+    from thesis_lib.models import tiny
+
+    tied = tiny.tiny_model("qwen3", seed=1, tied=True)
+    swapped = wo.convert(tied, "int4-dynamic")
+    out, emb = tied.get_output_embeddings(), tied.get_input_embeddings()
+    assert isinstance(out, wo.WeightOnlyLinear) and out.fmt == "int4-dynamic" and out.dense_weight is None
+    assert type(emb) is torch.nn.Embedding and emb.weight.dtype == torch.float32
+    untied = tiny.tiny_model("qwen3", seed=1, tied=False)
+    assert wo.convert(untied, "int4-dynamic") == swapped
+    head = untied.get_output_embeddings()
+    assert head.fmt == wo.head_format("int4-dynamic") == "bfloat16-weights" and head.dense_weight is not None

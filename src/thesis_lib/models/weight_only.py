@@ -267,8 +267,8 @@ def head_format(fmt: str, head_rows: bool = True) -> str:
 def convert(model: nn.Module, fmt: str, head_rows: bool = True) -> int:
     """Swap every CPU ``nn.Linear`` below ``model`` for a :class:`WeightOnlyLinear` of ``fmt`` (the output layer in
     :func:`head_format`, its dense bfloat16 rows kept where ``head_rows``), cast every other parameter and buffer to
-    float32, and return how many layers were swapped. A head tied to the input embedding stays a float32 ``nn.Linear``
-    on the embedding (a second copy would cost more than it saves)."""
+    float32, and return how many layers were swapped. A head tied to the input embedding is swapped like the body's
+    layers (``fmt``, no dense rows kept); the embedding it was tied to stays float32 for the lookup."""
     from .packing import release_freed_memory
 
     if fmt not in FORMATS:
