@@ -292,3 +292,33 @@ def test_a_clock_given_to_the_runner_is_the_one_the_generation_charges(pair, tok
     clock = PhaseClock()
     gen = runner.run(mode, PROMPT, clock=clock)
     assert len(gen.tokens) == 8 and sum(clock.calls.values()) >= 1 and sum(clock.seconds.values()) > 0
+
+
+@pytest.mark.parametrize("schedule", ["ordinary", "deferred"])
+def test_the_propose_phase_waits_for_the_draft_s_device_alone(pair, on_two_gpus, schedule):
+    """Each round's propose phase synchronises the draft's device (cuda:1), and only it, as it starts and as it
+    ends (the devices' own recorded calls), so its time is the draft's kernels'."""
+    from contextlib import contextmanager
+
+    from thesis_lib.decoding.clocks import PhaseClock
+    from thesis_lib.decoding.drafters import ModelDrafter
+    from thesis_lib.decoding.greedy import speculative_generate
+    from thesis_lib.decoding.stats import PROPOSE
+
+    t, d, _, calls = on_two_gpus
+    edges = []
+
+    class Recorded(PhaseClock):
+        @contextmanager
+        def phase(self, name, *devices):
+            start = len(calls)
+            with super().phase(name, *devices):
+                entered = len(calls)
+                yield
+                leaving = len(calls)
+            if name == PROPOSE:
+                edges.extend([calls[start:entered], calls[leaving:]])
+
+    speculative_generate(ModelState(t.model), ModelDrafter(d.model), PROMPT, k=3, max_new_tokens=12,
+                         schedule=schedule, clock=Recorded([torch.device("cuda", 0), torch.device("cuda", 1)]))
+    assert edges and all(e == [("synchronize", torch.device("cuda", 1))] for e in edges), edges
