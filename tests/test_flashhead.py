@@ -926,3 +926,21 @@ def test_the_refinement_rescores_every_row_within_two_rounding_steps_of_the_top(
     assert refined_argmax(weight, None, torch.tensor([1.0, 0.99, 5.0, 0.0]), logits).tolist() == [0]
     bias = torch.tensor([0.0, 0.02, 0.0, 0.0])  # a bias joins the unrounded score
     assert refined_argmax(weight, bias, torch.tensor([1.0, 0.99, 0.0, 0.0]), logits).tolist() == [1]
+
+
+def test_a_dense_head_adds_its_output_layer_s_bias_before_the_argmax():
+    """An output layer with a bias: the bias joins every logit, so the row it lifts wins, taken from the layer by
+    ``from_model`` and cut with the rows at the vocabulary limit; a head given no bias adds none."""
+    layer = torch.nn.Linear(3, 4, bias=True)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(4, 3))
+        layer.bias.copy_(torch.tensor([0.0, 2.0, 0.0, 9.0]))
+
+    class Model:
+        def get_output_embeddings(self):
+            return layer
+
+    h = torch.tensor([[1.0, 0.0, 0.5]])
+    assert DenseGreedyHead.from_model(Model())(h).tolist() == [3]
+    assert DenseGreedyHead.from_model(Model(), vocab_limit=3)(h).tolist() == [1]  # row 3 and its bias cut off
+    assert DenseGreedyHead(layer.weight.detach(), 3)(h).tolist() == [0]
