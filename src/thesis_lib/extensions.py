@@ -46,7 +46,6 @@ class Part:
     text: Callable[[dict], str] | None = None
 
 
-
 @dataclass(frozen=True)
 class KPolicy:
     """``make(k, measured, deferred=..., draft=..., k_max=...)``: the policy object a speculative loop asks for each
@@ -55,7 +54,6 @@ class KPolicy:
 
     make: Callable
     needs_costs: bool = False
-
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,6 @@ class Modes:
     confidence_drafts: tuple[str, ...] = ()
     k_suffixes: tuple[tuple[str, str], ...] = ()
     shaped: tuple[str, ...] = ()
-
 
 
 @dataclass(frozen=True)
